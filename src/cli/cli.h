@@ -1,0 +1,9 @@
+/* cli.h: the subcommands of the fp4serve binary. Each takes its own argv (argv[0] = command
+ * name), parses it with getopt_long from one option table, prints results on stdout and logs on
+ * stderr, and returns the process exit code (0 ok, 1 failure, 2 usage error). */
+#ifndef FP4S_CLI_H
+#define FP4S_CLI_H
+
+int cmd_report(int argc, char **argv);
+
+#endif
