@@ -212,8 +212,11 @@ static void test_nvfp4_round_trip(void)
 		CHECK_EQ_INT(bad_nearest, 0);
 		CHECK_EQ_INT(bad_bound, 0);
 		CHECK_EQ_INT(bad_scale, 0);
-		/* Gaussian data: NVFP4 lands near 9-10 % relative L2 error; 12 % catches a wrong scale */
-		CHECK_MSG(rel < 0.12, "NVFP4 [%lld,%lld] rel L2 error %.4f", (long long)rows,
+		/* Gaussian data: NVFP4 lands near 9-10 % relative L2 error; 12 % catches a wrong scale.
+		 * Only with enough blocks for the figure to be stable (one block can exceed it). */
+		if (n >= 4096)
+			fprintf(stderr, "NVFP4 [%lld,%lld] rel L2 error %.4f\n", (long long)rows, (long long)k, rel);
+		CHECK_MSG(n < 4096 || rel < 0.12, "NVFP4 [%lld,%lld] rel L2 error %.4f", (long long)rows,
 		          (long long)k, rel);
 		free(x), free(y), free(q), free(sf);
 	}
@@ -278,6 +281,7 @@ static void test_mxfp4_round_trip(void)
 	CHECK_EQ_INT(bad_scale, 0);
 	CHECK_EQ_INT(bad_nearest, 0);
 	CHECK_EQ_INT(bad_bound, 0);
+	fprintf(stderr, "MXFP4 rel L2 error %.4f\n", sqrt(num / den));
 	CHECK_MSG(sqrt(num / den) < 0.16, "MXFP4 rel L2 error %.4f", sqrt(num / den));
 	/* a 0xFF scale is malformed */
 	sf[5] = 0xFF;
