@@ -5,5 +5,6 @@
 #define FP4S_CLI_H
 
 int cmd_report(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv), cmd_detokenize(int argc, char **argv);
 
 #endif

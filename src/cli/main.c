@@ -13,6 +13,8 @@ struct command {
 
 static const struct command commands[] = {
 	{"report", cmd_report, "build and device report: backends, GPUs, FP4 path"},
+	{"tokenize", cmd_tokenize, "text -> token ids (--bench-mb N: encode throughput)"},
+	{"detokenize", cmd_detokenize, "token ids -> text"},
 };
 
 static void usage(FILE *f)

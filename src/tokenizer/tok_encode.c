@@ -1,0 +1,362 @@
+/* tok_encode.c: byte-level BPE encoding, in Hugging Face's order:
+ *   1. added tokens are found by leftmost-longest match over the raw text (a byte trie);
+ *   2. the text between them is normalized (NFC for Qwen) with utf8proc;
+ *   3. each Split stage cuts it with its regex (PCRE2, JIT), keeping matches and gaps ("Isolated");
+ *   4. each piece is one BPE word: with ignore_merges a piece that is itself a vocab entry is
+ *      emitted directly, otherwise adjacent pairs merge lowest rank first (ties: leftmost).
+ *
+ * Time is linear in the input apart from a log factor: the merge loop keeps candidate pairs in a
+ * binary heap over a linked list of symbols (stale heap entries are skipped when popped), so a
+ * megabyte without spaces (one huge piece) costs O(n log n), not the O(n^2) of rescanning every
+ * pair after each merge. The regexes have no nested quantifiers that backtrack more than the run
+ * they end up matching.
+ *
+ * Invalid UTF-8 (which Hugging Face cannot receive, as Python and Rust strings are valid by
+ * construction): each invalid byte becomes a one-byte piece between the valid runs around it, so it
+ * round-trips through decode. Runs are cut there, which is the only sensible place. */
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "tokenizer/tok_internal.h"
+
+struct bpe_sym {
+	int32_t id;
+	int32_t prev, next; /* -1 / n at the ends */
+};
+
+struct bpe_cand {
+	int32_t rank;
+	int32_t pos; /* left symbol */
+};
+
+struct enc_ctx {
+	const struct fp4s_tokenizer *tok;
+	struct fp4s_tok_ids *ids;
+	struct fp4s_error *err;
+	pcre2_match_data *md[TOK_MAX_PRETOK_STAGES];
+	pcre2_match_context *mctx;
+	pcre2_jit_stack *jstack;
+	struct bpe_sym *sym;
+	size_t cap_sym;
+	struct bpe_cand *heap;
+	size_t n_heap, cap_heap;
+	int oom;
+};
+
+static inline int cand_less(struct bpe_cand a, struct bpe_cand b)
+{
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static void heap_push(struct enc_ctx *c, int32_t rank, int32_t pos)
+{
+	if (c->n_heap == c->cap_heap) {
+		size_t cap = c->cap_heap ? c->cap_heap * 2 : 64;
+		struct bpe_cand *h = realloc(c->heap, cap * sizeof *h);
+		if (!h) {
+			c->oom = 1;
+			return;
+		}
+		c->heap = h;
+		c->cap_heap = cap;
+	}
+	struct bpe_cand x = {rank, pos};
+	size_t i = c->n_heap++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!cand_less(x, c->heap[p]))
+			break;
+		c->heap[i] = c->heap[p];
+		i = p;
+	}
+	c->heap[i] = x;
+}
+
+static struct bpe_cand heap_pop(struct enc_ctx *c)
+{
+	struct bpe_cand top = c->heap[0], x = c->heap[--c->n_heap];
+	size_t i = 0, n = c->n_heap;
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		struct bpe_cand best = x;
+		if (l < n && cand_less(c->heap[l], best))
+			m = l, best = c->heap[l];
+		if (l + 1 < n && cand_less(c->heap[l + 1], best))
+			m = l + 1;
+		if (m == i)
+			break;
+		c->heap[i] = c->heap[m];
+		i = m;
+	}
+	if (n)
+		c->heap[i] = x;
+	return top;
+}
+
+static void push_pair(struct enc_ctx *c, int32_t left)
+{
+	struct bpe_sym *s = c->sym;
+	int32_t right = s[left].next;
+	if (left < 0 || right < 0 || s[right].id < 0)
+		return;
+	long k = tok_pairmap_find(&c->tok->merges, s[left].id, s[right].id);
+	if (k >= 0)
+		heap_push(c, c->tok->merges.rank[k], left);
+}
+
+/* One pre-token through BPE. */
+static int bpe_word(struct enc_ctx *c, const unsigned char *p, size_t n)
+{
+	const struct fp4s_tokenizer *tok = c->tok;
+	if (n == 0)
+		return 0;
+	if (n == 1)
+		return tok_ids_push(c->ids, tok->byte_id[p[0]]);
+	if (tok->ignore_merges) {
+		int32_t id = tok_strmap_get(tok, &tok->vocab, (const char *)p, n);
+		if (id >= 0)
+			return tok_ids_push(c->ids, id);
+	}
+	if (n > INT32_MAX / 2)
+		return fp4s_error_set(c->err, FP4S_EINVAL, "pre-token of %zu bytes is too long", n);
+	if (n > c->cap_sym) {
+		size_t cap = c->cap_sym ? c->cap_sym : 64;
+		while (cap < n)
+			cap *= 2;
+		struct bpe_sym *s = realloc(c->sym, cap * sizeof *s);
+		if (!s)
+			return FP4S_ENOMEM;
+		c->sym = s;
+		c->cap_sym = cap;
+	}
+	struct bpe_sym *s = c->sym;
+	int32_t nn = (int32_t)n;
+	for (int32_t i = 0; i < nn; i++)
+		s[i] = (struct bpe_sym){tok->byte_id[p[i]], i - 1, i + 1 < nn ? i + 1 : -1};
+	c->n_heap = 0;
+	for (int32_t i = 0; i + 1 < nn; i++)
+		push_pair(c, i);
+	while (c->n_heap && !c->oom) {
+		struct bpe_cand e = heap_pop(c);
+		int32_t l = e.pos, r = s[l].next;
+		if (s[l].id < 0 || r < 0)
+			continue; /* stale: the left symbol was merged away or is now last */
+		long k = tok_pairmap_find(&tok->merges, s[l].id, s[r].id);
+		if (k < 0 || tok->merges.rank[k] != e.rank)
+			continue; /* stale: a neighbour changed since this pair was queued */
+		s[l].id = tok->merges.merged[k];
+		s[r].id = -1;
+		s[l].next = s[r].next;
+		if (s[r].next >= 0)
+			s[s[r].next].prev = l;
+		if (s[l].prev >= 0)
+			push_pair(c, s[l].prev);
+		push_pair(c, l);
+	}
+	if (c->oom)
+		return FP4S_ENOMEM;
+	for (int32_t i = 0; i >= 0; i = s[i].next)
+		if (tok_ids_push(c->ids, s[i].id))
+			return FP4S_ENOMEM;
+	return 0;
+}
+
+static int pretok(struct enc_ctx *c, int stage, const char *s, size_t n)
+{
+	const struct fp4s_tokenizer *tok = c->tok;
+	if (n == 0)
+		return 0;
+	if (stage == tok->n_stages)
+		return bpe_word(c, (const unsigned char *)s, n);
+	pcre2_code *re = tok->stages[stage].re;
+	pcre2_match_data *md = c->md[stage];
+	size_t gap = 0, pos = 0;
+	int rc;
+	while (pos < n) {
+		int m = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, c->mctx);
+		if (m == PCRE2_ERROR_NOMATCH)
+			break;
+		if (m < 0) {
+			PCRE2_UCHAR msg[256];
+			pcre2_get_error_message(m, msg, sizeof msg);
+			return fp4s_error_set(c->err, FP4S_EINVAL, "pre-tokenizer regex failed: %s", (char *)msg);
+		}
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+		size_t ms = ov[0], me = ov[1];
+		if (me == ms) {
+			/* an empty match splits nothing; step over one character and search on */
+			int l = tok_utf8_valid_len((const unsigned char *)s + ms, n - ms);
+			pos = ms + (size_t)(l ? l : 1);
+			continue;
+		}
+		if (ms > gap && (rc = pretok(c, stage + 1, s + gap, ms - gap)))
+			return rc;
+		if ((rc = pretok(c, stage + 1, s + ms, me - ms)))
+			return rc;
+		gap = pos = me;
+	}
+	if (gap < n)
+		return pretok(c, stage + 1, s + gap, n - gap);
+	return 0;
+}
+
+static int is_ascii(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] >= 0x80)
+			return 0;
+	return 1;
+}
+
+/* Normalizes a valid UTF-8 run, adds the ByteLevel prefix space, and pre-tokenizes it. */
+static int encode_valid(struct enc_ctx *c, const char *s, size_t n, int first)
+{
+	const struct fp4s_tokenizer *tok = c->tok;
+	utf8proc_uint8_t *norm = NULL;
+	char *tmp = NULL;
+	int rc;
+	if (tok->norm != TOK_NORM_NONE && !is_ascii(s, n)) {
+		utf8proc_option_t opt = UTF8PROC_STABLE;
+		switch (tok->norm) {
+		case TOK_NORM_NFC: opt |= UTF8PROC_COMPOSE; break;
+		case TOK_NORM_NFKC: opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+		case TOK_NORM_NFD: opt |= UTF8PROC_DECOMPOSE; break;
+		default: opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+		}
+		if (n > (size_t)PTRDIFF_MAX / 8)
+			return fp4s_error_set(c->err, FP4S_EINVAL, "text too long");
+		utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm, opt);
+		if (r < 0)
+			return fp4s_error_set(c->err, FP4S_EINVAL, "normalization failed: %s", utf8proc_errmsg(r));
+		s = (const char *)norm;
+		n = (size_t)r;
+	}
+	if (tok->add_prefix_space && first && n && s[0] != ' ') {
+		tmp = malloc(n + 1);
+		if (!tmp) {
+			free(norm);
+			return FP4S_ENOMEM;
+		}
+		tmp[0] = ' ';
+		memcpy(tmp + 1, s, n);
+		s = tmp;
+		n++;
+	}
+	rc = pretok(c, 0, s, n);
+	free(tmp);
+	free(norm);
+	return rc;
+}
+
+/* Text between added tokens: valid UTF-8 runs go through the regexes, invalid bytes alone. */
+static int encode_segment(struct enc_ctx *c, const char *s, size_t n)
+{
+	size_t i = 0;
+	int first = 1, rc;
+	while (i < n) {
+		size_t j = i;
+		while (j < n) {
+			if ((unsigned char)s[j] < 0x80) {
+				j++;
+				continue;
+			}
+			int l = tok_utf8_valid_len((const unsigned char *)s + j, n - j);
+			if (!l)
+				break;
+			j += (size_t)l;
+		}
+		if (j > i && (rc = encode_valid(c, s + i, j - i, first)))
+			return rc;
+		first = 0;
+		if (j < n && (rc = tok_ids_push(c->ids, c->tok->byte_id[(unsigned char)s[j]])))
+			return rc;
+		i = j + 1;
+	}
+	return 0;
+}
+
+static int is_space(unsigned char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Longest allowed added token starting at s; returns its index and sets *len, or -1. */
+static int match_added(const struct fp4s_tokenizer *tok, const char *s, size_t n, unsigned flags, size_t *len)
+{
+	int32_t node = 0;
+	int best = -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char b = (unsigned char)s[i];
+		int32_t ch = tok->trie[node].first_child;
+		while (ch >= 0 && tok->trie[ch].byte != b)
+			ch = tok->trie[ch].next_sibling;
+		if (ch < 0)
+			break;
+		node = ch;
+		int t = tok->trie[node].token;
+		if (t >= 0 && (!tok->added[t].special || (flags & FP4S_TOK_PARSE_SPECIAL))) {
+			best = t;
+			*len = i + 1;
+		}
+	}
+	return best;
+}
+
+int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t len, unsigned flags,
+		   struct fp4s_tok_ids *ids, struct fp4s_error *err)
+{
+	struct enc_ctx c = {.tok = tok, .ids = ids, .err = err};
+	int rc = 0;
+	for (int i = 0; i < tok->n_stages; i++)
+		if (!(c.md[i] = pcre2_match_data_create_from_pattern(tok->stages[i].re, NULL)))
+			rc = FP4S_ENOMEM;
+	/* the JIT's default 32 KiB stack is too small for some matches on very long runs */
+	c.mctx = pcre2_match_context_create(NULL);
+	c.jstack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+	if (!c.mctx || !c.jstack)
+		rc = FP4S_ENOMEM;
+	else
+		pcre2_jit_stack_assign(c.mctx, NULL, c.jstack);
+
+	if (!rc && (flags & FP4S_TOK_ADD_SPECIAL) && tok->add_bos && tok->bos >= 0)
+		rc = tok_ids_push(ids, tok->bos);
+	size_t seg = 0, pos = 0;
+	while (!rc && pos < len) {
+		if (!tok->added_first[(unsigned char)text[pos]]) {
+			pos++;
+			continue;
+		}
+		size_t mlen = 0;
+		int a = match_added(tok, text + pos, len - pos, flags, &mlen);
+		if (a < 0) {
+			pos++;
+			continue;
+		}
+		size_t seg_end = pos, next = pos + mlen;
+		if (tok->added[a].lstrip)
+			while (seg_end > seg && is_space((unsigned char)text[seg_end - 1]))
+				seg_end--;
+		if (tok->added[a].rstrip)
+			while (next < len && is_space((unsigned char)text[next]))
+				next++;
+		rc = encode_segment(&c, text + seg, seg_end - seg);
+		if (!rc)
+			rc = tok_ids_push(ids, tok->added[a].id);
+		seg = pos = next;
+	}
+	if (!rc)
+		rc = encode_segment(&c, text + seg, len - seg);
+	if (!rc && (flags & FP4S_TOK_ADD_SPECIAL) && tok->add_eos && tok->eos >= 0)
+		rc = tok_ids_push(ids, tok->eos);
+
+	for (int i = 0; i < tok->n_stages; i++)
+		pcre2_match_data_free(c.md[i]);
+	pcre2_match_context_free(c.mctx);
+	pcre2_jit_stack_free(c.jstack);
+	free(c.sym);
+	free(c.heap);
+	if (rc == FP4S_ENOMEM)
+		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory while encoding %zu bytes", len);
+	return rc;
+}
