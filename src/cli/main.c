@@ -13,6 +13,9 @@ struct command {
 
 static const struct command commands[] = {
 	{"report", cmd_report, "build and device report: backends, GPUs, FP4 path"},
+	{"inspect", cmd_inspect, "architecture, tensors, formats, bytes per decode token, roofline"},
+	{"gen", cmd_gen, "write a random-weight checkpoint with a real model's geometry"},
+	{"quantize", cmd_quantize, "BF16 checkpoint to NVFP4 (ModelOpt / compressed-tensors) or MXFP4"},
 	{"tokenize", cmd_tokenize, "text -> token ids (--bench-mb N: encode throughput)"},
 	{"detokenize", cmd_detokenize, "token ids -> text"},
 };
