@@ -80,7 +80,12 @@ static __global__ void nvfp4_quant_kernel(const uint16_t *__restrict__ x, int64_
 	const float inv_gs = __frcp_rn(gs);
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
-		const int64_t r = i / nb, b = i - r * nb;
+		/* a 64-bit division costs more than the block's encoding; contiguous rows skip it */
+		int64_t r = 0, b = i;
+		if (SWIZZLE || ldx != nb * 16) {
+			r = i / nb;
+			b = i - r * nb;
+		}
 		float v[16];
 		load_block<IS_BF16, VEC, 16>(x + r * ldx + b * 16, v);
 		float vmax = 0.0f;
@@ -115,7 +120,12 @@ static __global__ void mxfp4_quant_kernel(const uint16_t *__restrict__ x, int64_
 	const int64_t total = rows * nb;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
-		const int64_t r = i / nb, b = i - r * nb;
+		/* a 64-bit division costs more than the block's encoding; contiguous rows skip it */
+		int64_t r = 0, b = i;
+		if (SWIZZLE || ldx != nb * 32) {
+			r = i / nb;
+			b = i - r * nb;
+		}
 		float v[32];
 		load_block<IS_BF16, VEC, 32>(x + r * ldx + b * 32, v);
 		float amax = 0.0f;

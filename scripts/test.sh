@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# test.sh: install, build and run the test suite on a fresh machine (no GPU needed: GPU tests
+# carry the label `gpu` and run with scripts/gpu-suite.sh on a machine that has one).
+#  1. the Release build (CUDA code compiled when nvcc exists) and every non-GPU test, including
+#     the exhaustive 2^32 conversion checks and the SASS/PTX check;
+#  2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the host code and its unit tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+[ -x scripts/fetch-testdata.sh ] && scripts/fetch-testdata.sh
+jobs=$(nproc)
+scripts/build.sh build
+ctest --test-dir build -LE gpu --output-on-failure -j"$jobs"
+scripts/build.sh build-asan -DFP4S_CUDA=OFF -DFP4S_SANITIZE=address,undefined
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan -LE "gpu|slow" --output-on-failure -j"$jobs"
