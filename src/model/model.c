@@ -259,6 +259,51 @@ static int check_scales(const struct fp4s_model *m, const struct fp4s_weight *w,
 	return FP4S_OK;
 }
 
+static const struct fp4s_weight *g_sort_w;
+static int cmp_sibling(const void *a, const void *b)
+{
+	const struct fp4s_tspec *x = g_sort_w[*(const int32_t *)a].spec,
+	                        *y = g_sort_w[*(const int32_t *)b].spec;
+	int64_t kx[3] = {x->layer, x->expert, fp4s_role_fuse_group(x->role)},
+	        ky[3] = {y->layer, y->expert, fp4s_role_fuse_group(y->role)};
+	for (int i = 0; i < 3; i++)
+		if (kx[i] != ky[i])
+			return kx[i] < ky[i] ? -1 : 1;
+	return 0;
+}
+
+/* Sets group_scale_shared: 1 unless a fused sibling (same layer, expert and fuse group) carries
+ * a different ws2. Tensors outside a fused group are trivially shared. */
+static int mark_shared_scales(struct fp4s_model *m, struct fp4s_error *err)
+{
+	int32_t *ord = malloc((size_t)(m->n ? m->n : 1) * sizeof *ord), k = 0;
+	if (!ord)
+		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
+	for (int32_t i = 0; i < m->n; i++) {
+		m->w[i].group_scale_shared = 1;
+		if (m->w[i].fmt == FP4S_WF_NVFP4 && fp4s_role_fuse_group(m->w[i].spec->role))
+			ord[k++] = i;
+	}
+	g_sort_w = m->w;
+	qsort(ord, (size_t)k, sizeof *ord, cmp_sibling);
+	for (int32_t a = 0; a < k;) {
+		int32_t b = a + 1, same = 1;
+		while (b < k && !cmp_sibling(&ord[a], &ord[b]))
+			b++;
+		for (int32_t j = a + 1; j < b; j++)
+			same &= m->w[ord[j]].ws2 == m->w[ord[a]].ws2;
+		for (int32_t j = a; j < b; j++)
+			m->w[ord[j]].group_scale_shared = same;
+		if (!same)
+			FP4S_INFO("%s: %s and its fused siblings carry different per-tensor scales; "
+			          "keeping one per shard",
+			          m->dir, m->w[ord[a]].spec->name);
+		a = b;
+	}
+	free(ord);
+	return FP4S_OK;
+}
+
 static int validate(struct fp4s_model *m, struct fp4s_error *err)
 {
 	int rc = FP4S_OK;
@@ -303,23 +348,7 @@ static int validate(struct fp4s_model *m, struct fp4s_error *err)
 		return e1.code;
 	}
 	/* Fused siblings: note whether their per-tensor scales agree. They keep one each anyway. */
-	for (int32_t i = 0; i < m->n; i++) {
-		struct fp4s_weight *w = &m->w[i];
-		int g = fp4s_role_fuse_group(w->spec->role);
-		if (w->fmt != FP4S_WF_NVFP4 || !g)
-			continue;
-		w->group_scale_shared = 1;
-		for (int32_t j = 0; j < m->n; j++) {
-			const struct fp4s_weight *o = &m->w[j];
-			if (o->fmt == FP4S_WF_NVFP4 && fp4s_role_fuse_group(o->spec->role) == g &&
-			    o->spec->layer == w->spec->layer && o->spec->expert == w->spec->expert &&
-			    o->ws2 != w->ws2)
-				w->group_scale_shared = 0;
-			if (j > i + 8)
-				break; /* siblings are adjacent in table order */
-		}
-	}
-	return FP4S_OK;
+	return mark_shared_scales(m, err);
 }
 
 const struct fp4s_weight *fp4s_model_find(const struct fp4s_model *m, const char *name)

@@ -12,7 +12,7 @@
 #include "model/mwrite.h"
 #include "model/st.h"
 
-static char *mt_tmpdir(void)
+static inline char *mt_tmpdir(void)
 {
 	char *d = strdup("/tmp/fp4s-model-XXXXXX");
 	if (!mkdtemp(d)) {
@@ -22,7 +22,7 @@ static char *mt_tmpdir(void)
 	return d;
 }
 
-static void mt_rmtree(const char *d)
+static inline void mt_rmtree(const char *d)
 {
 	char cmd[512];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
@@ -30,14 +30,14 @@ static void mt_rmtree(const char *d)
 		fprintf(stderr, "warning: could not remove %s\n", d);
 }
 
-static char *mt_path(const char *dir, const char *name)
+static inline char *mt_path(const char *dir, const char *name)
 {
 	char *p = malloc(strlen(dir) + strlen(name) + 2);
 	sprintf(p, "%s/%s", dir, name);
 	return p;
 }
 
-static int mt_gen(const char *preset, const char *dir, enum fp4s_qformat f, uint64_t seed,
+static inline int mt_gen(const char *preset, const char *dir, enum fp4s_qformat f, uint64_t seed,
                   uint64_t shard_bytes)
 {
 	struct fp4s_write_opts o = {.format = f, .seed = seed, .shard_bytes = shard_bytes};
@@ -48,7 +48,7 @@ static int mt_gen(const char *preset, const char *dir, enum fp4s_qformat f, uint
 	return rc;
 }
 
-static uint8_t *mt_read(const char *path, size_t *n)
+static inline uint8_t *mt_read(const char *path, size_t *n)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
@@ -63,7 +63,7 @@ static uint8_t *mt_read(const char *path, size_t *n)
 	return b;
 }
 
-static int mt_write(const char *path, const void *b, size_t n)
+static inline int mt_write(const char *path, const void *b, size_t n)
 {
 	FILE *f = fopen(path, "wb");
 	if (!f)
@@ -74,7 +74,7 @@ static int mt_write(const char *path, const void *b, size_t n)
 }
 
 /* Replaces the first occurrence of old by new (same length) in the file; 0 on success. */
-static int mt_patch(const char *path, const char *old, const char *new_)
+static inline int mt_patch(const char *path, const char *old, const char *new_)
 {
 	size_t n, m = strlen(old);
 	uint8_t *b = mt_read(path, &n);
@@ -92,7 +92,7 @@ static int mt_patch(const char *path, const char *old, const char *new_)
 }
 
 /* Overwrites bytes of one tensor's data in a single-file checkpoint. */
-static int mt_patch_tensor(const char *path, const char *tensor, uint64_t off, const void *v,
+static inline int mt_patch_tensor(const char *path, const char *tensor, uint64_t off, const void *v,
                            size_t len)
 {
 	size_t n;
