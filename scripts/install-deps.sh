@@ -5,11 +5,15 @@
 # CPU backend alone is built.
 set -euo pipefail
 pkgs=(build-essential cmake libjansson-dev libpcre2-dev libutf8proc-dev libcivetweb-dev
-      clang libclang-rt-14-dev nodejs npm)
+      clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# node and npm (test fixtures, the OpenAI client in server tests) may come from elsewhere than
+# Debian; only a machine with neither gets Debian's
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   SUDO=""

@@ -33,4 +33,9 @@ int fp4s_cuda_device_query(int dev, struct fp4s_cuda_device_info *info, struct f
 	(void)info;
 	return fp4s_error_set(err, FP4S_ENODEV, "device %d: this build has no CUDA backend", dev);
 }
+int fp4s_cuda_copy_bandwidth(int dev, double *gbs, struct fp4s_error *err)
+{
+	(void)gbs;
+	return fp4s_error_set(err, FP4S_ENODEV, "device %d: this build has no CUDA backend", dev);
+}
 #endif

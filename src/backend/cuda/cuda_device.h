@@ -39,6 +39,9 @@ const char *fp4s_cuda_archs(void);
 /* Number of usable GPUs, 0 when there are none or no driver (the reason goes to err). */
 int fp4s_cuda_device_count(struct fp4s_error *err);
 int fp4s_cuda_device_query(int dev, struct fp4s_cuda_device_info *info, struct fp4s_error *err);
+/* Device-to-device copy bandwidth of GPU dev in GB/s, counting bytes read plus written (the
+ * roofline ceiling performance.md uses): median of timed 512 MiB copies after a warm-up. */
+int fp4s_cuda_copy_bandwidth(int dev, double *gbs, struct fp4s_error *err);
 enum fp4s_fp4_path fp4s_fp4_path_for(int cc_major, int cc_minor);
 const char *fp4s_fp4_path_name(enum fp4s_fp4_path path);
 

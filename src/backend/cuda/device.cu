@@ -56,3 +56,53 @@ extern "C" int fp4s_cuda_device_query(int dev, struct fp4s_cuda_device_info *inf
 	info->has_kernel_image = 1;
 	return fp4s_cuda_native_fp4_compiled(&info->native_fp4_compiled, err);
 }
+
+extern "C" int fp4s_cuda_copy_bandwidth(int dev, double *gbs, struct fp4s_error *err)
+{
+	const size_t bytes = (size_t)512 << 20;
+	void *a = nullptr, *b = nullptr;
+	cudaEvent_t e0 = nullptr, e1 = nullptr;
+	float t[15];
+	int rc = FP4S_OK;
+	FP4S_CUDA_TRY(err, cudaSetDevice(dev));
+	cudaError_t e = cudaMalloc(&a, bytes);
+	if (e == cudaSuccess)
+		e = cudaMalloc(&b, bytes);
+	if (e == cudaSuccess)
+		e = cudaMemset(a, 0x5A, bytes);
+	if (e == cudaSuccess)
+		e = cudaEventCreate(&e0);
+	if (e == cudaSuccess)
+		e = cudaEventCreate(&e1);
+	for (int i = 0; i < 18 && e == cudaSuccess; i++) {
+		e = cudaEventRecord(e0);
+		if (e == cudaSuccess)
+			e = cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+		if (e == cudaSuccess)
+			e = cudaEventRecord(e1);
+		if (e == cudaSuccess)
+			e = cudaEventSynchronize(e1);
+		if (e == cudaSuccess && i >= 3)
+			e = cudaEventElapsedTime(&t[i - 3], e0, e1);
+	}
+	if (e != cudaSuccess) {
+		rc = fp4s_error_set(err, FP4S_ECUDA, "copy bandwidth on device %d: %s", dev,
+		                    cudaGetErrorString(e));
+	} else {
+		/* median of 15 by insertion sort */
+		for (int i = 1; i < 15; i++)
+			for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+				float x = t[j];
+				t[j] = t[j - 1];
+				t[j - 1] = x;
+			}
+		*gbs = 2.0 * (double)bytes / (t[7] * 1e-3) / 1e9;
+	}
+	if (e0)
+		cudaEventDestroy(e0);
+	if (e1)
+		cudaEventDestroy(e1);
+	cudaFree(a);
+	cudaFree(b);
+	return rc;
+}
