@@ -267,7 +267,9 @@ int fp4s_config_parse(const char *text, size_t len, const char *path, struct fp4
 	v = c->n_heads, get_int(&x, root, "num_key_value_heads", 1, 4096, &v), c->n_kv_heads = (int32_t)v;
 	get_int(&x, root, "intermediate_size", 0, 1 << 22, &c->intermediate);
 	get_int(&x, root, "vocab_size", 1, 1 << 24, &c->vocab);
-	if (!x.rc && (!c->hidden || !c->n_layers || !c->n_heads || !c->vocab)) {
+	if (x.rc)
+		goto out;
+	if ((!c->hidden || !c->n_layers || !c->n_heads || !c->vocab)) {
 		x.rc = fp4s_error_set(err, FP4S_EFORMAT,
 		                      "%s: hidden_size, num_hidden_layers, num_attention_heads and "
 		                      "vocab_size are required",
