@@ -106,7 +106,8 @@ static int compile_stage(struct fp4s_tokenizer *tok, const char *pat, size_t len
 				      TOK_MAX_PRETOK_STAGES);
 	int ec;
 	PCRE2_SIZE eo;
-	uint32_t opt = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+	/* PCRE2_LITERAL admits no UCP; a literal needs no character properties anyway */
+	uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
 	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, opt, &ec, &eo, NULL);
 	if (!re) {
 		PCRE2_UCHAR msg[256];

@@ -1,0 +1,310 @@
+/* test_tok_props: properties of every real tokenizer we can find (Llama 3, Qwen3, gpt-oss from the
+ * npm cache; stories260K and Llama 2 from ../shared/realdata):
+ *   - decode(encode(x)) == x on random Unicode text (Qwen3: == NFC(x), its normalizer's output);
+ *   - the same for invalid UTF-8 and NUL bytes (documented choice: bytes pass through; see
+ *     tokenizer.h), with special-token parsing on and off;
+ *   - streaming decode emits only valid UTF-8 and, for valid input, the same text as decode;
+ *   - 1 MB without spaces (letters, CJK, digits, punctuation, one repeated byte) and 100k
+ *     special-token look-alikes finish (the CTest timeout bounds them; the BPE is O(n log n)) and
+ *     round-trip;
+ *   - known ids, BOS/EOS rules and stop ids of each family.
+ * Inputs are random (seed printed; FP4S_TEST_SEED replays). Skips when no tokenizer is found. */
+#include <utf8proc.h>
+
+#include "test_tok_common.h"
+#include "test_util.h"
+
+struct named_tok {
+	const char *name;
+	struct fp4s_tokenizer *tok;
+	int nfc;
+};
+
+static int valid_utf8(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s + i;
+		utf8proc_int32_t cp;
+		utf8proc_ssize_t l = utf8proc_iterate(p, (utf8proc_ssize_t)(n - i), &cp);
+		if (l <= 0)
+			return 0;
+		i += (size_t)l;
+	}
+	return 1;
+}
+
+/* Random text from character classes the pre-tokenizers treat differently. */
+static size_t rand_text(char *buf, size_t cap)
+{
+	static const uint32_t pool[] = {
+		'a', 'Z', 'q', ' ', ' ', ' ', '\n', '\t', '\r', '0', '7', '\'', '.', ',', '!', '/', '-', '<', '|', '>',
+		0xE9, 0xFC, 0xDF, 0x301 /* combining acute */, 0x308, 0x3B1, 0x416, 0x5D0, 0x627, 0x915, 0x93F,
+		0x4E2D, 0x65E5, 0x672C, 0x3042, 0xAC00, 0x1F600, 0x1F680, 0x200D, 0xFE0F, 0xA0, 0x2009, 0x3000,
+		0x10FFFF, 0xE000, 0x2028,
+	};
+	size_t n = 0, len = t_rand_u64() % 120;
+	for (size_t i = 0; i < len; i++) {
+		uint32_t cp = t_rand_u64() % 4 ? pool[t_rand_u64() % (sizeof pool / sizeof *pool)]
+						: (uint32_t)(0x20 + t_rand_u64() % 0x2FFE0);
+		if (cp >= 0xD800 && cp < 0xE000)
+			cp = 'x';
+		if (n + 4 >= cap)
+			break;
+		n += (size_t)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)buf + n);
+	}
+	buf[n] = 0;
+	return n;
+}
+
+static size_t rand_bytes(char *buf, size_t cap)
+{
+	size_t len = t_rand_u64() % 64;
+	if (len >= cap)
+		len = cap - 1;
+	for (size_t i = 0; i < len; i++) {
+		unsigned r = (unsigned)t_rand_u64();
+		buf[i] = r % 3 ? (char)((r >> 8) & 0xFF) : "ab \n\0\x80\xC3\xE2\xF0\xFF"[(r >> 8) % 10];
+	}
+	return len;
+}
+
+/* x -> ids -> bytes; compares with want (x or its normal form). Also streams the ids. */
+static int roundtrip(struct named_tok *nt, const char *x, size_t n, const char *want, size_t wn, unsigned flags)
+{
+	struct fp4s_tok_ids ids = {0};
+	struct fp4s_tok_text out = {0}, st = {0};
+	struct fp4s_error err = {0};
+	int ok = fp4s_tok_encode(nt->tok, x, n, flags, &ids, &err) == 0;
+	CHECK_MSG(ok, "%s: encode failed: %s", nt->name, err.msg);
+	ok = ok && fp4s_tok_decode(nt->tok, ids.v, ids.n, 0, &out, &err) == 0;
+	ok = ok && out.n == wn && memcmp(out.s, want, wn) == 0;
+	if (!ok) {
+		fprintf(stderr, "%s: round trip differs for (%zu bytes):", nt->name, n);
+		for (size_t i = 0; i < n && i < 80; i++)
+			fprintf(stderr, " %02x", (unsigned char)x[i]);
+		fprintf(stderr, "\n  got %zu bytes:", out.n);
+		for (size_t i = 0; i < out.n && i < 80; i++)
+			fprintf(stderr, " %02x", (unsigned char)out.s[i]);
+		fprintf(stderr, "\n");
+	}
+	CHECK(ok);
+	/* streaming: each push appends only whole, valid UTF-8 */
+	struct fp4s_tok_stream s;
+	fp4s_tok_stream_init(&s, nt->tok, 0);
+	int stream_ok = 1;
+	for (size_t i = 0; i < ids.n; i++) {
+		size_t before = st.n;
+		if (fp4s_tok_stream_push(&s, ids.v[i], &st, &err) != 0 || !valid_utf8(st.s + before, st.n - before))
+			stream_ok = 0;
+	}
+	fp4s_tok_stream_flush(&s, &st);
+	if (valid_utf8(want, wn))
+		stream_ok = stream_ok && st.n == wn && (wn == 0 || memcmp(st.s, want, wn) == 0);
+	else
+		stream_ok = stream_ok && (st.n == 0 || valid_utf8(st.s, st.n));
+	CHECK_MSG(stream_ok, "%s: stream decode differs or emitted invalid UTF-8", nt->name);
+	fp4s_tok_ids_free(&ids);
+	fp4s_tok_text_free(&out);
+	fp4s_tok_text_free(&st);
+	return ok;
+}
+
+static void random_props(struct named_tok *nt, int iters)
+{
+	char buf[1024];
+	int fails = 0;
+	for (int it = 0; it < iters && fails < 5; it++) {
+		size_t n = rand_text(buf, sizeof buf);
+		unsigned flags = it % 2 ? FP4S_TOK_PARSE_SPECIAL : 0;
+		if (nt->nfc) {
+			utf8proc_uint8_t *norm = utf8proc_NFC((const utf8proc_uint8_t *)buf);
+			fails += !roundtrip(nt, buf, n, (const char *)norm, strlen((char *)norm), flags);
+			free(norm);
+		} else {
+			fails += !roundtrip(nt, buf, n, buf, n, flags);
+		}
+		/* invalid UTF-8 and NUL bytes: kept byte for byte (NFC leaves ASCII and lone bytes alone,
+		 * but may change a valid run; compare only where no normalizer applies) */
+		n = rand_bytes(buf, sizeof buf);
+		if (!nt->nfc)
+			fails += !roundtrip(nt, buf, n, buf, n, flags);
+		else {
+			struct fp4s_tok_ids ids = {0};
+			struct fp4s_error err = {0};
+			CHECK(fp4s_tok_encode(nt->tok, buf, n, flags, &ids, &err) == 0);
+			fp4s_tok_ids_free(&ids);
+		}
+	}
+}
+
+static void big_inputs(struct named_tok *nt)
+{
+	const size_t MB = 1 << 20;
+	char *b = malloc(MB + 8);
+	static const char *const units[] = {"a", "Zq", "日本", "7", "#", "\xF0\x9F\x98\x80", "x\xCC\x81"};
+	for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
+		size_t ul = strlen(units[u]), n = 0;
+		while (n + ul <= MB)
+			memcpy(b + n, units[u], ul), n += ul;
+		if (nt->nfc && u == 6)
+			continue; /* NFC composes x + U+0301; covered by the random test */
+		roundtrip(nt, b, n, b, n, 0);
+	}
+	/* random letters, one megabyte, no spaces */
+	for (size_t i = 0; i < MB; i++)
+		b[i] = (char)('a' + t_rand_u64() % 26);
+	roundtrip(nt, b, MB, b, MB, 0);
+	free(b);
+}
+
+static void lookalikes(struct named_tok *nt, const char *special, const char *partial)
+{
+	int32_t sid = fp4s_tok_find(nt->tok, special);
+	size_t sl = strlen(special), pl = strlen(partial), N = 100000;
+	char *b = malloc(N * (sl > pl ? sl : pl) + 1);
+	/* 100k truncated specials: no special id, round trip */
+	for (size_t i = 0; i < N; i++)
+		memcpy(b + i * pl, partial, pl);
+	roundtrip(nt, b, N * pl, b, N * pl, FP4S_TOK_PARSE_SPECIAL);
+	/* 100k real specials: exactly 100k ids when parsed, none when not */
+	for (size_t i = 0; i < N; i++)
+		memcpy(b + i * sl, special, sl);
+	struct fp4s_tok_ids ids = {0};
+	struct fp4s_error err = {0};
+	CHECK(fp4s_tok_encode(nt->tok, b, N * sl, FP4S_TOK_PARSE_SPECIAL, &ids, &err) == 0);
+	CHECK_EQ_INT(ids.n, N);
+	CHECK(ids.n > 0 && ids.v[0] == sid && ids.v[ids.n - 1] == sid);
+	ids.n = 0;
+	CHECK(fp4s_tok_encode(nt->tok, b, N * sl, 0, &ids, &err) == 0);
+	int any = 0;
+	for (size_t i = 0; i < ids.n; i++)
+		any |= ids.v[i] == sid;
+	CHECK_MSG(!any, "%s: special token matched with parsing off", nt->name);
+	fp4s_tok_ids_free(&ids);
+	free(b);
+}
+
+static void expect_ids(struct named_tok *nt, const char *text, unsigned flags, const int32_t *want, size_t n)
+{
+	struct fp4s_tok_ids ids = {0};
+	struct fp4s_error err = {0};
+	CHECK(fp4s_tok_encode(nt->tok, text, strlen(text), flags, &ids, &err) == 0);
+	int ok = ids.n == n;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = ids.v[i] == want[i];
+	CHECK_MSG(ok, "%s: ids of \"%s\" differ (got %zu ids, first %d)", nt->name, text, ids.n, ids.n ? ids.v[0] : -1);
+	fp4s_tok_ids_free(&ids);
+}
+
+static int has_stop(struct named_tok *nt, int32_t id)
+{
+	size_t n;
+	const int32_t *s = fp4s_tok_stop_ids(nt->tok, &n);
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == id)
+			return 1;
+	return 0;
+}
+
+static void skip_special(struct named_tok *nt, const char *text, const char *want_skipped)
+{
+	struct fp4s_tok_ids ids = {0};
+	struct fp4s_tok_text out = {0};
+	struct fp4s_error err = {0};
+	CHECK(fp4s_tok_encode(nt->tok, text, strlen(text), FP4S_TOK_PARSE_SPECIAL, &ids, &err) == 0);
+	CHECK(fp4s_tok_decode(nt->tok, ids.v, ids.n, FP4S_TOK_SKIP_SPECIAL, &out, &err) == 0);
+	CHECK_EQ_STR(out.s, want_skipped);
+	fp4s_tok_ids_free(&ids);
+	fp4s_tok_text_free(&out);
+}
+
+static int open_named(struct named_tok *nt, const char *name, const char *path, int nfc)
+{
+	struct fp4s_error err = {0};
+	nt->name = name;
+	nt->nfc = nfc;
+	nt->tok = NULL;
+	if (!tt_exists(path)) {
+		fprintf(stderr, "%s: %s missing, not tested (scripts/fetch-testdata.sh fills the cache)\n", name, path);
+		return 0;
+	}
+	CHECK_MSG(fp4s_tok_open(&nt->tok, path, &err) == 0, "%s: %s", name, err.msg);
+	return nt->tok != NULL;
+}
+
+int main(void)
+{
+	t_seed_from_env();
+	char p[1024];
+	int ran = 0;
+	struct named_tok nt;
+
+	if (open_named(&nt, "llama3", tt_cache_path(p, sizeof p, "tokenizer-llama3", "tokenizer.json"), 0)) {
+		ran++;
+		expect_ids(&nt, "Hello world", 0, (int32_t[]){9906, 1917}, 2);
+		expect_ids(&nt, "<|begin_of_text|>hi<|eot_id|>", FP4S_TOK_PARSE_SPECIAL,
+			   (int32_t[]){128000, 6151, 128009}, 3);
+		CHECK_EQ_INT(fp4s_tok_bos(nt.tok), 128000);
+		CHECK(has_stop(&nt, 128001) && has_stop(&nt, 128009)); /* 3.0 has no <|eom_id|> */
+		CHECK_EQ_STR(fp4s_chat_format_name(fp4s_tok_chat(nt.tok)->format), "llama3");
+		skip_special(&nt, "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>", "user\n\nhi");
+		random_props(&nt, 400);
+		big_inputs(&nt);
+		lookalikes(&nt, "<|eot_id|>", "<|eot_id");
+		fp4s_tok_close(nt.tok);
+	}
+	if (open_named(&nt, "qwen3", tt_cache_path(p, sizeof p, "tokenizer-qwen3", "tokenizer.json"), 1)) {
+		ran++;
+		/* single digits; NFC: e + U+0301 encodes as é */
+		expect_ids(&nt, "Hello world", 0, (int32_t[]){9707, 1879}, 2);
+		struct fp4s_tok_ids a = {0}, b = {0};
+		struct fp4s_error err = {0};
+		fp4s_tok_encode(nt.tok, "caf\xC3\xA9", 5, 0, &a, &err);
+		fp4s_tok_encode(nt.tok, "cafe\xCC\x81", 6, 0, &b, &err);
+		CHECK(a.n == b.n && a.n && !memcmp(a.v, b.v, a.n * sizeof *a.v));
+		fp4s_tok_ids_free(&a);
+		fp4s_tok_ids_free(&b);
+		expect_ids(&nt, "<tool_call>", 0, (int32_t[]){151657}, 1); /* non-special added token */
+		CHECK_EQ_INT(fp4s_tok_bos(nt.tok), -1);
+		CHECK_EQ_INT(fp4s_tok_adds_bos(nt.tok), 0);
+		CHECK(has_stop(&nt, 151645) && has_stop(&nt, 151643));
+		CHECK_EQ_STR(fp4s_chat_format_name(fp4s_tok_chat(nt.tok)->format), "qwen3");
+		random_props(&nt, 400);
+		big_inputs(&nt);
+		lookalikes(&nt, "<|im_start|>", "<|im_start");
+		fp4s_tok_close(nt.tok);
+	}
+	if (open_named(&nt, "gpt-oss", tt_cache_path(p, sizeof p, "tokenizer-gptoss", "tokenizer.json"), 0)) {
+		ran++;
+		CHECK(has_stop(&nt, 200002) && has_stop(&nt, 200012));
+		CHECK_EQ_STR(fp4s_chat_format_name(fp4s_tok_chat(nt.tok)->format), "harmony");
+		expect_ids(&nt, "<|start|>user<|message|>", FP4S_TOK_PARSE_SPECIAL, (int32_t[]){200006, 1428, 200008}, 3);
+		random_props(&nt, 400);
+		big_inputs(&nt);
+		lookalikes(&nt, "<|channel|>", "<|channel");
+		fp4s_tok_close(nt.tok);
+	}
+	if (open_named(&nt, "stories260K", tt_shared_path(p, sizeof p, "realdata/stories260K/tok512.bin"), 0)) {
+		ran++;
+		CHECK_EQ_INT(fp4s_tok_n_vocab(nt.tok), 512);
+		CHECK_EQ_INT(fp4s_tok_bos(nt.tok), 1);
+		CHECK_EQ_INT(fp4s_tok_eos(nt.tok), 2);
+		CHECK(has_stop(&nt, 2));
+		random_props(&nt, 300);
+		big_inputs(&nt);
+		fp4s_tok_close(nt.tok);
+	}
+	if (open_named(&nt, "llama2", tt_shared_path(p, sizeof p, "realdata/llama2-tokenizer/tokenizer.bin"), 0)) {
+		ran++;
+		/* BOS is added with --add-special; decode drops the dummy-prefix space */
+		expect_ids(&nt, "Hello world", FP4S_TOK_ADD_SPECIAL, (int32_t[]){1, 15043, 3186}, 3);
+		skip_special(&nt, "Hello world", "Hello world");
+		CHECK_EQ_INT(fp4s_tok_find(nt.tok, "<s>"), 1);
+		random_props(&nt, 300);
+		big_inputs(&nt);
+		fp4s_tok_close(nt.tok);
+	}
+	if (!ran)
+		TEST_SKIP("no tokenizer found (run scripts/fetch-testdata.sh; set FP4S_SHARED_DIR)");
+	return TEST_DONE();
+}
