@@ -164,19 +164,26 @@ static int load_gen_config(struct fp4s_tokenizer *tok, const char *path, struct 
 	return 0;
 }
 
-static int sniff_json(const char *path)
+/* 'j' tokenizer.json, 'g' GGUF, 'b' llama2.c .bin (no magic: anything else) */
+static int sniff(const char *path)
 {
 	size_t l = strlen(path);
 	if (l >= 5 && !strcmp(path + l - 5, ".json"))
-		return 1;
+		return 'j';
 	FILE *f = fopen(path, "rb");
+	unsigned char m[4] = {0};
 	int c = ' ';
 	if (!f)
-		return 0;
+		return 'b';
+	if (fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4)) {
+		fclose(f);
+		return 'g';
+	}
+	rewind(f);
 	while (c == ' ' || c == '\n' || c == '\r' || c == '\t')
 		c = fgetc(f);
 	fclose(f);
-	return c == '{';
+	return c == '{' ? 'j' : 'b';
 }
 
 /* The chat format's end-of-turn tokens are stop ids too. */
@@ -249,9 +256,12 @@ int fp4s_tok_open(struct fp4s_tokenizer **out, const char *path, struct fp4s_err
 			*slash = 0;
 		else
 			strcpy(dir, ".");
-		rc = sniff_json(path) ? tok_load_json(tok, path, err) : tok_load_llama2c(tok, path, err);
-		if (!rc && tok->kind == FP4S_TOK_KIND_SPM_LLAMA2C)
-			dir[0] = 0; /* a llama2.c file has no config files beside it */
+		int kind = sniff(path);
+		rc = kind == 'j'   ? tok_load_json(tok, path, err)
+		     : kind == 'g' ? tok_load_gguf(tok, path, err)
+				   : tok_load_llama2c(tok, path, err);
+		if (kind != 'j')
+			dir[0] = 0; /* only a tokenizer.json has config files beside it */
 	} else {
 		rc = fp4s_error_set(err, FP4S_EIO, "tokenizer path %s: %s", path, strerror(errno));
 	}

@@ -4,6 +4,7 @@
  *   tok_json.c    tokenizer.json loading (vocab, merges, added tokens, normalizer, pre-tokenizer)
  *   tok_encode.c  added-token matching, normalization, PCRE2 pre-tokenization, rank BPE
  *   tok_spm.c     llama2.c tokenizer.bin loading and score-ordered SentencePiece BPE
+ *   tok_gguf.c    the tokenizer metadata of a GGUF file (gpt2 byte-level BPE, llama SentencePiece)
  *   tok_config.c  open(), tokenizer_config.json / generation_config.json, queries
  *   tok_decode.c  decode and streaming decode
  *   tok_chat.c    chat format detection and the built-in formatters */
@@ -163,6 +164,14 @@ uint32_t tok_utf8_decode(const unsigned char *s, int len);
 int tok_utf8_encode(uint32_t cp, char out[4]);
 
 /* tok_json.c */
+extern const char TOK_GPT2_PATTERN[];
+/* GPT-2 byte alphabet text -> raw bytes; returns the length or -1 if it does not fit */
+int tok_unmap_bytes(const char *s, size_t n, char *out, size_t cap);
+/* adds merge (l, r) (byte-alphabet texts) with rank; the three tokens must be in the vocab map */
+int tok_merge_add(struct fp4s_tokenizer *tok, const char *l, size_t ll, const char *r, size_t rl, int32_t rank,
+		  struct fp4s_error *err);
+int tok_stage_add(struct fp4s_tokenizer *tok, const char *pat, size_t len, int literal, int invert,
+		  struct fp4s_error *err);
 int tok_load_json(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err);
 int tok_added_add(struct fp4s_tokenizer *tok, int32_t id, const char *s, size_t n, int special,
 		  int lstrip, int rstrip, int normalized, struct fp4s_error *err);
@@ -175,6 +184,9 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 int tok_load_llama2c(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err);
 int tok_spm_encode(const struct fp4s_tokenizer *tok, const char *text, size_t len, struct fp4s_tok_ids *ids,
 		   struct fp4s_error *err);
+
+/* tok_gguf.c */
+int tok_load_gguf(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err);
 
 /* tok_config.c */
 int tok_read_file(const char *path, char **buf, size_t *n, size_t max, struct fp4s_error *err);

@@ -15,13 +15,13 @@
 #include "util/log.h"
 
 /* GPT-2's ByteLevel(use_regex=true) pattern. */
-static const char GPT2_PATTERN[] =
+const char TOK_GPT2_PATTERN[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* Undoes the GPT-2 byte alphabet: each code point of s becomes one byte. A code point outside the
  * alphabet (never produced by byte-level pre-tokenization) is kept as its UTF-8, so such a token
  * simply never matches. Returns the byte count, or -1 if s is too long. */
-static int unmap_bytes(const char *s, size_t n, char *out, size_t cap)
+int tok_unmap_bytes(const char *s, size_t n, char *out, size_t cap)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < n;) {
@@ -98,8 +98,8 @@ int tok_added_add(struct fp4s_tokenizer *tok, int32_t id, const char *s, size_t 
 	return 0;
 }
 
-static int compile_stage(struct fp4s_tokenizer *tok, const char *pat, size_t len, int literal, int invert,
-			 struct fp4s_error *err)
+int tok_stage_add(struct fp4s_tokenizer *tok, const char *pat, size_t len, int literal, int invert,
+		  struct fp4s_error *err)
 {
 	if (tok->n_stages >= TOK_MAX_PRETOK_STAGES)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "more than %d pre-tokenizer stages",
@@ -147,7 +147,7 @@ static int load_pretok(struct fp4s_tokenizer *tok, json_t *pt, int depth, int *b
 		if (json_is_true(json_object_get(pt, "add_prefix_space")))
 			tok->add_prefix_space = 1;
 		if (json_is_true(json_object_get(pt, "use_regex")))
-			return compile_stage(tok, GPT2_PATTERN, sizeof GPT2_PATTERN - 1, 0, 0, err);
+			return tok_stage_add(tok, TOK_GPT2_PATTERN, sizeof TOK_GPT2_PATTERN - 1, 0, 0, err);
 		return 0;
 	}
 	if (!strcmp(type, "Split")) {
@@ -161,9 +161,9 @@ static int load_pretok(struct fp4s_tokenizer *tok, json_t *pt, int depth, int *b
 			return fp4s_error_set(err, FP4S_EUNSUPPORTED, "Split pre_tokenizer with invert=true");
 		json_t *rx = json_object_get(p, "Regex"), *st = json_object_get(p, "String");
 		if (json_is_string(rx))
-			return compile_stage(tok, json_string_value(rx), json_string_length(rx), 0, invert, err);
+			return tok_stage_add(tok, json_string_value(rx), json_string_length(rx), 0, invert, err);
 		if (json_is_string(st))
-			return compile_stage(tok, json_string_value(st), json_string_length(st), 1, invert, err);
+			return tok_stage_add(tok, json_string_value(st), json_string_length(st), 1, invert, err);
 		return fp4s_error_set(err, FP4S_EFORMAT, "Split pre_tokenizer without a Regex or String pattern");
 	}
 	return fp4s_error_set(err, FP4S_EUNSUPPORTED, "pre_tokenizer type '%s'", type);
@@ -259,6 +259,25 @@ static void load_post(struct fp4s_tokenizer *tok, json_t *pp, int depth)
 	}
 }
 
+int tok_merge_add(struct fp4s_tokenizer *tok, const char *l, size_t ll, const char *r, size_t rl, int32_t rank,
+		  struct fp4s_error *err)
+{
+	char lb[TOK_MAX_TOKEN_BYTES], rb[TOK_MAX_TOKEN_BYTES];
+	int nl = tok_unmap_bytes(l, ll, lb, sizeof lb), nr = tok_unmap_bytes(r, rl, rb, sizeof rb);
+	if (nl <= 0 || nr <= 0 || nl + nr > TOK_MAX_TOKEN_BYTES)
+		return fp4s_error_set(err, FP4S_EFORMAT, "merge %d has an empty or too long side", rank);
+	int32_t a = tok_strmap_get(tok, &tok->vocab, lb, (size_t)nl);
+	int32_t b = tok_strmap_get(tok, &tok->vocab, rb, (size_t)nr);
+	memcpy(lb + nl, rb, (size_t)nr);
+	int32_t ab = tok_strmap_get(tok, &tok->vocab, lb, (size_t)(nl + nr));
+	if (a < 0 || b < 0 || ab < 0)
+		return fp4s_error_set(err, FP4S_EFORMAT, "merge %d ('%.*s' + '%.*s') uses a token not in the vocab", rank,
+				      (int)(ll < 64 ? ll : 64), l, (int)(rl < 64 ? rl : 64), r);
+	if (tok_pairmap_put(&tok->merges, a, b, rank, ab) < 0)
+		return fp4s_error_set(err, FP4S_ENOMEM, "merge table full");
+	return 0;
+}
+
 static int load_model(struct fp4s_tokenizer *tok, json_t *root, struct fp4s_error *err)
 {
 	json_t *model = json_object_get(root, "model");
@@ -313,7 +332,7 @@ static int load_model(struct fp4s_tokenizer *tok, json_t *root, struct fp4s_erro
 	char buf[TOK_MAX_TOKEN_BYTES];
 	json_object_foreach(vocab, key, val) {
 		int32_t id = (int32_t)json_integer_value(val);
-		int n = unmap_bytes(key, strlen(key), buf, sizeof buf);
+		int n = tok_unmap_bytes(key, strlen(key), buf, sizeof buf);
 		if (n < 0)
 			return fp4s_error_set(err, FP4S_EFORMAT, "vocab entry %d is too long", id);
 		if (tok->tok_off[id] != UINT64_MAX)
@@ -336,7 +355,6 @@ static int load_model(struct fp4s_tokenizer *tok, json_t *root, struct fp4s_erro
 		return fp4s_error_set(err, FP4S_EFORMAT, "%zu merges (limit %d)", nm, TOK_MAX_MERGES);
 	if (tok_pairmap_init(&tok->merges, nm))
 		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory for %zu merges", nm);
-	char lb[TOK_MAX_TOKEN_BYTES], rb[TOK_MAX_TOKEN_BYTES];
 	for (size_t i = 0; i < nm; i++) {
 		json_t *m = json_array_get(merges, i);
 		const char *l, *r;
@@ -354,18 +372,8 @@ static int load_model(struct fp4s_tokenizer *tok, json_t *root, struct fp4s_erro
 		} else {
 			return fp4s_error_set(err, FP4S_EFORMAT, "merge %zu is neither \"a b\" nor [\"a\", \"b\"]", i);
 		}
-		int nl = unmap_bytes(l, ll, lb, sizeof lb), nr = unmap_bytes(r, rl, rb, sizeof rb);
-		if (nl <= 0 || nr <= 0 || nl + nr > TOK_MAX_TOKEN_BYTES)
-			return fp4s_error_set(err, FP4S_EFORMAT, "merge %zu has an empty or too long side", i);
-		int32_t a = tok_strmap_get(tok, &tok->vocab, lb, (size_t)nl);
-		int32_t b = tok_strmap_get(tok, &tok->vocab, rb, (size_t)nr);
-		memcpy(lb + nl, rb, (size_t)nr);
-		int32_t ab = tok_strmap_get(tok, &tok->vocab, lb, (size_t)(nl + nr));
-		if (a < 0 || b < 0 || ab < 0)
-			return fp4s_error_set(err, FP4S_EFORMAT, "merge %zu ('%.*s' + '%.*s') uses a token not in the vocab",
-					      i, (int)(ll < 64 ? ll : 64), l, (int)(rl < 64 ? rl : 64), r);
-		if (tok_pairmap_put(&tok->merges, a, b, (int32_t)i, ab) < 0)
-			return fp4s_error_set(err, FP4S_ENOMEM, "merge table full");
+		if ((rc = tok_merge_add(tok, l, ll, r, rl, (int32_t)i, err)))
+			return rc;
 	}
 
 	for (size_t i = 0; i < json_array_size(added); i++) {

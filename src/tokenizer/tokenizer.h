@@ -1,6 +1,6 @@
 /* tokenizer.h: text <-> token ids for the model families fp4serve serves, and their chat formats.
  *
- * Two tokenizer kinds sit behind one struct:
+ * Two tokenizer kinds sit behind one struct (a GGUF file's tokenizer metadata loads into either):
  *   - Hugging Face tokenizer.json byte-level BPE (Llama 3, Qwen2/Qwen3, gpt-oss o200k): added tokens
  *     matched first, optional NFC normalizer, PCRE2 (JIT) Split pre-tokenizers, rank-ordered merges.
  *   - llama2.c's tokenizer.bin (stories260K tok512.bin, Llama 2): SentencePiece-style BPE by piece
@@ -55,9 +55,9 @@ enum {
 	FP4S_TOK_SKIP_SPECIAL = 1u << 0, /* leave out special tokens (BOS, <|eot_id|>, ...) */
 };
 
-/* Opens a tokenizer from a model directory (tokenizer.json, else tokenizer.bin / tok*.bin; plus
+/* Opens a tokenizer from a model directory (tokenizer.json, else tokenizer.bin / tok512.bin; plus
  * tokenizer_config.json and generation_config.json when present) or from a single file
- * (tokenizer.json, or a llama2.c .bin). A tokenizer.json file also picks up the config files that
+ * (tokenizer.json, a llama2.c .bin, or a GGUF file). A tokenizer.json file also picks up the config files that
  * sit next to it. */
 int fp4s_tok_open(struct fp4s_tokenizer **out, const char *path, struct fp4s_error *err);
 void fp4s_tok_close(struct fp4s_tokenizer *tok);

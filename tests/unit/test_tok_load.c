@@ -349,6 +349,34 @@ static void malformed(void)
 	expect(tok, "b", 0, (int32_t[]){0, 0}, 2); /* " " and "b" unknown */
 	fp4s_tok_close(tok);
 
+	/* GGUF: truncations and mutations of the real gpt-2 vocab file must fail cleanly or load */
+	char gp[1024];
+	size_t gn;
+	char *g = tt_read(tt_shared_path(gp, sizeof gp, "realdata/tokenizer-tests/ggml-vocab-gpt-2.gguf"), &gn);
+	for (int it = 0; g && it < 24; it++) {
+		size_t len = gn;
+		char *mut = malloc(gn);
+		memcpy(mut, g, gn);
+		if (it % 2)
+			len = (size_t)(t_rand_u64() % gn);
+		else
+			for (int j = 0; j < 3; j++)
+				mut[t_rand_u64() % (gn < 65536 ? gn : 65536)] = (char)t_rand_u64();
+		write_file("mut.gguf", mut, len);
+		free(mut);
+		tok = NULL;
+		if (fp4s_tok_open(&tok, path_of("mut.gguf"), &err) == 0) {
+			struct fp4s_tok_ids ids = {0};
+			CHECK(fp4s_tok_encode(tok, "hello world", 11, 3, &ids, &err) == 0);
+			fp4s_tok_ids_free(&ids);
+			fp4s_tok_close(tok);
+		} else {
+			CHECK(err.msg[0] != 0);
+		}
+	}
+	free(g);
+	unlink(path_of("mut.gguf"));
+
 	CHECK(fp4s_tok_open(&tok, path_of("does-not-exist"), &err) == FP4S_EIO);
 	mkdir(path_of("empty"), 0755);
 	CHECK(fp4s_tok_open(&tok, path_of("empty"), &err) == FP4S_EIO); /* a directory without a tokenizer */
