@@ -30,6 +30,17 @@ struct bpe_cand {
 	int32_t pos; /* left symbol */
 };
 
+/* A per-call cache of BPE results for short words: on long texts the same words recur, and a merge
+ * run costs far more than a hash probe. Direct-mapped, so a collision just recomputes. */
+#define WC_SLOTS 4096
+#define WC_KEY 16
+#define WC_IDS 8
+struct word_cache_slot {
+	uint8_t len, n_ids; /* len 0 = empty */
+	char key[WC_KEY];
+	int32_t ids[WC_IDS];
+};
+
 struct enc_ctx {
 	const struct fp4s_tokenizer *tok;
 	struct fp4s_tok_ids *ids;
@@ -42,6 +53,7 @@ struct enc_ctx {
 	struct bpe_cand *heap;
 	size_t n_heap, cap_heap;
 	int oom;
+	struct word_cache_slot *wc; /* NULL: no cache (short texts) */
 };
 
 static inline int cand_less(struct bpe_cand a, struct bpe_cand b)
@@ -105,8 +117,33 @@ static void push_pair(struct enc_ctx *c, int32_t left)
 		heap_push(c, c->tok->merges.rank[k], left);
 }
 
+static int bpe_merge(struct enc_ctx *c, const unsigned char *p, size_t n);
+
 /* One pre-token through BPE. */
 static int bpe_word(struct enc_ctx *c, const unsigned char *p, size_t n)
+{
+	if (!c->wc || n < 2 || n > WC_KEY)
+		return bpe_merge(c, p, n);
+	struct word_cache_slot *w = &c->wc[tok_hash_bytes(p, n) & (WC_SLOTS - 1)];
+	if (w->len == n && memcmp(w->key, p, n) == 0) {
+		for (int i = 0; i < w->n_ids; i++)
+			if (tok_ids_push(c->ids, w->ids[i]))
+				return FP4S_ENOMEM;
+		return 0;
+	}
+	size_t before = c->ids->n;
+	int rc = bpe_merge(c, p, n);
+	size_t k = c->ids->n - before;
+	if (!rc && k <= WC_IDS) {
+		w->len = (uint8_t)n;
+		w->n_ids = (uint8_t)k;
+		memcpy(w->key, p, n);
+		memcpy(w->ids, c->ids->v + before, k * sizeof *w->ids);
+	}
+	return rc;
+}
+
+static int bpe_merge(struct enc_ctx *c, const unsigned char *p, size_t n)
 {
 	const struct fp4s_tokenizer *tok = c->tok;
 	if (n == 0)
@@ -319,6 +356,8 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 	else
 		pcre2_jit_stack_assign(c.mctx, NULL, c.jstack);
 
+	if (!rc && len >= 16384)
+		c.wc = calloc(WC_SLOTS, sizeof *c.wc); /* on failure encode simply runs uncached */
 	if (!rc && (flags & FP4S_TOK_ADD_SPECIAL) && tok->add_bos && tok->bos >= 0)
 		rc = tok_ids_push(ids, tok->bos);
 	size_t seg = 0, pos = 0;
@@ -356,6 +395,7 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 	pcre2_jit_stack_free(c.jstack);
 	free(c.sym);
 	free(c.heap);
+	free(c.wc);
 	if (rc == FP4S_ENOMEM)
 		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory while encoding %zu bytes", len);
 	return rc;
