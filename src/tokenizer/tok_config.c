@@ -297,7 +297,8 @@ void fp4s_tok_close(struct fp4s_tokenizer *tok)
 	if (!tok)
 		return;
 	for (int i = 0; i < tok->n_stages; i++)
-		pcre2_code_free(tok->stages[i].re);
+		if (tok->stages[i].re)
+			pcre2_code_free(tok->stages[i].re);
 	tok_strmap_free(&tok->vocab);
 	tok_pairmap_free(&tok->merges);
 	free(tok->arena);

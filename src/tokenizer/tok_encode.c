@@ -208,6 +208,18 @@ static int pretok(struct enc_ctx *c, int stage, const char *s, size_t n)
 		return bpe_word(c, (const unsigned char *)s, n);
 	pcre2_code *re = tok->stages[stage].re;
 	pcre2_match_data *md = c->md[stage];
+	if (!re) {
+		if (s[0] == ' ')
+			return pretok(c, stage + 1, s, n);
+		char *t = malloc(n + 1);
+		if (!t)
+			return FP4S_ENOMEM;
+		t[0] = ' ';
+		memcpy(t + 1, s, n);
+		int r = pretok(c, stage + 1, t, n + 1);
+		free(t);
+		return r;
+	}
 	size_t gap = 0, pos = 0;
 	int rc;
 	while (pos < n) {
@@ -246,12 +258,11 @@ static int is_ascii(const char *s, size_t n)
 	return 1;
 }
 
-/* Normalizes a valid UTF-8 run, adds the ByteLevel prefix space, and pre-tokenizes it. */
-static int encode_valid(struct enc_ctx *c, const char *s, size_t n, int first)
+/* Normalizes a valid UTF-8 run and pre-tokenizes it. */
+static int encode_valid(struct enc_ctx *c, const char *s, size_t n)
 {
 	const struct fp4s_tokenizer *tok = c->tok;
 	utf8proc_uint8_t *norm = NULL;
-	char *tmp = NULL;
 	int rc;
 	if (tok->norm != TOK_NORM_NONE && !is_ascii(s, n)) {
 		utf8proc_option_t opt = UTF8PROC_STABLE;
@@ -269,19 +280,7 @@ static int encode_valid(struct enc_ctx *c, const char *s, size_t n, int first)
 		s = (const char *)norm;
 		n = (size_t)r;
 	}
-	if (tok->add_prefix_space && first && n && s[0] != ' ') {
-		tmp = malloc(n + 1);
-		if (!tmp) {
-			free(norm);
-			return FP4S_ENOMEM;
-		}
-		tmp[0] = ' ';
-		memcpy(tmp + 1, s, n);
-		s = tmp;
-		n++;
-	}
 	rc = pretok(c, 0, s, n);
-	free(tmp);
 	free(norm);
 	return rc;
 }
@@ -290,7 +289,7 @@ static int encode_valid(struct enc_ctx *c, const char *s, size_t n, int first)
 static int encode_segment(struct enc_ctx *c, const char *s, size_t n)
 {
 	size_t i = 0;
-	int first = 1, rc;
+	int rc;
 	while (i < n) {
 		size_t j = i;
 		while (j < n) {
@@ -303,9 +302,8 @@ static int encode_segment(struct enc_ctx *c, const char *s, size_t n)
 				break;
 			j += (size_t)l;
 		}
-		if (j > i && (rc = encode_valid(c, s + i, j - i, first)))
+		if (j > i && (rc = encode_valid(c, s + i, j - i)))
 			return rc;
-		first = 0;
 		if (j < n && (rc = tok_ids_push(c->ids, c->tok->byte_id[(unsigned char)s[j]])))
 			return rc;
 		i = j + 1;
@@ -346,7 +344,7 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 	struct enc_ctx c = {.tok = tok, .ids = ids, .err = err};
 	int rc = 0;
 	for (int i = 0; i < tok->n_stages; i++)
-		if (!(c.md[i] = pcre2_match_data_create_from_pattern(tok->stages[i].re, NULL)))
+		if (tok->stages[i].re && !(c.md[i] = pcre2_match_data_create_from_pattern(tok->stages[i].re, NULL)))
 			rc = FP4S_ENOMEM;
 	/* the JIT's default 32 KiB stack is too small for some matches on very long runs */
 	c.mctx = pcre2_match_context_create(NULL);

@@ -58,8 +58,11 @@ struct tok_added {
 enum tok_norm { TOK_NORM_NONE = 0, TOK_NORM_NFC, TOK_NORM_NFKC, TOK_NORM_NFD, TOK_NORM_NFKD };
 
 struct tok_pretok_stage {
-	pcre2_code *re; /* Split pattern (Regex, or a String compiled as a literal) */
+	pcre2_code *re; /* Split pattern (Regex, or a String compiled as a literal); NULL: prefix stage */
 	int invert;
+	/* ByteLevel(add_prefix_space=true): like Hugging Face, every piece reaching this stage that does
+	 * not start with a space gets one */
+	int prefix_space;
 };
 
 struct fp4s_tokenizer {
@@ -81,7 +84,6 @@ struct fp4s_tokenizer {
 	enum tok_norm norm;
 	struct tok_pretok_stage stages[TOK_MAX_PRETOK_STAGES];
 	int n_stages;
-	int add_prefix_space;
 
 	/* added tokens */
 	struct tok_added *added;

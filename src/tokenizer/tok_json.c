@@ -118,7 +118,7 @@ int tok_stage_add(struct fp4s_tokenizer *tok, const char *pat, size_t len, int l
 	/* JIT is ~20x faster; the interpreter gives the same splits, so a JIT failure is not fatal */
 	if (pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) != 0)
 		FP4S_WARN("tokenizer: PCRE2 JIT unavailable, using the interpreter (slower)");
-	tok->stages[tok->n_stages++] = (struct tok_pretok_stage){re, invert};
+	tok->stages[tok->n_stages++] = (struct tok_pretok_stage){re, invert, 0};
 	return 0;
 }
 
@@ -144,8 +144,11 @@ static int load_pretok(struct fp4s_tokenizer *tok, json_t *pt, int depth, int *b
 	}
 	if (!strcmp(type, "ByteLevel")) {
 		*byte_level = 1;
-		if (json_is_true(json_object_get(pt, "add_prefix_space")))
-			tok->add_prefix_space = 1;
+		if (json_is_true(json_object_get(pt, "add_prefix_space"))) {
+			if (tok->n_stages >= TOK_MAX_PRETOK_STAGES)
+				return fp4s_error_set(err, FP4S_EUNSUPPORTED, "too many pre-tokenizer stages");
+			tok->stages[tok->n_stages++] = (struct tok_pretok_stage){NULL, 0, 1};
+		}
 		if (json_is_true(json_object_get(pt, "use_regex")))
 			return tok_stage_add(tok, TOK_GPT2_PATTERN, sizeof TOK_GPT2_PATTERN - 1, 0, 0, err);
 		return 0;

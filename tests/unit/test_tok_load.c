@@ -256,6 +256,20 @@ static void features(void)
 	expect(a, "e\xCC\x81", 0, (int32_t[]){0xC3, 0xA9}, 2); /* e + U+0301 -> U+00E9 */
 	expect(a, "hello", 0, (int32_t[]){HE, 'l', 'l', 'o'}, 4);
 	fp4s_tok_close(a);
+
+	/* ByteLevel add_prefix_space applies to every piece that reaches it, as in Hugging Face */
+	x = (struct extra){0};
+	x.pre = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+		"\"\\\\p{L}+|\\\\s+\"},\"behavior\":\"Isolated\",\"invert\":false},"
+		"{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"use_regex\":false}]}";
+	a = load(&x, "prefix.json");
+	expect(a, "he he", 0, (int32_t[]){' ', HE, ' ', ' ', HE}, 5);
+	fp4s_tok_close(a);
+	x.pre = "{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"use_regex\":true}"; /* GPT-2 style */
+	a = load(&x, "prefix.json");
+	expect(a, "hello world", 0, (int32_t[]){' ', HELLO, SW, 'o', 'r', 'l', 'd'}, 7);
+	fp4s_tok_close(a);
+	unlink(path_of("prefix.json"));
 }
 
 static void malformed(void)
