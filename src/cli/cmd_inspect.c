@@ -38,8 +38,10 @@ static void print_summary(const struct fp4s_config *c, const struct fp4s_weight 
 	if (c->moe_intermediate)
 		printf(" I_e=%lld", (long long)c->moe_intermediate);
 	printf("%s\n", c->tie_embeddings ? " tied" : "");
-	printf("params      %.3f B total, %.3f B active per token\n", s.params_total / 1e9,
-	       s.params_active / 1e9);
+	/* B for real models, M for the tiny ones */
+	double u = s.params_total >= 1e9 ? 1e9 : 1e6;
+	printf("params      %.3f %s total, %.3f %s active per token\n", s.params_total / u,
+	       u == 1e9 ? "B" : "M", s.params_active / u, u == 1e9 ? "B" : "M");
 	printf("bytes       %.3f GB total:", s.bytes_total / 1e9);
 	for (int f = 0; f < FP4S_WF_COUNT; f++)
 		if (s.bytes_by_fmt[f] > 0)
