@@ -63,6 +63,8 @@ enum fp4s_chat_format fp4s_chat_detect(const char *tmpl, const struct fp4s_token
 		/* Meta-Llama-3-8B (base) appends the assistant header unconditionally */
 		if (r == FP4S_CHAT_LLAMA3 && !strstr(tmpl, "add_generation_prompt"))
 			f |= FP4S_CHAT_F_ALWAYS_GEN_PROMPT;
+		if (r == FP4S_CHAT_LLAMA31 && strstr(tmpl, "strftime_now"))
+			f |= FP4S_CHAT_F_DATE_NOW;
 	}
 	if (r == FP4S_CHAT_NONE && tok) {
 		/* no template (gpt-oss ships it as a separate chat_template.jinja): go by special tokens */
@@ -186,10 +188,19 @@ static int fmt_llama3(const struct fp4s_chat_template *t, const struct fp4s_chat
 {
 	size_t i = 0;
 	if (t->format == FP4S_CHAT_LLAMA31) {
+		char today[32];
+		const char *date = o->date ? o->date : "26 Jul 2024";
+		if (!o->date && (t->flags & FP4S_CHAT_F_DATE_NOW)) {
+			time_t now = time(NULL);
+			struct tm tm;
+			localtime_r(&now, &tm);
+			strftime(today, sizeof today, "%d %b %Y", &tm);
+			date = today;
+		}
 		put(out, t->bos);
 		put(out, "<|start_header_id|>system<|end_header_id|>\n\n");
 		put(out, "Cutting Knowledge Date: December 2023\nToday Date: ");
-		put(out, o->date ? o->date : "26 Jul 2024");
+		put(out, date);
 		put(out, "\n\n");
 		if (n && is_role(&m[0], "system")) {
 			puts_(out, trim(sp(m[0].content)));

@@ -386,6 +386,21 @@ int32_t fp4s_tok_find(const struct fp4s_tokenizer *tok, const char *text)
 	return -1;
 }
 
+int fp4s_tok_set_chat_template(struct fp4s_tokenizer *tok, const char *tmpl, struct fp4s_error *err)
+{
+	unsigned flags;
+	enum fp4s_chat_format f = fp4s_chat_detect(tmpl, NULL, &flags);
+	if (f == FP4S_CHAT_NONE)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED,
+				      "the chat template is of no family the built-in formatters know (llama3, "
+				      "llama3.1, chatml, qwen3, harmony); pick one by name");
+	tok->chat.format = f;
+	tok->chat.flags = flags;
+	set_chat_bos(tok);
+	add_format_stops(tok);
+	return 0;
+}
+
 int fp4s_tok_set_chat_format(struct fp4s_tokenizer *tok, const char *name, struct fp4s_error *err)
 {
 	enum fp4s_chat_format f;

@@ -125,6 +125,8 @@ enum {
 	/* the template appends the generation prompt even when add_generation_prompt is false
 	 * (Meta-Llama-3-8B base's template does) */
 	FP4S_CHAT_F_ALWAYS_GEN_PROMPT = 1u << 0,
+	/* Llama 3.2/3.3: the default date is today (the template calls strftime_now), not 26 Jul 2024 */
+	FP4S_CHAT_F_DATE_NOW = 1u << 1,
 };
 
 struct fp4s_chat_msg {
@@ -156,6 +158,9 @@ enum fp4s_chat_format fp4s_chat_detect(const char *tmpl, const struct fp4s_token
 /* The tokenizer's chat format: detected at open time, or the one forced with set. */
 const struct fp4s_chat_template *fp4s_tok_chat(const struct fp4s_tokenizer *tok);
 int fp4s_tok_set_chat_format(struct fp4s_tokenizer *tok, const char *name, struct fp4s_error *err);
+/* Picks the format from a Jinja template's text (--chat-template FILE); FP4S_EUNSUPPORTED if the
+ * template is of no family the built-in formatters know. */
+int fp4s_tok_set_chat_template(struct fp4s_tokenizer *tok, const char *tmpl, struct fp4s_error *err);
 
 /* Renders messages as the prompt string (replacing out's contents). */
 int fp4s_chat_apply(const struct fp4s_chat_template *t, const struct fp4s_chat_msg *msgs, size_t n,

@@ -73,6 +73,20 @@ int main(void)
 	CHECK(fp4s_chat_detect("{{ '[INST]' }}", NULL, NULL) == FP4S_CHAT_NONE);
 	CHECK(fp4s_chat_detect(NULL, NULL, NULL) == FP4S_CHAT_NONE);
 
+	/* Llama 3.2's template takes today's date from strftime_now */
+	unsigned fl = 0;
+	CHECK(fp4s_chat_detect("<|start_header_id|> Cutting Knowledge Date strftime_now(\"%d %b %Y\")", NULL, &fl) ==
+	      FP4S_CHAT_LLAMA31);
+	CHECK(fl & FP4S_CHAT_F_DATE_NOW);
+	{
+		struct fp4s_chat_template l32 = {.format = FP4S_CHAT_LLAMA31, .flags = fl};
+		struct fp4s_chat_msg u = {"user", "hi", NULL};
+		struct fp4s_tok_text o = {0};
+		CHECK(fp4s_chat_apply(&l32, &u, 1, NULL, &o, NULL) == 0);
+		CHECK(o.s && !strstr(o.s, "26 Jul 2024") && strstr(o.s, "Today Date: "));
+		fp4s_tok_text_free(&o);
+	}
+
 	/* errors come back as statuses with a message */
 	struct fp4s_chat_template none = {0}, harmony = {.format = FP4S_CHAT_HARMONY};
 	struct fp4s_chat_msg m[2] = {{"user", "hi", NULL}, {"tool", "{}", NULL}};
