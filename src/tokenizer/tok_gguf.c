@@ -295,6 +295,7 @@ static int build_spm(struct fp4s_tokenizer *tok, const struct gg_meta *m, struct
 		}
 	}
 	tok->add_bos = m->add_bos != 0;
+	tok_spm_finish(tok);
 	return 0;
 }
 

@@ -102,6 +102,7 @@ struct fp4s_tokenizer {
 
 	/* SentencePiece: the longest piece in bytes bounds the merge search */
 	int max_piece_len;
+	int spm_split_ok; /* words may be merged separately (see tok_spm_finish) */
 };
 
 enum {
@@ -186,6 +187,7 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 int tok_load_llama2c(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err);
 int tok_spm_encode(const struct fp4s_tokenizer *tok, const char *text, size_t len, struct fp4s_tok_ids *ids,
 		   struct fp4s_error *err);
+void tok_spm_finish(struct fp4s_tokenizer *tok);
 
 /* tok_gguf.c */
 int tok_load_gguf(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err);

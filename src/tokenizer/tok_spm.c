@@ -104,6 +104,7 @@ int tok_load_llama2c(struct fp4s_tokenizer *tok, const char *path, struct fp4s_e
 	}
 	/* llama2.c always prepends BOS (run.c encode(..., bos=1, ...)) */
 	tok->add_bos = tok->bos >= 0;
+	tok_spm_finish(tok);
 out:
 	free(buf);
 	if (rc)
@@ -185,6 +186,70 @@ static int spm_try_pair(const struct fp4s_tokenizer *tok, const char *text, stru
 	return spm_push(h, (struct spm_cand){tok->scores[id], l, len});
 }
 
+/* One chunk s[a, b) through score-ordered BPE; sym and h are scratch sized for the chunk. */
+static int spm_chunk(const struct fp4s_tokenizer *tok, const char *s, int32_t a, int32_t b, struct spm_sym *sym,
+		     struct spm_heap *h, struct fp4s_tok_ids *ids)
+{
+	int32_t ns = 0;
+	int rc = 0;
+	h->n = 0;
+	for (int32_t i = a; i < b;) {
+		int l = tok_utf8_valid_len((const unsigned char *)s + i, (size_t)(b - i));
+		if (!l)
+			l = 1; /* an invalid byte is its own symbol and will byte-fall-back */
+		sym[ns] = (struct spm_sym){i, l, ns - 1, -1};
+		if (ns > 0)
+			sym[ns - 1].next = ns;
+		ns++;
+		i += l;
+	}
+	for (int32_t i = 0; i + 1 < ns && !rc; i++)
+		rc = spm_try_pair(tok, s, sym, i, h);
+	while (!rc && h->n) {
+		struct spm_cand e = spm_pop(h);
+		int32_t l = e.left, r = sym[l].next;
+		if (sym[l].len == 0 || r < 0 || sym[l].len + sym[r].len != e.len)
+			continue; /* stale */
+		sym[l].len += sym[r].len;
+		sym[r].len = 0;
+		sym[l].next = sym[r].next;
+		if (sym[r].next >= 0)
+			sym[sym[r].next].prev = l;
+		rc = spm_try_pair(tok, s, sym, sym[l].prev, h);
+		if (!rc)
+			rc = spm_try_pair(tok, s, sym, l, h);
+	}
+	for (int32_t i = 0; ns && i >= 0 && !rc; i = sym[i].next) {
+		int32_t id = tok_strmap_get(tok, &tok->vocab, s + sym[i].start, (size_t)sym[i].len);
+		if (id >= 0) {
+			rc = tok_ids_push(ids, id);
+			continue;
+		}
+		for (int32_t k = 0; k < sym[i].len && !rc; k++) {
+			int32_t bid = tok->byte_id[(unsigned char)s[sym[i].start + k]];
+			rc = tok_ids_push(ids, bid >= 0 ? bid : 0); /* no byte pieces: <unk> (id 0) */
+		}
+	}
+	return rc;
+}
+
+void tok_spm_finish(struct fp4s_tokenizer *tok)
+{
+	/* If no piece has a space right after a non-space, no merge can join "x" and " y", so text
+	 * may be cut before every such space and each word merged on its own: the same result with a
+	 * small heap instead of one over the whole text. */
+	tok->spm_split_ok = 1;
+	for (int32_t id = 0; id < tok->n_vocab && tok->spm_split_ok; id++) {
+		if (tok->tok_flags[id] & (TOKF_BYTE | TOKF_CONTROL))
+			continue;
+		size_t l;
+		const char *t = tok_text(tok, id, &l);
+		for (size_t k = 1; t && k < l; k++)
+			if (t[k] == ' ' && t[k - 1] != ' ')
+				tok->spm_split_ok = 0;
+	}
+}
+
 int tok_spm_encode(const struct fp4s_tokenizer *tok, const char *text, size_t len, struct fp4s_tok_ids *ids,
 		   struct fp4s_error *err)
 {
@@ -202,44 +267,17 @@ int tok_spm_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 	}
 	s[0] = ' ';
 	memcpy(s + 1, text, len);
-	int32_t n = (int32_t)len + 1, ns = 0;
-	for (int32_t i = 0; i < n;) {
-		int l = tok_utf8_valid_len((const unsigned char *)s + i, (size_t)(n - i));
-		if (!l)
-			l = 1; /* an invalid byte is its own symbol and will byte-fall-back */
-		sym[ns] = (struct spm_sym){i, l, ns - 1, -1};
-		if (ns > 0)
-			sym[ns - 1].next = ns;
-		ns++;
-		i += l;
-	}
-	for (int32_t i = 0; i + 1 < ns && !rc; i++)
-		rc = spm_try_pair(tok, s, sym, i, &h);
-	while (!rc && h.n) {
-		struct spm_cand e = spm_pop(&h);
-		int32_t l = e.left, r = sym[l].next;
-		if (sym[l].len == 0 || r < 0 || sym[l].len + sym[r].len != e.len)
-			continue; /* stale */
-		sym[l].len += sym[r].len;
-		sym[r].len = 0;
-		sym[l].next = sym[r].next;
-		if (sym[r].next >= 0)
-			sym[sym[r].next].prev = l;
-		rc = spm_try_pair(tok, s, sym, sym[l].prev, &h);
-		if (!rc)
-			rc = spm_try_pair(tok, s, sym, l, &h);
-	}
-	for (int32_t i = 0; i >= 0 && !rc; i = sym[i].next) {
-		int32_t id = tok_strmap_get(tok, &tok->vocab, s + sym[i].start, (size_t)sym[i].len);
-		if (id >= 0) {
-			rc = tok_ids_push(ids, id);
-			continue;
-		}
-		for (int32_t k = 0; k < sym[i].len && !rc; k++) {
-			int32_t b = tok->byte_id[(unsigned char)s[sym[i].start + k]];
-			rc = tok_ids_push(ids, b >= 0 ? b : 0); /* no byte pieces: <unk> (id 0) */
+	int32_t n = (int32_t)len + 1, a = 0;
+	if (tok->spm_split_ok) {
+		for (int32_t i = 1; i < n && !rc; i++) {
+			if (s[i] == ' ' && s[i - 1] != ' ') {
+				rc = spm_chunk(tok, s, a, i, sym, &h, ids);
+				a = i;
+			}
 		}
 	}
+	if (!rc)
+		rc = spm_chunk(tok, s, a, n, sym, &h, ids);
 out:
 	free(s);
 	free(sym);
