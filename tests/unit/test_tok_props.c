@@ -7,7 +7,8 @@
  *   - 1 MB without spaces (letters, CJK, digits, punctuation, one repeated byte) and 100k
  *     special-token look-alikes finish (the CTest timeout bounds them; the BPE is O(n log n)) and
  *     round-trip;
- *   - known ids, BOS/EOS rules and stop ids of each family.
+ *   - known ids, BOS/EOS rules and stop ids of each family;
+ *   - SentencePiece: ids equal to a quadratic llama2.c-style reference on random word sequences.
  * Inputs are random (seed printed; FP4S_TEST_SEED replays). Skips when no tokenizer is found. */
 #include <utf8proc.h>
 
@@ -19,6 +20,12 @@ struct named_tok {
 	struct fp4s_tokenizer *tok;
 	int nfc;
 };
+
+static int tok_utf8_len_ref(const unsigned char *s, int n)
+{
+	int l = *s < 0x80 ? 1 : *s < 0xE0 ? 2 : *s < 0xF0 ? 3 : 4;
+	return l <= n ? l : 1;
+}
 
 static int valid_utf8(const char *s, size_t n)
 {
@@ -218,6 +225,124 @@ static void skip_special(struct named_tok *nt, const char *text, const char *wan
 	fp4s_tok_text_free(&out);
 }
 
+/* A reference SentencePiece BPE straight from llama2.c's algorithm (rescan every pair, merge the
+ * best score, leftmost on ties; quadratic, fine for short texts), reading the .bin on its own. */
+struct ref_vocab {
+	int n;
+	char **text;
+	int *len;
+	float *score;
+};
+
+static int ref_load(struct ref_vocab *v, const char *path)
+{
+	size_t sz;
+	char *b = tt_read(path, &sz);
+	if (!b)
+		return -1;
+	v->n = 0;
+	v->text = NULL, v->len = NULL, v->score = NULL;
+	for (size_t o = 4; o + 8 <= sz;) {
+		int32_t l;
+		memcpy(&l, b + o + 4, 4);
+		v->text = realloc(v->text, (size_t)(v->n + 1) * sizeof *v->text);
+		v->len = realloc(v->len, (size_t)(v->n + 1) * sizeof *v->len);
+		v->score = realloc(v->score, (size_t)(v->n + 1) * sizeof *v->score);
+		memcpy(&v->score[v->n], b + o, 4);
+		v->text[v->n] = malloc((size_t)l + 1);
+		memcpy(v->text[v->n], b + o + 8, (size_t)l);
+		v->text[v->n][l] = 0;
+		v->len[v->n++] = l;
+		o += 8 + (size_t)l;
+	}
+	free(b);
+	return 0;
+}
+
+static int ref_find(const struct ref_vocab *v, const char *s, int n)
+{
+	for (int i = 3; i < v->n; i++) /* skip <unk>, <s>, </s>; byte pieces never equal real text here */
+		if (v->len[i] == n && !memcmp(v->text[i], s, (size_t)n) && !(n == 6 && !memcmp(s, "<0x", 3)))
+			return i;
+	return -1;
+}
+
+static size_t ref_encode(const struct ref_vocab *v, const char *text, int32_t *out)
+{
+	char s[1024];
+	int starts[1024], lens[1024], ns = 0, n = (int)strlen(text) + 1;
+	s[0] = ' ';
+	memcpy(s + 1, text, (size_t)n);
+	for (int i = 0; i < n;) {
+		int l = tok_utf8_len_ref((const unsigned char *)s + i, n - i);
+		starts[ns] = i, lens[ns++] = l;
+		i += l;
+	}
+	for (;;) {
+		float best = -1e30f;
+		int bi = -1;
+		for (int i = 0; i + 1 < ns; i++) {
+			int id = ref_find(v, s + starts[i], lens[i] + lens[i + 1]);
+			if (id >= 0 && v->score[id] > best)
+				best = v->score[id], bi = i;
+		}
+		if (bi < 0)
+			break;
+		lens[bi] += lens[bi + 1];
+		memmove(starts + bi + 1, starts + bi + 2, (size_t)(ns - bi - 2) * sizeof *starts);
+		memmove(lens + bi + 1, lens + bi + 2, (size_t)(ns - bi - 2) * sizeof *lens);
+		ns--;
+	}
+	size_t k = 0;
+	for (int i = 0; i < ns; i++) {
+		int id = ref_find(v, s + starts[i], lens[i]);
+		if (id >= 0)
+			out[k++] = id;
+		else
+			for (int j = 0; j < lens[i]; j++)
+				out[k++] = (unsigned char)s[starts[i] + j] + 3;
+	}
+	return k;
+}
+
+static void spm_reference(struct named_tok *nt, const char *path, int iters)
+{
+	struct ref_vocab v;
+	if (ref_load(&v, path))
+		return;
+	static const char *const words[] = {"the", " ", "  ", "Once", "upon", "a", "time", ",", ".", "\n", "Lily",
+					    "don't", "123", "\xC3\xA9t\xC3\xA9", "\xE6\x97\xA5", "xyzzy", "!!"};
+	int fails = 0;
+	for (int it = 0; it < iters && fails < 3; it++) {
+		char text[512] = "";
+		size_t tl = 0;
+		int nw = (int)(t_rand_u64() % 24);
+		for (int w = 0; w < nw; w++) {
+			const char *x = words[t_rand_u64() % (sizeof words / sizeof *words)];
+			if (tl + strlen(x) + 1 >= sizeof text)
+				break;
+			memcpy(text + tl, x, strlen(x) + 1);
+			tl += strlen(x);
+		}
+		if (!tl)
+			continue;
+		int32_t want[1024];
+		size_t wn = ref_encode(&v, text, want);
+		struct fp4s_tok_ids ids = {0};
+		struct fp4s_error err = {0};
+		CHECK(fp4s_tok_encode(nt->tok, text, tl, 0, &ids, &err) == 0);
+		int ok = ids.n == wn && !memcmp(ids.v, want, wn * sizeof *want);
+		CHECK_MSG(ok, "%s: \"%s\" differs from the llama2.c reference (%zu vs %zu ids)", nt->name, text, ids.n, wn);
+		fails += !ok;
+		fp4s_tok_ids_free(&ids);
+	}
+	for (int i = 0; i < v.n; i++)
+		free(v.text[i]);
+	free(v.text);
+	free(v.len);
+	free(v.score);
+}
+
 static int open_named(struct named_tok *nt, const char *name, const char *path, int nfc)
 {
 	struct fp4s_error err = {0};
@@ -290,6 +415,7 @@ int main(void)
 		CHECK_EQ_INT(fp4s_tok_bos(nt.tok), 1);
 		CHECK_EQ_INT(fp4s_tok_eos(nt.tok), 2);
 		CHECK(has_stop(&nt, 2));
+		spm_reference(&nt, p, 300);
 		random_props(&nt, 300);
 		big_inputs(&nt);
 		fp4s_tok_close(nt.tok);
@@ -300,6 +426,7 @@ int main(void)
 		expect_ids(&nt, "Hello world", FP4S_TOK_ADD_SPECIAL, (int32_t[]){1, 15043, 3186}, 3);
 		skip_special(&nt, "Hello world", "Hello world");
 		CHECK_EQ_INT(fp4s_tok_find(nt.tok, "<s>"), 1);
+		spm_reference(&nt, p, 60);
 		random_props(&nt, 300);
 		big_inputs(&nt);
 		fp4s_tok_close(nt.tok);
