@@ -1,7 +1,9 @@
 /* quant.cu: activation quantization kernels, BF16/FP16 rows -> packed E2M1 + block scales.
  *
- * A single streaming pass: each thread converts 8 consecutive elements (16-byte load, 4-byte
- * store, both coalesced across the warp), 2 (NVFP4) or 4 (MXFP4) threads share a scale block.
+ * One thread owns one scale block (16 elements for NVFP4, 32 for MXFP4): it loads the block with
+ * 16-byte vector loads, takes max|x|, encodes the scale, and writes 8 (16) packed bytes plus one
+ * scale byte. Neighbouring threads own neighbouring blocks, so a warp reads 1 KB (2 KB) of
+ * contiguous input and writes contiguous output: the kernel is a single streaming pass.
  *
  * Bit-exactness with the CPU reference (numerics/quant.c) rests on two things: the element and
  * scale encoders are the shared ones from numerics.h, and every FP32 step is one IEEE operation
@@ -69,73 +71,85 @@ static __device__ __forceinline__ void load_block(const uint16_t *p, float *v)
 	}
 }
 
-/* BLOCK = 16: NVFP4 (E4M3 scale from gs); BLOCK = 32: MXFP4 (E8M0 scale, OCP floor rule).
- * Each thread owns 8 consecutive elements (one 16-byte load, one 4-byte store), so every warp
- * load and store instruction is fully coalesced; the BLOCK/8 threads of one scale block combine
- * their max|x| with shuffles. The loop runs warp-uniformly (a warp's 32 tasks start together and
- * the stride is a multiple of 32) so the full-mask shuffles are always legal; lanes past the end
- * compute on zeros and store nothing. */
-template <int BLOCK, bool IS_BF16, bool VEC, bool NATIVE, bool SWIZZLE>
-static __global__ void quant_kernel(const uint16_t *__restrict__ x, int64_t rows, int64_t nb,
-                                    int64_t ldx, float gs, uint8_t *__restrict__ q,
-                                    uint8_t *__restrict__ sf)
+template <bool IS_BF16, bool VEC, bool NATIVE, bool SWIZZLE>
+static __global__ void nvfp4_quant_kernel(const uint16_t *__restrict__ x, int64_t rows, int64_t nb,
+                                          int64_t ldx, float gs, uint8_t *__restrict__ q,
+                                          uint8_t *__restrict__ sf)
 {
-	constexpr int TPB = BLOCK / 8;
-	const int64_t tasks = rows * nb * TPB;
-	const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-	const int lane = threadIdx.x & 31;
+	const int64_t total = rows * nb;
 	const float inv_gs = __frcp_rn(gs);
-	for (int64_t t0 = (int64_t)blockIdx.x * blockDim.x + (threadIdx.x & ~31); t0 < tasks; t0 += stride) {
-		const int64_t t = t0 + lane;
-		const bool active = t < tasks;
-		const int64_t i = t / TPB;
-		const int sub = (int)(t % TPB);
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+	     i += (int64_t)gridDim.x * blockDim.x) {
 		/* a 64-bit division costs more than the block's encoding; contiguous rows skip it */
 		int64_t r = 0, b = i;
-		if (SWIZZLE || ldx != nb * BLOCK) {
+		if (SWIZZLE || ldx != nb * 16) {
 			r = i / nb;
 			b = i - r * nb;
 		}
-		float v[8];
-		if (active) {
-			load_block<IS_BF16, VEC, 8>(x + r * ldx + b * BLOCK + sub * 8, v);
-		} else {
+		float v[16];
+		load_block<IS_BF16, VEC, 16>(x + r * ldx + b * 16, v);
+		float vmax = 0.0f;
 #pragma unroll
-			for (int j = 0; j < 8; j++)
-				v[j] = 0.0f;
+		for (int j = 0; j < 16; j++)
+			vmax = fmaxf(vmax, fabsf(v[j]));
+		const uint8_t s = fp4s_f32_to_e4m3(__fmul_rn(gs, __fdiv_rn(vmax, 6.0f)));
+		const float sv = fp4s_e4m3_to_f32(s);
+		const float scale = sv != 0.0f ? __fdiv_rn(1.0f, __fmul_rn(sv, inv_gs)) : 0.0f;
+		uint32_t packed[2];
+#pragma unroll
+		for (int w = 0; w < 2; w++) {
+			uint32_t word = 0;
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				word |= e2m1x2<NATIVE>(__fmul_rn(v[8 * w + 2 * j], scale),
+				                       __fmul_rn(v[8 * w + 2 * j + 1], scale))
+				        << (8 * j);
+			packed[w] = word;
 		}
+		/* row r's packed bytes start at r*nb*8, so block i lands at byte 8*i: 8-byte aligned */
+		reinterpret_cast<uint2 *>(q)[i] = make_uint2(packed[0], packed[1]);
+		sf[SWIZZLE ? fp4s_sf_swizzled_offset(r, b, nb) : i] = s;
+	}
+}
+
+template <bool IS_BF16, bool VEC, bool NATIVE, bool SWIZZLE>
+static __global__ void mxfp4_quant_kernel(const uint16_t *__restrict__ x, int64_t rows, int64_t nb,
+                                          int64_t ldx, uint8_t *__restrict__ q,
+                                          uint8_t *__restrict__ sf)
+{
+	const int64_t total = rows * nb;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		/* a 64-bit division costs more than the block's encoding; contiguous rows skip it */
+		int64_t r = 0, b = i;
+		if (SWIZZLE || ldx != nb * 32) {
+			r = i / nb;
+			b = i - r * nb;
+		}
+		float v[32];
+		load_block<IS_BF16, VEC, 32>(x + r * ldx + b * 32, v);
 		float amax = 0.0f;
-		int nonfinite = 0;
+		bool nonfinite = false;
 #pragma unroll
-		for (int j = 0; j < 8; j++) {
+		for (int j = 0; j < 32; j++) {
 			amax = fmaxf(amax, fabsf(v[j]));
 			nonfinite |= !isfinite(v[j]);
 		}
+		const uint8_t e = nonfinite ? 0xFF : fp4s_mx_scale_floor(amax);
+		const float inv = fp4s_pow2i(127 - (int)e);
+		uint32_t packed[4];
 #pragma unroll
-		for (int m = 1; m < TPB; m <<= 1) {
-			amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
-			nonfinite |= __shfl_xor_sync(0xFFFFFFFFu, nonfinite, m);
-		}
-		uint8_t s;
-		float mul;
-		if (BLOCK == 16) {
-			s = fp4s_f32_to_e4m3(__fmul_rn(gs, __fdiv_rn(amax, 6.0f)));
-			const float sv = fp4s_e4m3_to_f32(s);
-			mul = sv != 0.0f ? __fdiv_rn(1.0f, __fmul_rn(sv, inv_gs)) : 0.0f;
-		} else {
-			s = nonfinite ? 0xFF : fp4s_mx_scale_floor(amax);
-			mul = fp4s_pow2i(127 - (int)s);
-		}
-		uint32_t word = 0;
+		for (int w = 0; w < 4; w++) {
+			uint32_t word = 0;
 #pragma unroll
-		for (int j = 0; j < 4; j++)
-			word |= e2m1x2<NATIVE>(__fmul_rn(v[2 * j], mul), __fmul_rn(v[2 * j + 1], mul)) << (8 * j);
-		if (active) {
-			/* rows are contiguous in q, so task t's 4 bytes sit at byte 4t */
-			reinterpret_cast<uint32_t *>(q)[t] = word;
-			if (sub == 0)
-				sf[SWIZZLE ? fp4s_sf_swizzled_offset(r, b, nb) : i] = s;
+			for (int j = 0; j < 4; j++)
+				word |= e2m1x2<NATIVE>(__fmul_rn(v[8 * w + 2 * j], inv),
+				                       __fmul_rn(v[8 * w + 2 * j + 1], inv))
+				        << (8 * j);
+			packed[w] = word;
 		}
+		reinterpret_cast<uint4 *>(q)[i] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+		sf[SWIZZLE ? fp4s_sf_swizzled_offset(r, b, nb) : i] = e;
 	}
 }
 
@@ -204,29 +218,29 @@ static int grid_for(int64_t total, int threads)
 	return (int)(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
-/* Instantiates quant_kernel<BLOCK> for the runtime flags (dtype, alignment, encoder, layout) and launches it. */
-#define FP4S_QUANT_DISPATCH(BLOCK, GRID, THREADS, STREAM, ...)                                   \
+/* Instantiates KERNEL for the runtime flags (dtype, alignment, encoder, layout) and launches it. */
+#define FP4S_QUANT_DISPATCH(KERNEL, GRID, THREADS, STREAM, ...)                                   \
 	do {                                                                                       \
 		const bool bf = dt == FP4S_ACT_BF16, nat = impl == FP4S_E2M1_NATIVE,               \
 		           sw = layout == FP4S_SF_SWIZZLED_128X4;                                  \
 		const int sel = (bf ? 8 : 0) | (vec ? 4 : 0) | (nat ? 2 : 0) | (sw ? 1 : 0);       \
 		switch (sel) {                                                                     \
-		case 0: quant_kernel<BLOCK, false, false, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 1: quant_kernel<BLOCK, false, false, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 2: quant_kernel<BLOCK, false, false, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 3: quant_kernel<BLOCK, false, false, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 4: quant_kernel<BLOCK, false, true, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 5: quant_kernel<BLOCK, false, true, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 6: quant_kernel<BLOCK, false, true, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 7: quant_kernel<BLOCK, false, true, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 8: quant_kernel<BLOCK, true, false, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 9: quant_kernel<BLOCK, true, false, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 10: quant_kernel<BLOCK, true, false, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 11: quant_kernel<BLOCK, true, false, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 12: quant_kernel<BLOCK, true, true, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 13: quant_kernel<BLOCK, true, true, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		case 14: quant_kernel<BLOCK, true, true, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
-		default: quant_kernel<BLOCK, true, true, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 0: KERNEL<false, false, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 1: KERNEL<false, false, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 2: KERNEL<false, false, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 3: KERNEL<false, false, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 4: KERNEL<false, true, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 5: KERNEL<false, true, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 6: KERNEL<false, true, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 7: KERNEL<false, true, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 8: KERNEL<true, false, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 9: KERNEL<true, false, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 10: KERNEL<true, false, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 11: KERNEL<true, false, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 12: KERNEL<true, true, false, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 13: KERNEL<true, true, false, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		case 14: KERNEL<true, true, true, false><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
+		default: KERNEL<true, true, true, true><<<GRID, THREADS, 0, STREAM>>>(__VA_ARGS__); break; \
 		}                                                                                  \
 	} while (0)
 
@@ -271,8 +285,9 @@ extern "C" int fp4s_cuda_nvfp4_quantize_act(const void *x, enum fp4s_act_dtype d
 	if (rows * nb == 0)
 		return FP4S_OK;
 	const bool vec = ((uintptr_t)x % 16) == 0 && ldx % 8 == 0;
-	const int threads = 256, grid = grid_for(rows * nb * 2, threads);
-	FP4S_QUANT_DISPATCH(16, grid, threads, stream, (const uint16_t *)x, rows, nb, ldx, gs, q, sf);
+	const int threads = 256, grid = grid_for(rows * nb, threads);
+	FP4S_QUANT_DISPATCH(nvfp4_quant_kernel, grid, threads, stream, (const uint16_t *)x, rows, nb,
+	                    ldx, gs, q, sf);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
@@ -293,8 +308,9 @@ extern "C" int fp4s_cuda_mxfp4_quantize_act(const void *x, enum fp4s_act_dtype d
 	if (rows * nb == 0)
 		return FP4S_OK;
 	const bool vec = ((uintptr_t)x % 16) == 0 && ldx % 8 == 0;
-	const int threads = 256, grid = grid_for(rows * nb * 4, threads);
-	FP4S_QUANT_DISPATCH(32, grid, threads, stream, (const uint16_t *)x, rows, nb, ldx, 1.0f, q, sf);
+	const int threads = 256, grid = grid_for(rows * nb, threads);
+	FP4S_QUANT_DISPATCH(mxfp4_quant_kernel, grid, threads, stream, (const uint16_t *)x, rows, nb,
+	                    ldx, q, sf);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
