@@ -48,24 +48,46 @@ uint64_t fp4s_gen_key(uint64_t seed, const char *name)
 	return mix64(h ^ mix64(seed + 0x9E3779B97F4A7C15ull));
 }
 
-/* z's denominator: the standard deviation of the sum of four uniform 16-bit lanes. */
-#define GEN_SIGMA 37837.9f
-#define GEN_SMAX 131070
+/* z = s / GEN_SIGMA with s = (sum of the four bytes of a 32-bit hash) - 510: Irwin-Hall(4) over
+ * 0..255, standard deviation sqrt(4 (256^2 - 1) / 12) = 147.8, |z| <= 3.45. A 32-bit hash per
+ * element (murmur3's finalizer over the counter) keeps the loop vectorizable; every tensor has
+ * fewer than 2^32 elements. */
+#define GEN_SIGMA 147.8005f
+#define GEN_SMAX 510
+
+static inline uint32_t gen_hash(uint32_t key, uint32_t idx)
+{
+	uint32_t x = key ^ (idx * 0x9E3779B9u);
+	x ^= x >> 16;
+	x *= 0x85EBCA6Bu;
+	x ^= x >> 13;
+	x *= 0xC2B2AE35u;
+	return x ^ (x >> 16);
+}
+
+static inline int32_t gen_lanes(uint32_t key, uint32_t idx)
+{
+	uint32_t h = gen_hash(key, idx);
+	return (int32_t)((h & 0xFF) + (h >> 8 & 0xFF) + (h >> 16 & 0xFF) + (h >> 24)) - GEN_SMAX;
+}
+
+/* One multiply by a positive constant (std / GEN_SIGMA, computed once per tensor) and one add
+ * keep v monotone in s, and BF16 rounding (RNE; v is always finite) is monotone too, so element 0,
+ * forced to s = +GEN_SMAX, holds the tensor's amax. */
+static inline float gen_scaled(int32_t s, float mean, float scale)
+{
+	float v = mean + (float)s * scale;
+	uint32_t u;
+	memcpy(&u, &v, sizeof u);
+	u = ((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16) << 16;
+	memcpy(&v, &u, sizeof v);
+	return v;
+}
 
 float fp4s_gen_value(uint64_t key, uint64_t idx, float mean, float std)
 {
-	int32_t s;
-	if (idx == 0) {
-		s = GEN_SMAX;
-	} else {
-		uint64_t h = mix64(key + idx * 0x9E3779B97F4A7C15ull);
-		s = (int32_t)(h & 0xFFFF) + (int32_t)(h >> 16 & 0xFFFF) + (int32_t)(h >> 32 & 0xFFFF) +
-		    (int32_t)(h >> 48) - GEN_SMAX;
-	}
-	/* One multiply by a positive constant and one add keep v monotone in s, and BF16 rounding
-	 * is monotone too, so element 0 holds the tensor's amax. */
-	float v = mean + (float)s * (std / GEN_SIGMA);
-	return fp4s_bf16_to_f32(fp4s_f32_to_bf16(v));
+	int32_t s = idx == 0 ? GEN_SMAX : gen_lanes((uint32_t)key, (uint32_t)idx);
+	return gen_scaled(s, mean, std / GEN_SIGMA);
 }
 
 static void role_dist(enum fp4s_role r, float *mean, float *std)
@@ -177,10 +199,13 @@ static void fill_rows(const struct item *it, int64_t r0, int64_t nr, float *x)
 {
 	const int64_t K = it->cols;
 	if (!it->in) {
-		for (int64_t r = 0; r < nr; r++)
-			for (int64_t c = 0; c < K; c++)
-				x[r * K + c] = fp4s_gen_value(it->key, (uint64_t)((r0 + r) * K + c), it->mean,
-				                              it->std);
+		const float scale = it->std / GEN_SIGMA, mean = it->mean;
+		const uint32_t base = (uint32_t)(r0 * K), key = (uint32_t)it->key;
+		const int64_t n = nr * K;
+		for (int64_t i = 0; i < n; i++)
+			x[i] = gen_scaled(gen_lanes(key, base + (uint32_t)i), mean, scale);
+		if (r0 == 0)
+			x[0] = gen_scaled(GEN_SMAX, mean, scale);
 		return;
 	}
 	if (!it->in->transposed) {
@@ -509,6 +534,11 @@ static int build_items(struct pipe *p, const struct fp4s_tspec *specs,
 			it->rows = s->shape[0] * s->shape[2];
 			it->cols = s->shape[1];
 		}
+		if (!iw && (uint64_t)it->rows * (uint64_t)it->cols >= (1ull << 32))
+			return fp4s_error_set(err, FP4S_EUNSUPPORTED,
+			                      "tensor %s: 2^32 elements or more (the generator's counter "
+			                      "is 32-bit)",
+			                      s->name);
 		if (iw) {
 			if (iw->fmt == FP4S_WF_NVFP4 || iw->fmt == FP4S_WF_MXFP4)
 				return fp4s_error_set(err, FP4S_EUNSUPPORTED,

@@ -5,10 +5,11 @@
  * with the CPU reference quantizer (numerics/quant.h) and pwrite them in place. Nothing holds
  * more than a few chunks in memory.
  *
- * Generated values: v = mean + std * z, z = (u0 + u1 + u2 + u3 - 2*65535) / 37837.9 from the 4
- * 16-bit lanes of splitmix64(key(seed, tensor name) + index) (an Irwin-Hall approximation of a
- * normal, bounded at |z| <= 3.464). Element 0 of each tensor takes z = +3.464, so a tensor's
- * amax is known without a pass and `gen --format nvfp4` computes the same per-tensor scale as
+ * Generated values: v = mean + std * z, z = (b0 + b1 + b2 + b3 - 510) / 147.8 from the four
+ * bytes of a 32-bit hash (murmur3 finalizer) of key(seed, tensor name) ^ index*phi: an Irwin-Hall
+ * approximation of a normal, bounded at |z| <= 3.45, cheap and vectorizable. Element 0 of each
+ * tensor takes z = +3.45, so a tensor's amax is known without a pass and `gen --format nvfp4`
+ * computes the same per-tensor scale as
  * `quantize` reading `gen --format bf16`; both round through BF16 first, so the bytes are equal. */
 #ifndef FP4S_MWRITE_H
 #define FP4S_MWRITE_H
