@@ -19,6 +19,7 @@
 #include <utf8proc.h>
 
 #include "tokenizer/tok_internal.h"
+#include "util/log.h"
 
 struct bpe_sym {
 	int32_t id;
@@ -224,6 +225,17 @@ static int pretok(struct enc_ctx *c, int stage, const char *s, size_t n)
 	int rc;
 	while (pos < n) {
 		int m = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, c->mctx);
+		if (m == PCRE2_ERROR_JIT_STACKLIMIT && !c->jstack) {
+			/* the JIT's default 32 KiB stack ran out (a very long run): retry with a big one,
+			 * made only now so that ordinary calls do not pay for it */
+			c->mctx = pcre2_match_context_create(NULL);
+			c->jstack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+			if (!c->mctx || !c->jstack)
+				return FP4S_ENOMEM;
+			pcre2_jit_stack_assign(c->mctx, NULL, c->jstack);
+			FP4S_DEBUG("tokenizer: PCRE2 JIT stack grown for a %zu-byte run", n);
+			continue;
+		}
 		if (m == PCRE2_ERROR_NOMATCH)
 			break;
 		if (m < 0) {
@@ -346,13 +358,6 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 	for (int i = 0; i < tok->n_stages; i++)
 		if (tok->stages[i].re && !(c.md[i] = pcre2_match_data_create_from_pattern(tok->stages[i].re, NULL)))
 			rc = FP4S_ENOMEM;
-	/* the JIT's default 32 KiB stack is too small for some matches on very long runs */
-	c.mctx = pcre2_match_context_create(NULL);
-	c.jstack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
-	if (!c.mctx || !c.jstack)
-		rc = FP4S_ENOMEM;
-	else
-		pcre2_jit_stack_assign(c.mctx, NULL, c.jstack);
 
 	if (!rc && len >= 16384)
 		c.wc = calloc(WC_SLOTS, sizeof *c.wc); /* on failure encode simply runs uncached */

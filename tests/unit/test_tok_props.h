@@ -151,7 +151,7 @@ static inline void big_inputs(struct named_tok *nt)
 {
 	const size_t MB = 1 << 20;
 	char *b = malloc(MB + 8);
-	static const char *const units[] = {"a", "Zq", "日本", "7", "#", "\xF0\x9F\x98\x80", "x\xCC\x81"};
+	static const char *const units[] = {"a", "Zq", "日本", "7", "#", "\xF0\x9F\x98\x80", "x\xCC\x81", " ", "\r\n", " \t", "'s"};
 	for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
 		size_t ul = strlen(units[u]), n = 0;
 		while (n + ul <= MB)
