@@ -1,0 +1,99 @@
+/* backend.h: the op interface the forward passes are written against (design.md). A backend owns
+ * its activation buffers' memory kind (host for CPU, device for CUDA) and the KV cache; the
+ * forward pass (engine/forward.c) only orchestrates ops over a flattened batch of tokens from
+ * several sequences, so CPU and CUDA run the same layer order.
+ *
+ * Activations are FP32 [n_tokens, width] row-major in the CPU backend. Weights are struct
+ * fp4s_mat views in their checkpoint format (backend/cpu/cpu_ops.h). */
+#ifndef FP4S_BACKEND_H
+#define FP4S_BACKEND_H
+
+#include <stdint.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One forward step's tokens: token i belongs to sequence slot seq[i] at absolute position pos[i].
+ * Tokens of one sequence appear in increasing position order. */
+struct fp4s_batch {
+	int32_t n;
+	const int32_t *tokens;
+	const int32_t *pos;
+	const int32_t *seq;
+};
+
+struct fp4s_attn_params {
+	int32_t n_heads, n_kv_heads, head_dim;
+	int32_t window;      /* sliding window in keys including the current one; 0 = full */
+	const float *sinks;  /* [n_heads] gpt-oss sink logits, or NULL */
+	float scale;         /* 1/sqrt(head_dim) */
+};
+
+enum fp4s_router_kind {
+	FP4S_ROUTER_SOFTMAX_TOPK = 0, /* Qwen3-MoE: softmax over all experts, top-k, renormalize */
+	FP4S_ROUTER_TOPK_SOFTMAX,     /* gpt-oss: top-k of logits, softmax over the k */
+};
+
+/* One expert's projections. gate_up (interleaved rows, gpt-oss) or gate + up (SwiGLU halves). */
+struct fp4s_expert {
+	struct fp4s_mat gate, up, gate_up, down;
+};
+
+struct fp4s_moe_params {
+	enum fp4s_router_kind router_kind;
+	struct fp4s_mat router;
+	int32_t n_experts, top_k;
+	int32_t norm_topk;          /* Qwen3-MoE norm_topk_prob */
+	int32_t oai_swiglu;         /* gpt-oss clamped SwiGLU on interleaved gate/up */
+	float swiglu_alpha, swiglu_limit;
+	int64_t hidden, inter;
+	const struct fp4s_expert *experts;
+};
+
+struct fp4s_backend {
+	const char *name;
+	void *impl;
+	/* KV cache for n_layers x max_seqs sequences of up to max_ctx positions, kv_width = nkv*d */
+	int (*kv_init)(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
+	               int32_t max_ctx, struct fp4s_error *err);
+	void (*kv_clear)(struct fp4s_backend *be, int32_t seq);
+	int (*alloc)(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err);
+	void (*free)(struct fp4s_backend *be, void *p);
+	void (*destroy)(struct fp4s_backend *be);
+	/* out[i] = row tokens[i] of the embedding matrix */
+	int (*embed)(struct fp4s_backend *be, const struct fp4s_mat *emb, const struct fp4s_batch *b,
+	             float *out, struct fp4s_error *err);
+	int (*matmul)(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w,
+	              float *y, struct fp4s_error *err);
+	void (*rmsnorm)(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
+	                int64_t width, float eps, enum fp4s_norm_kind kind, float *y);
+	/* x += y */
+	void (*add)(struct fp4s_backend *be, float *x, const float *y, int64_t n);
+	/* rotate q [n, nh*d] and k [n, nkv*d] at each token's position */
+	void (*rope)(struct fp4s_backend *be, float *q, float *k, const struct fp4s_batch *b,
+	             int32_t nh, int32_t nkv, int32_t head_dim, int32_t rot_dim, const float *inv_freq,
+	             float mscale);
+	/* write k/v of the batch into the layer's cache, then causal attention for every token */
+	int (*attention)(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
+	                 const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
+	                 float *out, struct fp4s_error *err);
+	/* out[n, inter] = silu(gate) * up, gate/up [n, inter] */
+	void (*swiglu)(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
+	               int64_t inter, float *out);
+	/* the whole routed MoE block: y[n, hidden] (overwritten) */
+	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
+	           float *y, struct fp4s_error *err);
+};
+
+/* The CPU reference backend. */
+int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,289 @@
+/* cpu_backend.c: the CPU implementation of backend.h. Host memory, FP32 activations, an FP32
+ * KV cache laid out [layer][seq][pos][kv_width], attention computed exactly (two passes: scores,
+ * then a max-subtracted softmax in FP32), MoE by looping over each token's selected experts. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+struct cpu_impl {
+	float *k, *v;
+	int32_t n_layers, kv_width, max_seqs, max_ctx;
+};
+
+static struct cpu_impl *impl_of(struct fp4s_backend *be) { return (struct cpu_impl *)be->impl; }
+
+static int cpu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width,
+                       int32_t max_seqs, int32_t max_ctx, struct fp4s_error *err)
+{
+	struct cpu_impl *c = impl_of(be);
+	free(c->k);
+	free(c->v);
+	c->k = c->v = NULL;
+	if (n_layers <= 0 || kv_width <= 0 || max_seqs <= 0 || max_ctx <= 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "kv cache: bad geometry %d layers x %d seqs x %d "
+		                      "positions x %d", n_layers, max_seqs, max_ctx, kv_width);
+	const size_t n = (size_t)n_layers * (size_t)max_seqs * (size_t)max_ctx * (size_t)kv_width;
+	c->k = calloc(n, sizeof(float));
+	c->v = calloc(n, sizeof(float));
+	if (!c->k || !c->v)
+		return fp4s_error_set(err, FP4S_ENOMEM, "kv cache: cannot allocate 2 x %.1f MB (lower the "
+		                      "context length or the number of sequences)",
+		                      (double)n * 4 / 1e6);
+	c->n_layers = n_layers, c->kv_width = kv_width, c->max_seqs = max_seqs, c->max_ctx = max_ctx;
+	return FP4S_OK;
+}
+
+static void cpu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)seq; }
+
+static int cpu_alloc(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err)
+{
+	*p = bytes > 0 ? malloc((size_t)bytes) : NULL;
+	if (bytes > 0 && !*p)
+		return fp4s_error_set(err, FP4S_ENOMEM, "cannot allocate %lld bytes", (long long)bytes);
+	return FP4S_OK;
+}
+
+static void cpu_free(struct fp4s_backend *be, void *p) { free(p); }
+
+static void cpu_destroy(struct fp4s_backend *be)
+{
+	if (!be)
+		return;
+	struct cpu_impl *c = impl_of(be);
+	if (c) {
+		free(c->k);
+		free(c->v);
+		free(c);
+	}
+	free(be);
+}
+
+static int cpu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const struct fp4s_batch *b,
+                     float *out, struct fp4s_error *err)
+{
+	for (int32_t i = 0; i < b->n; i++) {
+		if (b->tokens[i] < 0 || b->tokens[i] >= emb->rows)
+			return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
+			                      b->tokens[i], (long long)emb->rows);
+		fp4s_cpu_mat_row(emb, b->tokens[i], out + (int64_t)i * emb->cols);
+	}
+	return FP4S_OK;
+}
+
+static int cpu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w,
+                      float *y, struct fp4s_error *err)
+{
+	return fp4s_cpu_matmul(x, n, w, y, err);
+}
+
+static void cpu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
+                        int64_t width, float eps, enum fp4s_norm_kind kind, float *y)
+{
+	fp4s_cpu_rmsnorm(x, w, rows, width, eps, kind, y);
+}
+
+static void cpu_add(struct fp4s_backend *be, float *x, const float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+static void cpu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp4s_batch *b,
+                     int32_t nh, int32_t nkv, int32_t head_dim, int32_t rot_dim,
+                     const float *inv_freq, float mscale)
+{
+	for (int32_t i = 0; i < b->n; i++) {
+		fp4s_cpu_rope(q + (int64_t)i * nh * head_dim, nh, head_dim, rot_dim, inv_freq, mscale, b->pos[i]);
+		fp4s_cpu_rope(k + (int64_t)i * nkv * head_dim, nkv, head_dim, rot_dim, inv_freq, mscale, b->pos[i]);
+	}
+}
+
+static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
+                         const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
+                         float *out, struct fp4s_error *err)
+{
+	struct cpu_impl *c = impl_of(be);
+	const int32_t kvw = p->n_kv_heads * p->head_dim, d = p->head_dim;
+	const int32_t group = p->n_heads / p->n_kv_heads;
+	if (!c->k || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
+		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
+	for (int32_t i = 0; i < b->n; i++) {
+		if (b->seq[i] < 0 || b->seq[i] >= c->max_seqs)
+			return fp4s_error_set(err, FP4S_EINVAL, "sequence slot %d outside [0, %d)", b->seq[i],
+			                      c->max_seqs);
+		if (b->pos[i] < 0 || b->pos[i] >= c->max_ctx)
+			return fp4s_error_set(err, FP4S_EINVAL, "position %d is past the context length %d",
+			                      b->pos[i], c->max_ctx);
+		const size_t base = (((size_t)layer * c->max_seqs + b->seq[i]) * c->max_ctx + b->pos[i]) * kvw;
+		memcpy(c->k + base, k + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
+		memcpy(c->v + base, v + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
+	}
+	int failed = 0;
+#pragma omp parallel
+	{
+		float *s = malloc((size_t)c->max_ctx * sizeof *s);
+		if (!s)
+			failed = 1;
+#pragma omp for collapse(2) schedule(dynamic, 4)
+		for (int32_t i = 0; i < b->n; i++) {
+			for (int32_t h = 0; h < p->n_heads; h++) {
+				if (!s)
+					continue;
+				const int32_t pos = b->pos[i], g = h / group;
+				const int32_t start = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+				const size_t seq_base = ((size_t)layer * c->max_seqs + b->seq[i]) * c->max_ctx;
+				const float *qh = q + (int64_t)i * p->n_heads * d + (int64_t)h * d;
+				float m = p->sinks ? p->sinks[h] : -INFINITY;
+				for (int32_t t = start; t <= pos; t++) {
+					const float *kt = c->k + (seq_base + t) * kvw + (size_t)g * d;
+					float acc = 0;
+					for (int32_t j = 0; j < d; j++)
+						acc += qh[j] * kt[j];
+					s[t] = acc * p->scale;
+					m = fmaxf(m, s[t]);
+				}
+				/* the sink joins the denominator as a key with a zero value vector */
+				float denom = p->sinks ? expf(p->sinks[h] - m) : 0.0f;
+				for (int32_t t = start; t <= pos; t++) {
+					s[t] = expf(s[t] - m);
+					denom += s[t];
+				}
+				float *o = out + (int64_t)i * p->n_heads * d + (int64_t)h * d;
+				for (int32_t j = 0; j < d; j++)
+					o[j] = 0;
+				for (int32_t t = start; t <= pos; t++) {
+					const float w = s[t] / denom;
+					const float *vt = c->v + (seq_base + t) * kvw + (size_t)g * d;
+					for (int32_t j = 0; j < d; j++)
+						o[j] += w * vt[j];
+				}
+			}
+		}
+		free(s);
+	}
+	if (failed)
+		return fp4s_error_set(err, FP4S_ENOMEM, "attention: out of memory");
+	return FP4S_OK;
+}
+
+static void cpu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
+                       int64_t inter, float *out)
+{
+	fp4s_cpu_swiglu(gate, up, n * inter, out);
+}
+
+/* Picks the k largest of v[n] into idx (descending; ties to the lower index). */
+static void topk(const float *v, int32_t n, int32_t k, int32_t *idx)
+{
+	for (int32_t j = 0; j < k; j++) {
+		int32_t best = -1;
+		for (int32_t e = 0; e < n; e++) {
+			int taken = 0;
+			for (int32_t q = 0; q < j; q++)
+				taken |= idx[q] == e;
+			if (!taken && (best < 0 || v[e] > v[best]))
+				best = e;
+		}
+		idx[j] = best;
+	}
+}
+
+static int cpu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x,
+                   int64_t n, float *y, struct fp4s_error *err)
+{
+	const int32_t E = p->n_experts, K = p->top_k;
+	const int64_t H = p->hidden, I = p->inter;
+	if (K <= 0 || K > E || E > 4096)
+		return fp4s_error_set(err, FP4S_EINVAL, "moe: top-k %d of %d experts", K, E);
+	float *logits = malloc((size_t)(n * E) * sizeof *logits);
+	float *h1 = malloc((size_t)(2 * I) * sizeof *h1), *h2 = malloc((size_t)(2 * I) * sizeof *h2);
+	float *a = malloc((size_t)I * sizeof *a), *o = malloc((size_t)H * sizeof *o);
+	float *prob = malloc((size_t)E * sizeof *prob);
+	int32_t idx[64];
+	int rc = FP4S_OK;
+	if (!logits || !h1 || !h2 || !a || !o || !prob || K > 64) {
+		rc = fp4s_error_set(err, FP4S_ENOMEM, "moe: out of memory");
+		goto done;
+	}
+	if ((rc = fp4s_cpu_matmul(x, n, &p->router, logits, err)))
+		goto done;
+	for (int64_t t = 0; t < n; t++) {
+		const float *l = logits + t * E;
+		float w[64];
+		if (p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK) {
+			float m = -INFINITY, s = 0;
+			for (int32_t e = 0; e < E; e++)
+				m = fmaxf(m, l[e]);
+			for (int32_t e = 0; e < E; e++)
+				s += prob[e] = expf(l[e] - m);
+			for (int32_t e = 0; e < E; e++)
+				prob[e] /= s;
+			topk(prob, E, K, idx);
+			float sum = 0;
+			for (int32_t j = 0; j < K; j++)
+				sum += w[j] = prob[idx[j]];
+			if (p->norm_topk)
+				for (int32_t j = 0; j < K; j++)
+					w[j] /= sum;
+		} else {
+			topk(l, E, K, idx);
+			float m = l[idx[0]], s = 0;
+			for (int32_t j = 0; j < K; j++)
+				s += w[j] = expf(l[idx[j]] - m);
+			for (int32_t j = 0; j < K; j++)
+				w[j] /= s;
+		}
+		float *yt = y + t * H;
+		memset(yt, 0, (size_t)H * sizeof *yt);
+		for (int32_t j = 0; j < K; j++) {
+			const struct fp4s_expert *ex = &p->experts[idx[j]];
+			if (p->oai_swiglu) {
+				if ((rc = fp4s_cpu_matmul(x + t * H, 1, &ex->gate_up, h1, err)))
+					goto done;
+				fp4s_cpu_swiglu_oai(h1, I, p->swiglu_alpha, p->swiglu_limit, a);
+			} else {
+				if ((rc = fp4s_cpu_matmul(x + t * H, 1, &ex->gate, h1, err)) ||
+				    (rc = fp4s_cpu_matmul(x + t * H, 1, &ex->up, h2, err)))
+					goto done;
+				fp4s_cpu_swiglu(h1, h2, I, a);
+			}
+			if ((rc = fp4s_cpu_matmul(a, 1, &ex->down, o, err)))
+				goto done;
+			for (int64_t i = 0; i < H; i++)
+				yt[i] += w[j] * o[i];
+		}
+	}
+done:
+	free(logits), free(h1), free(h2), free(a), free(o), free(prob);
+	return rc;
+}
+
+int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err)
+{
+	struct fp4s_backend *be = calloc(1, sizeof *be);
+	struct cpu_impl *c = calloc(1, sizeof *c);
+	if (!be || !c) {
+		free(be);
+		free(c);
+		return fp4s_error_set(err, FP4S_ENOMEM, "cpu backend: out of memory");
+	}
+	be->name = "cpu";
+	be->impl = c;
+	be->kv_init = cpu_kv_init;
+	be->kv_clear = cpu_kv_clear;
+	be->alloc = cpu_alloc;
+	be->free = cpu_free;
+	be->destroy = cpu_destroy;
+	be->embed = cpu_embed;
+	be->matmul = cpu_matmul;
+	be->rmsnorm = cpu_rmsnorm;
+	be->add = cpu_add;
+	be->rope = cpu_rope;
+	be->attention = cpu_attention;
+	be->swiglu = cpu_swiglu;
+	be->moe = cpu_moe;
+	*out = be;
+	return FP4S_OK;
+}

@@ -1,0 +1,340 @@
+/* forward.c: the decoder forward pass (see forward.h). Layer order per architectures.md:
+ *   h = embed(tokens)
+ *   per layer: x = norm(h); q,k,v = proj(x) (+bias); [qwen3: per-head q/k norm]; RoPE;
+ *              attention over the cache (GQA, causal, window, sinks); h += o_proj(attn) (+bias)
+ *              x = norm(h); h += dense SwiGLU MLP or routed MoE
+ *   logits = lm_head(norm(h)) for the rows asked for. */
+#include "engine/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "numerics/numerics.h"
+
+static int own(struct fp4s_fwd *f, void *p, struct fp4s_error *err)
+{
+	if (!p)
+		return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+	if (f->n_owned == f->cap_owned) {
+		int32_t cap = f->cap_owned ? 2 * f->cap_owned : 64;
+		void **n = realloc(f->owned, (size_t)cap * sizeof *n);
+		if (!n) {
+			free(p);
+			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+		}
+		f->owned = n, f->cap_owned = cap;
+	}
+	f->owned[f->n_owned++] = p;
+	return FP4S_OK;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* A stored weight as a matrix view: [shape[0], shape[1]] for a LINEAR. */
+static struct fp4s_mat mat_of(const struct fp4s_weight *w)
+{
+	struct fp4s_mat m = {.fmt = w->fmt, .rows = w->spec->shape[0], .cols = w->spec->shape[1],
+	                     .data = w->data, .scales = w->scales, .ws2 = w->ws2 > 0 ? w->ws2 : 1.0f};
+	return m;
+}
+
+/* A float tensor (norm, bias, sinks) converted to FP32, owned by f. */
+static int to_f32(struct fp4s_fwd *f, const struct fp4s_weight *w, float **out, struct fp4s_error *err)
+{
+	int64_t n = fp4s_weight_numel(w);
+	float *p = malloc((size_t)n * sizeof *p);
+	int rc = own(f, p, err);
+	if (rc)
+		return rc;
+	struct fp4s_mat m = {.fmt = w->fmt, .rows = 1, .cols = n, .data = w->data, .ws2 = 1.0f};
+	fp4s_cpu_mat_row(&m, 0, p);
+	*out = p;
+	return FP4S_OK;
+}
+
+/* gpt-oss packed experts: expert e's [out, in] slice of [E, out, in] (MXFP4 blocks), or a
+ * transposed copy of the BF16 dequantized layout [E, in, out]. */
+static int expert_mat(struct fp4s_fwd *f, const struct fp4s_weight *w, int32_t e, struct fp4s_mat *m,
+                      struct fp4s_error *err)
+{
+	const int64_t out = w->spec->shape[1], in = w->spec->shape[2];
+	memset(m, 0, sizeof *m);
+	m->rows = out, m->cols = in, m->ws2 = 1.0f;
+	if (w->fmt == FP4S_WF_MXFP4 || w->fmt == FP4S_WF_NVFP4) {
+		const int64_t block = w->fmt == FP4S_WF_MXFP4 ? 32 : 16;
+		m->fmt = w->fmt;
+		m->data = (const uint8_t *)w->data + (size_t)e * (size_t)(out * in / 2);
+		m->scales = w->scales + (size_t)e * (size_t)(out * in / block);
+		m->ws2 = w->ws2 > 0 ? w->ws2 : 1.0f;
+		return FP4S_OK;
+	}
+	float *t = malloc((size_t)(out * in) * sizeof *t), *row = malloc((size_t)out * sizeof *row);
+	if (!row) {
+		free(t);
+		return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+	}
+	int rc = own(f, t, err);
+	if (rc) {
+		free(row);
+		return rc;
+	}
+	const size_t esz = w->fmt == FP4S_WF_F32 ? 4 : 2;
+	const uint8_t *base = (const uint8_t *)w->data + (size_t)e * (size_t)(out * in) * esz;
+	if (w->transposed) {
+		/* stored [in, out]: row i of the stored matrix is input feature i */
+		struct fp4s_mat s = {.fmt = w->fmt, .rows = in, .cols = out, .data = base, .ws2 = 1.0f};
+		for (int64_t i = 0; i < in; i++) {
+			fp4s_cpu_mat_row(&s, i, row);
+			for (int64_t o = 0; o < out; o++)
+				t[o * in + i] = row[o];
+		}
+	} else {
+		struct fp4s_mat s = {.fmt = w->fmt, .rows = out, .cols = in, .data = base, .ws2 = 1.0f};
+		for (int64_t o = 0; o < out; o++)
+			fp4s_cpu_mat_row(&s, o, t + o * in);
+	}
+	free(row);
+	m->fmt = FP4S_WF_F32;
+	m->data = t;
+	return FP4S_OK;
+}
+
+static int layer_tensor(struct fp4s_fwd *f, const struct fp4s_weight *w, struct fp4s_error *err)
+{
+	const struct fp4s_config *c = f->cfg;
+	const char *name = w->spec->name;
+	struct fp4s_fwd_layer *L = &f->layers[w->spec->layer];
+	const int32_t e = w->spec->expert;
+	switch (w->spec->role) {
+	case FP4S_ROLE_NORM:
+		if (ends_with(name, "input_layernorm.weight"))
+			return to_f32(f, w, &L->attn_norm, err);
+		if (ends_with(name, "post_attention_layernorm.weight"))
+			return to_f32(f, w, &L->ffn_norm, err);
+		if (ends_with(name, "q_norm.weight"))
+			return to_f32(f, w, &L->q_norm, err);
+		if (ends_with(name, "k_norm.weight"))
+			return to_f32(f, w, &L->k_norm, err);
+		break;
+	case FP4S_ROLE_ATTN_Q: L->q = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_ATTN_K: L->k = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_ATTN_V: L->v = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_ATTN_O: L->o = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_ATTN_BIAS:
+		if (ends_with(name, "q_proj.bias"))
+			return to_f32(f, w, &L->bq, err);
+		if (ends_with(name, "k_proj.bias"))
+			return to_f32(f, w, &L->bk, err);
+		if (ends_with(name, "v_proj.bias"))
+			return to_f32(f, w, &L->bv, err);
+		if (ends_with(name, "o_proj.bias"))
+			return to_f32(f, w, &L->bo, err);
+		break;
+	case FP4S_ROLE_ATTN_SINKS: return to_f32(f, w, &L->sinks, err);
+	case FP4S_ROLE_MLP_GATE: L->gate = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_MLP_UP: L->up = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_MLP_DOWN: L->down = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_ROUTER: L->moe.router = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_ROUTER_BIAS: {
+		float *b;
+		int rc = to_f32(f, w, &b, err);
+		L->moe.router.bias = b;
+		return rc;
+	}
+	case FP4S_ROLE_EXPERT_GATE: L->experts[e].gate = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_EXPERT_UP: L->experts[e].up = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_EXPERT_DOWN: L->experts[e].down = mat_of(w); return FP4S_OK;
+	case FP4S_ROLE_EXPERTS_GATE_UP:
+	case FP4S_ROLE_EXPERTS_DOWN:
+		for (int32_t x = 0; x < c->n_experts; x++) {
+			struct fp4s_mat *m = w->spec->role == FP4S_ROLE_EXPERTS_GATE_UP ? &L->experts[x].gate_up
+			                                                                : &L->experts[x].down;
+			const float *bias = m->bias; /* biases may have been seen first */
+			int rc = expert_mat(f, w, x, m, err);
+			if (rc)
+				return rc;
+			m->bias = bias;
+		}
+		return FP4S_OK;
+	case FP4S_ROLE_EXPERTS_BIAS: {
+		float *b;
+		int rc = to_f32(f, w, &b, err);
+		if (rc)
+			return rc;
+		const int gu = ends_with(name, "gate_up_proj_bias");
+		const int64_t width = w->spec->shape[1];
+		for (int32_t x = 0; x < c->n_experts; x++)
+			(gu ? &L->experts[x].gate_up : &L->experts[x].down)->bias = b + (int64_t)x * width;
+		return FP4S_OK;
+	}
+	default:
+		break;
+	}
+	return FP4S_OK; /* tensors the forward pass does not use */
+}
+
+int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
+                  int32_t max_seqs, int32_t max_ctx, struct fp4s_error *err)
+{
+	const struct fp4s_config *c = &m->cfg;
+	int rc;
+	memset(f, 0, sizeof *f);
+	f->model = m, f->cfg = c, f->be = be, f->max_seqs = max_seqs, f->max_ctx = max_ctx;
+	if (c->arch != FP4S_ARCH_LLAMA && c->arch != FP4S_ARCH_QWEN3 && c->arch != FP4S_ARCH_QWEN3_MOE &&
+	    c->arch != FP4S_ARCH_GPT_OSS)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward pass for %s is not implemented yet",
+		                      fp4s_arch_name(c->arch));
+	f->norm_kind = FP4S_NORM_PLAIN;
+	f->layers = calloc((size_t)c->n_layers, sizeof *f->layers);
+	if ((rc = own(f, f->layers, err)))
+		return rc;
+	for (int32_t l = 0; l < c->n_layers; l++) {
+		struct fp4s_fwd_layer *L = &f->layers[l];
+		L->is_moe = c->layer_is_moe ? c->layer_is_moe[l] : 0;
+		L->window = c->layer_kind && c->layer_kind[l] == FP4S_LAYER_SLIDING ? c->sliding_window : 0;
+		if (L->is_moe) {
+			L->experts = calloc((size_t)c->n_experts, sizeof *L->experts);
+			if ((rc = own(f, L->experts, err)))
+				return rc;
+			L->moe.n_experts = c->n_experts;
+			L->moe.top_k = c->n_experts_per_tok;
+			L->moe.hidden = c->hidden;
+			L->moe.experts = L->experts;
+			if (c->arch == FP4S_ARCH_GPT_OSS) {
+				L->moe.router_kind = FP4S_ROUTER_TOPK_SOFTMAX;
+				L->moe.oai_swiglu = 1;
+				L->moe.swiglu_alpha = (float)(c->swiglu_alpha > 0 ? c->swiglu_alpha : 1.702);
+				L->moe.swiglu_limit = (float)(c->swiglu_limit > 0 ? c->swiglu_limit : 7.0);
+				L->moe.inter = c->intermediate;
+			} else {
+				L->moe.router_kind = FP4S_ROUTER_SOFTMAX_TOPK;
+				L->moe.norm_topk = c->norm_topk_prob;
+				L->moe.inter = c->moe_intermediate;
+			}
+		}
+	}
+	for (int32_t i = 0; i < m->n; i++) {
+		const struct fp4s_weight *w = &m->w[i];
+		if (!w->present)
+			continue;
+		switch (w->spec->role) {
+		case FP4S_ROLE_EMBED: f->embed = mat_of(w); break;
+		case FP4S_ROLE_LM_HEAD: f->lm_head = mat_of(w); break;
+		case FP4S_ROLE_NORM:
+			if (w->spec->layer < 0) {
+				if ((rc = to_f32(f, w, &f->final_norm, err)))
+					return rc;
+				break;
+			}
+			/* fall through */
+		default:
+			if (w->spec->layer >= 0 && w->spec->layer < c->n_layers &&
+			    (rc = layer_tensor(f, w, err)))
+				return fp4s_error_prefix(err, "%s: ", w->spec->name);
+		}
+	}
+	if (!f->lm_head.data)
+		f->lm_head = f->embed; /* tied embeddings */
+	if (!f->embed.data || !f->final_norm)
+		return fp4s_error_set(err, FP4S_EFORMAT, "model lacks the embedding or the final norm");
+	/* attention biases are applied by the matmul */
+	for (int32_t l = 0; l < c->n_layers; l++) {
+		struct fp4s_fwd_layer *L = &f->layers[l];
+		L->q.bias = L->bq, L->k.bias = L->bk, L->v.bias = L->bv, L->o.bias = L->bo;
+	}
+	f->rot_dim = (int32_t)lround(c->head_dim * (c->rope.partial_rotary_factor > 0 ? c->rope.partial_rotary_factor : 1.0));
+	f->rot_dim &= ~1;
+	f->inv_freq = malloc((size_t)f->rot_dim / 2 * sizeof *f->inv_freq + 1);
+	if ((rc = own(f, f->inv_freq, err)))
+		return rc;
+	if ((rc = fp4s_rope_inv_freq(&c->rope, f->rot_dim, f->inv_freq, &f->rope_mscale, err)))
+		return rc;
+	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, max_seqs, max_ctx, err);
+}
+
+void fp4s_fwd_free(struct fp4s_fwd *f)
+{
+	for (int32_t i = 0; i < f->n_owned; i++)
+		free(f->owned[i]);
+	free(f->owned);
+	memset(f, 0, sizeof *f);
+}
+
+int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                 int32_t n_out, float *logits, struct fp4s_error *err)
+{
+	const struct fp4s_config *c = f->cfg;
+	struct fp4s_backend *be = f->be;
+	const int64_t n = b->n, H = c->hidden, nh = c->n_heads, nkv = c->n_kv_heads, d = c->head_dim;
+	const int64_t qd = nh * d, kvd = nkv * d;
+	int64_t inter = c->intermediate;
+	if (c->n_experts > 0 && c->moe_intermediate > inter)
+		inter = c->moe_intermediate;
+	const float eps = (float)c->rms_eps;
+	int rc = FP4S_OK;
+	if (n <= 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: empty batch");
+	float *h = malloc((size_t)(n * H) * sizeof *h), *x = malloc((size_t)(n * H) * sizeof *x);
+	float *q = malloc((size_t)(n * qd) * sizeof *q), *k = malloc((size_t)(n * kvd) * sizeof *k);
+	float *v = malloc((size_t)(n * kvd) * sizeof *v), *att = malloc((size_t)(n * qd) * sizeof *att);
+	float *g = malloc((size_t)(n * inter) * sizeof *g), *u = malloc((size_t)(n * inter) * sizeof *u);
+	float *y = malloc((size_t)(n * H) * sizeof *y), *last = malloc((size_t)((n_out > 0 ? n_out : 1) * H) * sizeof *last);
+	if (!h || !x || !q || !k || !v || !att || !g || !u || !y || !last) {
+		rc = fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory for %lld tokens", (long long)n);
+		goto done;
+	}
+	if ((rc = be->embed(be, &f->embed, b, h, err)))
+		goto done;
+	for (int32_t l = 0; l < c->n_layers; l++) {
+		struct fp4s_fwd_layer *L = &f->layers[l];
+		be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
+		if ((rc = be->matmul(be, x, n, &L->q, q, err)) || (rc = be->matmul(be, x, n, &L->k, k, err)) ||
+		    (rc = be->matmul(be, x, n, &L->v, v, err)))
+			goto done;
+		if (L->q_norm) /* Qwen3: per-head RMSNorm over d, before RoPE */
+			be->rmsnorm(be, q, L->q_norm, n * nh, d, eps, f->norm_kind, q);
+		if (L->k_norm)
+			be->rmsnorm(be, k, L->k_norm, n * nkv, d, eps, f->norm_kind, k);
+		be->rope(be, q, k, b, (int32_t)nh, (int32_t)nkv, (int32_t)d, f->rot_dim, f->inv_freq, f->rope_mscale);
+		struct fp4s_attn_params ap = {.n_heads = (int32_t)nh, .n_kv_heads = (int32_t)nkv,
+		                              .head_dim = (int32_t)d, .window = L->window,
+		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
+		if ((rc = be->attention(be, l, q, k, v, b, &ap, att, err)))
+			goto done;
+		if ((rc = be->matmul(be, att, n, &L->o, y, err)))
+			goto done;
+		be->add(be, h, y, n * H);
+		be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
+		if (L->is_moe) {
+			if ((rc = be->moe(be, &L->moe, x, n, y, err)))
+				goto done;
+		} else {
+			if ((rc = be->matmul(be, x, n, &L->gate, g, err)) ||
+			    (rc = be->matmul(be, x, n, &L->up, u, err)))
+				goto done;
+			be->swiglu(be, g, u, n, L->gate.rows, g);
+			if ((rc = be->matmul(be, g, n, &L->down, y, err)))
+				goto done;
+		}
+		be->add(be, h, y, n * H);
+	}
+	for (int32_t i = 0; i < n_out; i++) {
+		if (out_rows[i] < 0 || out_rows[i] >= n) {
+			rc = fp4s_error_set(err, FP4S_EINVAL, "forward: logits row %d outside the batch", out_rows[i]);
+			goto done;
+		}
+		memcpy(last + (int64_t)i * H, h + (int64_t)out_rows[i] * H, (size_t)H * sizeof *h);
+	}
+	if (n_out > 0) {
+		be->rmsnorm(be, last, f->final_norm, n_out, H, eps, f->norm_kind, last);
+		rc = be->matmul(be, last, n_out, &f->lm_head, logits, err);
+	}
+done:
+	free(h), free(x), free(q), free(k), free(v), free(att), free(g), free(u), free(y), free(last);
+	return rc;
+}

@@ -1,0 +1,51 @@
+/* forward.h: the decoder forward pass for llama, qwen3, qwen3_moe and gpt_oss (and llama2.c
+ * checkpoints, which load as llama), written once against backend.h (architectures.md §1-§5).
+ * A step takes a flattened batch of tokens from several sequences and returns logits for the
+ * rows asked for. Weights are views into the loaded model; only norms, biases and sinks are
+ * converted to FP32 once at set-up. */
+#ifndef FP4S_FORWARD_H
+#define FP4S_FORWARD_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+struct fp4s_fwd_layer {
+	float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+	struct fp4s_mat q, k, v, o;
+	float *bq, *bk, *bv, *bo;
+	float *sinks;
+	int32_t window;
+	int32_t is_moe;
+	struct fp4s_mat gate, up, down;
+	struct fp4s_moe_params moe;
+	struct fp4s_expert *experts;
+};
+
+struct fp4s_fwd {
+	const struct fp4s_model *model;
+	const struct fp4s_config *cfg;
+	struct fp4s_backend *be;
+	struct fp4s_mat embed, lm_head;
+	float *final_norm;
+	struct fp4s_fwd_layer *layers;
+	float *inv_freq;
+	float rope_mscale;
+	int32_t rot_dim;
+	enum fp4s_norm_kind norm_kind;
+	int32_t max_seqs, max_ctx;
+	void **owned; /* converted FP32 arrays, transposed expert weights */
+	int32_t n_owned, cap_owned;
+};
+
+/* Builds the views and the KV cache (max_seqs sequences of max_ctx positions). */
+int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
+                  int32_t max_seqs, int32_t max_ctx, struct fp4s_error *err);
+void fp4s_fwd_free(struct fp4s_fwd *f);
+
+/* Runs the batch; writes logits [n_out, vocab] for batch rows out_rows[0..n_out). */
+int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                 int32_t n_out, float *logits, struct fp4s_error *err);
+
+#endif
