@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# fuzz.sh: builds the safetensors header fuzz target with clang + libFuzzer + ASan + UBSan and
+# fuzz.sh: builds a fuzz target (default: the safetensors header parser; FP4S_FUZZ_TARGET=config:
+# config.json parsing + table expansion) with clang + libFuzzer + ASan + UBSan and
 # runs it for a bounded time on the committed seed corpus (tests/fuzz/corpus, read only; new
 # inputs go to a scratch corpus in the build folder). Exits non-zero on any finding; the crashing
 # input is left as $OUT/crash-* (replay it with: $OUT/fuzz_safetensors FILE).
 #
 # usage: scripts/fuzz.sh [SECONDS]        default 60; env FP4S_FUZZ_DIR (default build-fuzz),
-#                                         CC (default clang), FP4S_FUZZ_JOBS (default 1)
+#                                         CC (default clang), FP4S_FUZZ_JOBS (default 1),
+#                                         FP4S_FUZZ_TARGET (safetensors | config)
 # needs: clang with libFuzzer (Debian: clang + libclang-rt-dev or the clang-N package), and the
 #        jansson development package (libjansson-dev).
 set -euo pipefail
@@ -14,16 +16,28 @@ secs=${1:-60}
 out=${FP4S_FUZZ_DIR:-$root/build-fuzz}
 cc=${CC:-clang}
 jobs=${FP4S_FUZZ_JOBS:-1}
-mkdir -p "$out/corpus"
-"$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
-	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-I"$root/src" "$root/tests/fuzz/fuzz_safetensors.c" "$root/src/model/st_read.c" \
-	"$root/src/util/status.c" -ljansson -o "$out/fuzz_safetensors"
-echo "fuzz.sh: running fuzz_safetensors for ${secs}s on $(ls "$root/tests/fuzz/corpus" | wc -l) seeds"
+target=${FP4S_FUZZ_TARGET:-safetensors}
+case $target in
+safetensors) srcs=("$root/src/model/st_read.c"); seeds=$root/tests/fuzz/corpus ;;
+config)
+	srcs=("$root/src/model/cfg.c" "$root/src/model/tensors.c" "$root/src/model/model_stats.c"
+	      "$root/src/model/model.c" "$root/src/model/qscheme.c" "$root/src/model/st_read.c"
+	      "$root/src/util/progress.c" "$root/src/util/log.c" "$root/src/numerics/quant.c")
+	seeds=$root/tests/fuzz/corpus-config ;;
+*) echo "fuzz.sh: unknown FP4S_FUZZ_TARGET $target" >&2; exit 2 ;;
+esac
+mkdir -p "$out/corpus-$target"
+"$cc" -std=c11 -D_GNU_SOURCE -DFP4S_VERSION='"fuzz"' -g -O1 -fno-omit-frame-pointer \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fopenmp \
+	-I"$root/src" "$root/tests/fuzz/fuzz_$target.c" "${srcs[@]}" \
+	"$root/src/util/status.c" -ljansson -lm -o "$out/fuzz_$target"
+echo "fuzz.sh: running fuzz_$target for ${secs}s on $(ls "$seeds" | wc -l) seeds"
 cd "$out"
 par=()
 if [ "$jobs" -gt 1 ]; then par=(-jobs="$jobs" -workers="$jobs"); fi
-./fuzz_safetensors -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-	-dict="$root/tests/fuzz/safetensors.dict" -artifact_prefix="$out/" -print_final_stats=1 \
-	"${par[@]}" "$out/corpus" "$root/tests/fuzz/corpus"
+dict=()
+if [ "$target" = safetensors ]; then dict=(-dict="$root/tests/fuzz/safetensors.dict"); fi
+./fuzz_$target -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+	"${dict[@]}" -artifact_prefix="$out/$target-" -print_final_stats=1 \
+	"${par[@]}" "$out/corpus-$target" "$seeds"
 echo "fuzz.sh: no findings"
