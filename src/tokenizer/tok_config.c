@@ -307,6 +307,7 @@ void fp4s_tok_close(struct fp4s_tokenizer *tok)
 	free(tok->scores);
 	free(tok->added);
 	free(tok->trie);
+	free(tok->nfc_safe);
 	free(tok->stop);
 	free(tok->chat_template);
 	free(tok);

@@ -262,6 +262,116 @@ static int pretok(struct enc_ctx *c, int stage, const char *s, size_t n)
 	return 0;
 }
 
+#define NFC_TABLE_CPS 0x30000
+
+int tok_nfc_table(struct fp4s_tokenizer *tok, struct fp4s_error *err)
+{
+	uint8_t *t = malloc(NFC_TABLE_CPS / 8);
+	if (!t)
+		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
+	memset(t, 0xFF, NFC_TABLE_CPS / 8);
+	for (int32_t cp = 0; cp < NFC_TABLE_CPS; cp++) {
+		const utf8proc_property_t *p = utf8proc_get_property(cp);
+		if (p->combining_class != 0)
+			t[cp >> 3] &= (uint8_t)~(1u << (cp & 7));
+		utf8proc_int32_t d[8];
+		int last = 0;
+		utf8proc_ssize_t n = utf8proc_decompose_char(cp, d, 8, UTF8PROC_DECOMPOSE, &last);
+		if (n <= 1 && (n < 1 || d[0] == cp))
+			continue;
+		/* anything after the first code point of a canonical decomposition can compose with
+		 * what precedes it (combining marks, Hangul V/T jamo, Indic vowel parts) */
+		for (utf8proc_ssize_t k = 1; k < n && k < 8; k++)
+			if (d[k] >= 0 && d[k] < NFC_TABLE_CPS)
+				t[d[k] >> 3] &= (uint8_t)~(1u << (d[k] & 7));
+		/* a decomposable code point is safe only if NFC maps it back to itself (precomposed
+		 * letters do; singletons and composition exclusions do not) */
+		utf8proc_uint8_t one[8], *nfc = NULL;
+		utf8proc_ssize_t l = utf8proc_encode_char(cp, one);
+		utf8proc_ssize_t r = utf8proc_map(one, l, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+		if (r != l || memcmp(nfc, one, (size_t)l) != 0)
+			t[cp >> 3] &= (uint8_t)~(1u << (cp & 7));
+		free(nfc);
+	}
+	tok->nfc_safe = t;
+	return 0;
+}
+
+static inline int nfc_safe_at(const struct fp4s_tokenizer *tok, const unsigned char *p, size_t n, int *len)
+{
+	if (p[0] < 0x80) {
+		*len = 1;
+		return 1;
+	}
+	*len = tok_utf8_valid_len(p, n);
+	uint32_t cp = tok_utf8_decode(p, *len);
+	return cp < NFC_TABLE_CPS && (tok->nfc_safe[cp >> 3] & (1u << (cp & 7)));
+}
+
+static int append(char **buf, size_t *n, size_t *cap, const void *s, size_t k)
+{
+	if (*n + k > *cap) {
+		size_t c = *cap ? *cap * 2 : 256;
+		while (c < *n + k)
+			c *= 2;
+		char *b = realloc(*buf, c);
+		if (!b)
+			return FP4S_ENOMEM;
+		*buf = b;
+		*cap = c;
+	}
+	memcpy(*buf + *n, s, k);
+	*n += k;
+	return 0;
+}
+
+/* NFC of a valid UTF-8 run, normalizing only the stretches that need it: a stretch starts at the
+ * last safe code point before an unsafe one (it may compose with what follows) and ends before
+ * the next safe one (which can neither compose with nor reorder across what precedes it). Sets
+ * *out to NULL when the run is already NFC. */
+static int nfc_run(const struct fp4s_tokenizer *tok, const char *s, size_t n, char **out, size_t *out_n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	char *buf = NULL;
+	size_t bn = 0, cap = 0, copied = 0, last_safe = 0, i = 0;
+	int have_safe = 0, l;
+	*out = NULL;
+	while (i < n) {
+		if (nfc_safe_at(tok, p + i, n - i, &l)) {
+			last_safe = i;
+			have_safe = 1;
+			i += (size_t)l;
+			continue;
+		}
+		size_t r = have_safe && last_safe >= copied ? last_safe : copied, j = i + (size_t)l;
+		while (j < n && !nfc_safe_at(tok, p + j, n - j, &l))
+			j += (size_t)l;
+		utf8proc_uint8_t *norm = NULL;
+		utf8proc_ssize_t k = utf8proc_map(p + r, (utf8proc_ssize_t)(j - r), &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+		if (k < 0) {
+			free(buf);
+			return FP4S_EINVAL;
+		}
+		int rc = append(&buf, &bn, &cap, s + copied, r - copied);
+		if (!rc)
+			rc = append(&buf, &bn, &cap, norm, (size_t)k);
+		free(norm);
+		if (rc) {
+			free(buf);
+			return rc;
+		}
+		copied = i = j;
+		have_safe = 0;
+	}
+	if (buf && append(&buf, &bn, &cap, s + copied, n - copied)) {
+		free(buf);
+		return FP4S_ENOMEM;
+	}
+	*out = buf;
+	*out_n = bn;
+	return 0;
+}
+
 static int is_ascii(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -276,7 +386,17 @@ static int encode_valid(struct enc_ctx *c, const char *s, size_t n)
 	const struct fp4s_tokenizer *tok = c->tok;
 	utf8proc_uint8_t *norm = NULL;
 	int rc;
-	if (tok->norm != TOK_NORM_NONE && !is_ascii(s, n)) {
+	if (tok->norm == TOK_NORM_NFC && tok->nfc_safe) {
+		char *o;
+		size_t on;
+		if ((rc = nfc_run(tok, s, n, &o, &on)))
+			return rc == FP4S_ENOMEM ? rc : fp4s_error_set(c->err, FP4S_EINVAL, "NFC normalization failed");
+		if (o) {
+			norm = (utf8proc_uint8_t *)o;
+			s = o;
+			n = on;
+		}
+	} else if (tok->norm != TOK_NORM_NONE && !is_ascii(s, n)) {
 		utf8proc_option_t opt = UTF8PROC_STABLE;
 		switch (tok->norm) {
 		case TOK_NORM_NFC: opt |= UTF8PROC_COMPOSE; break;

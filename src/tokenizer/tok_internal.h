@@ -82,6 +82,10 @@ struct fp4s_tokenizer {
 	struct tok_pairmap merges;
 	int ignore_merges;
 	enum tok_norm norm;
+	/* NFC quick check: bit set = the code point is NFC-stable in any context (canonical class 0,
+	 * unchanged by NFC, never the second of a composition), so a run of such code points needs no
+	 * normalization. Covers U+0000..U+2FFFF; NULL when the normalizer is not NFC. */
+	uint8_t *nfc_safe;
 	struct tok_pretok_stage stages[TOK_MAX_PRETOK_STAGES];
 	int n_stages;
 
@@ -180,6 +184,7 @@ int tok_added_add(struct fp4s_tokenizer *tok, int32_t id, const char *s, size_t 
 		  int lstrip, int rstrip, int normalized, struct fp4s_error *err);
 
 /* tok_encode.c */
+int tok_nfc_table(struct fp4s_tokenizer *tok, struct fp4s_error *err);
 int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t len, unsigned flags,
 		   struct fp4s_tok_ids *ids, struct fp4s_error *err);
 

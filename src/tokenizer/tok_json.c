@@ -428,6 +428,8 @@ int tok_load_json(struct fp4s_tokenizer *tok, const char *path, struct fp4s_erro
 	rc = load_model(tok, root, err);
 	if (!rc)
 		rc = load_normalizer(tok, json_object_get(root, "normalizer"), 0, err);
+	if (!rc && tok->norm == TOK_NORM_NFC)
+		rc = tok_nfc_table(tok, err);
 	if (!rc)
 		rc = load_pretok(tok, json_object_get(root, "pre_tokenizer"), 0, &byte_level, err);
 	if (!rc)

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utf8proc.h>
+
 #include "test_tok_common.h"
 #include "test_util.h"
 
@@ -255,6 +257,34 @@ static void features(void)
 	a = load(&x, "nfc.json");
 	expect(a, "e\xCC\x81", 0, (int32_t[]){0xC3, 0xA9}, 2); /* e + U+0301 -> U+00E9 */
 	expect(a, "hello", 0, (int32_t[]){HE, 'l', 'l', 'o'}, 4);
+	/* every BMP code point (and a sample beyond) between composing neighbours: the encoder's NFC
+	 * shortcut (only stretches around unsafe code points are normalized) must equal utf8proc_NFC */
+	int nfc_bad = 0;
+	for (int32_t cp = 1; a && cp < 0x30000 && nfc_bad < 5; cp += cp < 0x10000 ? 1 : 7) {
+		if (cp >= 0xD800 && cp < 0xE000)
+			continue;
+		utf8proc_uint8_t in[64];
+		size_t n = 0;
+		const int32_t seq[] = {'e', cp, 0x301, cp, 0x1161, 0x1100, cp, 0x11A8, 'x'};
+		for (size_t k = 0; k < sizeof seq / sizeof *seq; k++)
+			n += (size_t)utf8proc_encode_char(seq[k], in + n);
+		in[n] = 0;
+		utf8proc_uint8_t *want = utf8proc_NFC(in);
+		struct fp4s_tok_ids ids = {0};
+		struct fp4s_tok_text out = {0};
+		struct fp4s_error err = {0};
+		int ok = fp4s_tok_encode(a, (const char *)in, n, 0, &ids, &err) == 0 &&
+			 fp4s_tok_decode(a, ids.v, ids.n, 0, &out, &err) == 0 && want && out.n == strlen((char *)want) &&
+			 !memcmp(out.s, want, out.n);
+		if (!ok) {
+			nfc_bad++;
+			fprintf(stderr, "NFC differs around U+%04X\n", (unsigned)cp);
+		}
+		free(want);
+		fp4s_tok_ids_free(&ids);
+		fp4s_tok_text_free(&out);
+	}
+	CHECK_EQ_INT(nfc_bad, 0);
 	fp4s_tok_close(a);
 
 	/* ByteLevel add_prefix_space applies to every piece that reaches it, as in Hugging Face */
