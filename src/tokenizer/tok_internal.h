@@ -161,8 +161,7 @@ int tok_ids_push(struct fp4s_tok_ids *ids, int32_t id);
 int tok_text_append(struct fp4s_tok_text *t, const char *s, size_t n);
 int tok_text_appendz(struct fp4s_tok_text *t, const char *s);
 
-/* GPT-2 byte-level alphabet: byte -> code point, and the inverse (code point -> byte or -1). */
-extern const uint16_t tok_byte_to_cp[256];
+/* GPT-2 byte-level alphabet: code point -> byte, or -1 */
 int tok_cp_to_byte(uint32_t cp);
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not valid UTF-8. */
 int tok_utf8_valid_len(const unsigned char *s, size_t n);

@@ -57,8 +57,8 @@ enum {
 
 /* Opens a tokenizer from a model directory (tokenizer.json, else tokenizer.bin / tok512.bin; plus
  * tokenizer_config.json and generation_config.json when present) or from a single file
- * (tokenizer.json, a llama2.c .bin, or a GGUF file). A tokenizer.json file also picks up the config files that
- * sit next to it. */
+ * (tokenizer.json, a llama2.c .bin, or a GGUF file). A tokenizer.json file also picks up the
+ * config files that sit next to it. */
 int fp4s_tok_open(struct fp4s_tokenizer **out, const char *path, struct fp4s_error *err);
 void fp4s_tok_close(struct fp4s_tokenizer *tok);
 
@@ -82,7 +82,9 @@ int fp4s_tok_text_append(struct fp4s_tok_text *t, const char *s, size_t n); /* 0
 struct fp4s_tok_stream {
 	const struct fp4s_tokenizer *tok;
 	unsigned flags;      /* decode flags */
-	int started;         /* a non-skipped token has been seen (SentencePiece strips one space) */
+	/* a token has been seen: SentencePiece drops the leading space of the first piece (the dummy
+	 * prefix); set started = 1 after init when streaming a continuation of earlier text */
+	int started;
 	int n_pend;          /* bytes of an unfinished UTF-8 sequence held back */
 	unsigned char pend[4];
 };
