@@ -258,6 +258,8 @@ int fp4s_config_parse(const char *text, size_t len, const char *path, struct fp4
 	c->swiglu_alpha = 1.702;
 	c->full_attention_interval = 4;
 	c->linear_conv_kernel_dim = 4;
+	/* vLLM assumes one MTP layer for Qwen3-Next when the field is absent */
+	c->num_nextn_predict_layers = c->arch == FP4S_ARCH_QWEN3_NEXT;
 	c->attention_bias = c->arch == FP4S_ARCH_GPT_OSS;
 	c->max_window_layers = 0;
 	int64_t v;

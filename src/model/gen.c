@@ -26,6 +26,10 @@ static const struct preset presets[] = {
 	{"tiny-qwen3", FP4S_ARCH_QWEN3, 256, 512, 1024, 0, 2, 4, 2, 64, 0, 0},
 	{"tiny-qwen3-moe", FP4S_ARCH_QWEN3_MOE, 256, 512, 1024, 128, 2, 4, 2, 64, 8, 2},
 	{"tiny-gpt-oss", FP4S_ARCH_GPT_OSS, 256, 256, 1024, 0, 2, 4, 2, 64, 4, 2},
+	/* Qwen3-Next: the linear-attention sizes are set in preset_json (80B: nk 16, nv 32,
+	 * dk = dv = 128; tiny: nk 2, nv 4, dk = dv = 64), 4 layers so both layer kinds appear. */
+	{"qwen3-next-80b-a3b", FP4S_ARCH_QWEN3_NEXT, 2048, 5120, 151936, 512, 48, 16, 2, 256, 512, 10},
+	{"tiny-qwen3-next", FP4S_ARCH_QWEN3_NEXT, 256, 512, 1024, 64, 4, 4, 2, 64, 8, 2},
 };
 #define N_PRESETS ((int32_t)(sizeof presets / sizeof presets[0]))
 
@@ -82,7 +86,8 @@ static json_t *preset_json(const struct preset *p)
 {
 	json_t *j = json_object();
 	static const char *const arch_cls[] = {"LlamaForCausalLM", "Qwen3ForCausalLM",
-	                                      "Qwen3MoeForCausalLM", "GptOssForCausalLM"};
+	                                      "Qwen3MoeForCausalLM", "GptOssForCausalLM",
+	                                      "Qwen3NextForCausalLM"};
 	const struct special *sp;
 	int64_t base, span;
 	family(p->arch, p->V, &sp, &base, &span);
@@ -114,6 +119,31 @@ static json_t *preset_json(const struct preset *p)
 		                    json_pack("[I,I,I]", (json_int_t)(base + 1), (json_int_t)(base + 8),
 		                              (json_int_t)(base + 9)));
 		break;
+	case FP4S_ARCH_QWEN3_NEXT: {
+		int tiny = p->H < 1024;
+		json_object_set_new(j, "rms_norm_eps", json_real(1e-6));
+		json_object_set_new(j, "rope_theta", json_real(10000000.0));
+		json_object_set_new(j, "partial_rotary_factor", json_real(0.25));
+		json_object_set_new(j, "max_position_embeddings", json_integer(262144));
+		json_object_set_new(j, "attention_bias", json_false());
+		json_object_set_new(j, "full_attention_interval", json_integer(4));
+		json_object_set_new(j, "linear_num_key_heads", json_integer(tiny ? 2 : 16));
+		json_object_set_new(j, "linear_num_value_heads", json_integer(tiny ? 4 : 32));
+		json_object_set_new(j, "linear_key_head_dim", json_integer(tiny ? 64 : 128));
+		json_object_set_new(j, "linear_value_head_dim", json_integer(tiny ? 64 : 128));
+		json_object_set_new(j, "linear_conv_kernel_dim", json_integer(4));
+		json_object_set_new(j, "num_experts", json_integer(p->E));
+		json_object_set_new(j, "num_experts_per_tok", json_integer(p->k));
+		json_object_set_new(j, "moe_intermediate_size", json_integer(p->IE));
+		json_object_set_new(j, "shared_expert_intermediate_size", json_integer(p->IE));
+		json_object_set_new(j, "norm_topk_prob", json_true());
+		json_object_set_new(j, "decoder_sparse_step", json_integer(1));
+		json_object_set_new(j, "mlp_only_layers", json_array());
+		json_object_set_new(j, "num_nextn_predict_layers", json_integer(0));
+		json_object_set_new(j, "bos_token_id", json_integer(base));
+		json_object_set_new(j, "eos_token_id", json_integer(base + 2));
+		break;
+	}
 	case FP4S_ARCH_QWEN3:
 	case FP4S_ARCH_QWEN3_MOE:
 		json_object_set_new(j, "rms_norm_eps", json_real(1e-6));

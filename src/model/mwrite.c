@@ -104,7 +104,8 @@ static int quantized_role(enum fp4s_role r)
 {
 	/* Default exclusions: lm_head and routers stay high precision; embeddings, norms and
 	 * biases are not Linear layers at all. */
-	return r != FP4S_ROLE_LM_HEAD && r != FP4S_ROLE_ROUTER;
+	return r != FP4S_ROLE_LM_HEAD && r != FP4S_ROLE_ROUTER && r != FP4S_ROLE_SHARED_EXPERT_GATE &&
+	       r != FP4S_ROLE_MTP; /* ModelOpt defaults; mtp.fc ships BF16 (architectures.md §6.7) */
 }
 
 static int check_format(const struct fp4s_config *c, enum fp4s_qformat f, struct fp4s_error *err)
@@ -526,6 +527,10 @@ static int build_items(struct pipe *p, const struct fp4s_tspec *specs,
 		it->transposed = s->cls == FP4S_TC_PACKED_EXPERTS && it->kind == K_PLAIN;
 		it->key = fp4s_gen_key(seed, s->name);
 		role_dist(s->role, &it->mean, &it->std);
+		/* Qwen3-Next norms are zero-centred (y = x̂ (1 + w)), except the gated linear_attn.norm */
+		if (p->cfg->arch == FP4S_ARCH_QWEN3_NEXT && s->role == FP4S_ROLE_NORM &&
+		    !strstr(s->name, "linear_attn.norm"))
+			it->mean = 0.0f;
 		it->cols = s->shape[s->ndim - 1];
 		it->rows = 1;
 		for (int32_t d = 0; d + 1 < s->ndim; d++)
@@ -572,8 +577,12 @@ static json_t *exclude_list(const struct fp4s_config *c, enum fp4s_qformat f)
 	}
 	if (!c->tie_embeddings)
 		json_array_append_new(a, json_string("lm_head"));
-	if (c->arch == FP4S_ARCH_QWEN3_MOE)
+	if (c->arch == FP4S_ARCH_QWEN3_MOE || c->arch == FP4S_ARCH_QWEN3_NEXT)
 		json_array_append_new(a, json_string("model.layers.*.mlp.gate"));
+	if (c->arch == FP4S_ARCH_QWEN3_NEXT) {
+		json_array_append_new(a, json_string("model.layers.*.mlp.shared_expert_gate"));
+		json_array_append_new(a, json_string("mtp.fc"));
+	}
 	return a;
 }
 

@@ -65,12 +65,47 @@
 	X(L, "model.layers.%d.mlp.experts.down_proj", R(EXPERTS_DOWN), C(PACKED_EXPERTS), F(REQ), D(E), D(H), D(I)) \
 	X(L, "model.layers.%d.mlp.experts.down_proj_bias", R(EXPERTS_BIAS), C(FLOAT), F(REQ), D(E), D(H), N0)
 
+/* Qwen3-Next (architectures.md §6.2-§6.7): Gated DeltaNet or gated attention per layer, MoE with a
+ * shared expert everywhere, optional MTP head (its decoder layer, mtp.layers.0.*, is not in the
+ * table yet and is reported as unused). Norms are zero-centred (1 + w) except linear_attn.norm. */
+#define FP4S_TENSORS_QWEN3_NEXT(X)                                                                 \
+	T_GLOBALS(X)                                                                               \
+	X(L, "model.layers.%d.input_layernorm.weight", R(NORM), C(FLOAT), F(REQ), D(H), N0, N0)    \
+	X(L, "model.layers.%d.self_attn.q_proj.weight", R(ATTN_Q), C(LINEAR), F(REQ) | F(FULL_ATTN), D(2QD), D(H), N0) \
+	X(L, "model.layers.%d.self_attn.k_proj.weight", R(ATTN_K), C(LINEAR), F(REQ) | F(FULL_ATTN), D(KVD), D(H), N0) \
+	X(L, "model.layers.%d.self_attn.v_proj.weight", R(ATTN_V), C(LINEAR), F(REQ) | F(FULL_ATTN), D(KVD), D(H), N0) \
+	X(L, "model.layers.%d.self_attn.o_proj.weight", R(ATTN_O), C(LINEAR), F(REQ) | F(FULL_ATTN), D(H), D(QD), N0) \
+	X(L, "model.layers.%d.self_attn.q_norm.weight", R(NORM), C(FLOAT), F(REQ) | F(FULL_ATTN), D(HD), N0, N0) \
+	X(L, "model.layers.%d.self_attn.k_norm.weight", R(NORM), C(FLOAT), F(REQ) | F(FULL_ATTN), D(HD), N0, N0) \
+	X(L, "model.layers.%d.linear_attn.in_proj_qkvz.weight", R(GDN_IN), C(LINEAR), F(REQ) | F(LINEAR_ATTN), D(QKVZ), D(H), N0) \
+	X(L, "model.layers.%d.linear_attn.in_proj_ba.weight", R(GDN_IN), C(LINEAR), F(REQ) | F(LINEAR_ATTN), D(BA), D(H), N0) \
+	X(L, "model.layers.%d.linear_attn.conv1d.weight", R(GDN_PARAM), C(FLOAT), F(REQ) | F(LINEAR_ATTN), D(CONV), D(ONE), D(KC)) \
+	X(L, "model.layers.%d.linear_attn.dt_bias", R(GDN_PARAM), C(FLOAT), F(REQ) | F(LINEAR_ATTN), D(NV), N0, N0) \
+	X(L, "model.layers.%d.linear_attn.A_log", R(GDN_PARAM), C(FLOAT), F(REQ) | F(LINEAR_ATTN), D(NV), N0, N0) \
+	X(L, "model.layers.%d.linear_attn.norm.weight", R(NORM), C(FLOAT), F(REQ) | F(LINEAR_ATTN), D(DV), N0, N0) \
+	X(L, "model.layers.%d.linear_attn.out_proj.weight", R(GDN_OUT), C(LINEAR), F(REQ) | F(LINEAR_ATTN), D(H), D(VD), N0) \
+	X(L, "model.layers.%d.post_attention_layernorm.weight", R(NORM), C(FLOAT), F(REQ), D(H), N0, N0) \
+	T_DENSE_MLP(X, F(DENSE))                                                                   \
+	X(L, "model.layers.%d.mlp.gate.weight", R(ROUTER), C(LINEAR), F(REQ) | F(MOE), D(E), D(H), N0) \
+	X(EX, "model.layers.%d.mlp.experts.%d.gate_proj.weight", R(EXPERT_GATE), C(LINEAR), F(REQ) | F(MOE), D(IE), D(H), N0) \
+	X(EX, "model.layers.%d.mlp.experts.%d.up_proj.weight", R(EXPERT_UP), C(LINEAR), F(REQ) | F(MOE), D(IE), D(H), N0) \
+	X(EX, "model.layers.%d.mlp.experts.%d.down_proj.weight", R(EXPERT_DOWN), C(LINEAR), F(REQ) | F(MOE), D(H), D(IE), N0) \
+	X(L, "model.layers.%d.mlp.shared_expert.gate_proj.weight", R(SHARED_GATE), C(LINEAR), F(REQ) | F(MOE), D(SE), D(H), N0) \
+	X(L, "model.layers.%d.mlp.shared_expert.up_proj.weight", R(SHARED_UP), C(LINEAR), F(REQ) | F(MOE), D(SE), D(H), N0) \
+	X(L, "model.layers.%d.mlp.shared_expert.down_proj.weight", R(SHARED_DOWN), C(LINEAR), F(REQ) | F(MOE), D(H), D(SE), N0) \
+	X(L, "model.layers.%d.mlp.shared_expert_gate.weight", R(SHARED_EXPERT_GATE), C(LINEAR), F(REQ) | F(MOE), D(ONE), D(H), N0) \
+	X(G, "mtp.pre_fc_norm_embedding.weight", R(NORM), C(FLOAT), F(OPT) | F(MTP), D(H), N0, N0) \
+	X(G, "mtp.pre_fc_norm_hidden.weight", R(NORM), C(FLOAT), F(OPT) | F(MTP), D(H), N0, N0)   \
+	X(G, "mtp.fc.weight", R(MTP), C(LINEAR), F(OPT) | F(MTP), D(H), D(2H), N0)                 \
+	X(G, "mtp.norm.weight", R(NORM), C(FLOAT), F(OPT) | F(MTP), D(H), N0, N0)
+
 #define ENTRY(scope, pat, role, cls, flags, d0, d1, d2) {scope, pat, role, cls, flags, {d0, d1, d2}},
 
 static const struct fp4s_tentry llama_table[] = {FP4S_TENSORS_LLAMA(ENTRY)};
 static const struct fp4s_tentry qwen3_table[] = {FP4S_TENSORS_QWEN3(ENTRY)};
 static const struct fp4s_tentry qwen3_moe_table[] = {FP4S_TENSORS_QWEN3_MOE(ENTRY)};
 static const struct fp4s_tentry gpt_oss_table[] = {FP4S_TENSORS_GPT_OSS(ENTRY)};
+static const struct fp4s_tentry qwen3_next_table[] = {FP4S_TENSORS_QWEN3_NEXT(ENTRY)};
 
 static const struct {
 	const struct fp4s_tentry *t;
@@ -80,7 +115,7 @@ static const struct {
 	[FP4S_ARCH_QWEN3] = {qwen3_table, sizeof qwen3_table / sizeof qwen3_table[0]},
 	[FP4S_ARCH_QWEN3_MOE] = {qwen3_moe_table, sizeof qwen3_moe_table / sizeof qwen3_moe_table[0]},
 	[FP4S_ARCH_GPT_OSS] = {gpt_oss_table, sizeof gpt_oss_table / sizeof gpt_oss_table[0]},
-	[FP4S_ARCH_QWEN3_NEXT] = {NULL, 0},
+	[FP4S_ARCH_QWEN3_NEXT] = {qwen3_next_table, sizeof qwen3_next_table / sizeof qwen3_next_table[0]},
 };
 
 static const char *const role_names[FP4S_ROLE_COUNT] = {
@@ -94,6 +129,10 @@ static const char *const role_names[FP4S_ROLE_COUNT] = {
 	[FP4S_ROLE_EXPERT_GATE] = "expert_gate", [FP4S_ROLE_EXPERT_UP] = "expert_up",
 	[FP4S_ROLE_EXPERT_DOWN] = "expert_down", [FP4S_ROLE_EXPERTS_GATE_UP] = "experts_gate_up",
 	[FP4S_ROLE_EXPERTS_DOWN] = "experts_down", [FP4S_ROLE_EXPERTS_BIAS] = "experts_bias",
+	[FP4S_ROLE_SHARED_GATE] = "shared_gate", [FP4S_ROLE_SHARED_UP] = "shared_up",
+	[FP4S_ROLE_SHARED_DOWN] = "shared_down", [FP4S_ROLE_SHARED_EXPERT_GATE] = "shared_expert_gate",
+	[FP4S_ROLE_GDN_IN] = "gdn_in", [FP4S_ROLE_GDN_OUT] = "gdn_out",
+	[FP4S_ROLE_GDN_PARAM] = "gdn_param", [FP4S_ROLE_MTP] = "mtp",
 };
 
 const char *fp4s_role_name(enum fp4s_role r)
@@ -110,7 +149,9 @@ int fp4s_role_fuse_group(enum fp4s_role r)
 	case FP4S_ROLE_MLP_GATE:
 	case FP4S_ROLE_MLP_UP:
 	case FP4S_ROLE_EXPERT_GATE:
-	case FP4S_ROLE_EXPERT_UP: return 2;
+	case FP4S_ROLE_EXPERT_UP:
+	case FP4S_ROLE_SHARED_GATE:
+	case FP4S_ROLE_SHARED_UP: return 2;
 	default: return 0;
 	}
 }
@@ -129,6 +170,21 @@ int64_t fp4s_dim_value(const struct fp4s_config *c, enum fp4s_dim d)
 	case FP4S_D_2I: return 2 * c->intermediate;
 	case FP4S_D_IE: return c->moe_intermediate;
 	case FP4S_D_E: return c->n_experts;
+	case FP4S_D_ONE: return 1;
+	case FP4S_D_2QD: return 2 * (int64_t)c->n_heads * c->head_dim;
+	case FP4S_D_QKVZ:
+		return 2 * (int64_t)c->linear_num_key_heads * c->linear_key_head_dim +
+		       2 * (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+	case FP4S_D_BA: return 2 * (int64_t)c->linear_num_value_heads;
+	case FP4S_D_CONV:
+		return 2 * (int64_t)c->linear_num_key_heads * c->linear_key_head_dim +
+		       (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+	case FP4S_D_NV: return c->linear_num_value_heads;
+	case FP4S_D_DV: return c->linear_value_head_dim;
+	case FP4S_D_VD: return (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+	case FP4S_D_KC: return c->linear_conv_kernel_dim;
+	case FP4S_D_SE: return c->shared_expert_intermediate;
+	case FP4S_D_2H: return 2 * c->hidden;
 	}
 	return 0;
 }
@@ -154,6 +210,12 @@ static int applies(const struct fp4s_config *c, const struct fp4s_tentry *e, int
 	if (layer >= 0 && (e->flags & FP4S_TF_MOE) && !c->layer_is_moe[layer])
 		return 0;
 	if (layer >= 0 && (e->flags & FP4S_TF_DENSE) && c->layer_is_moe[layer])
+		return 0;
+	if (layer >= 0 && (e->flags & FP4S_TF_LINEAR_ATTN) && c->layer_kind[layer] != FP4S_LAYER_LINEAR)
+		return 0;
+	if (layer >= 0 && (e->flags & FP4S_TF_FULL_ATTN) && c->layer_kind[layer] == FP4S_LAYER_LINEAR)
+		return 0;
+	if ((e->flags & FP4S_TF_MTP) && c->num_nextn_predict_layers <= 0)
 		return 0;
 	return 1;
 }

@@ -37,6 +37,14 @@ enum fp4s_role {
 	FP4S_ROLE_EXPERTS_GATE_UP, /* gpt-oss packed [E, 2I, H], rows interleaved gate/up */
 	FP4S_ROLE_EXPERTS_DOWN,
 	FP4S_ROLE_EXPERTS_BIAS,
+	FP4S_ROLE_SHARED_GATE,     /* Qwen3-Next shared expert: gate/up/down projections */
+	FP4S_ROLE_SHARED_UP,
+	FP4S_ROLE_SHARED_DOWN,
+	FP4S_ROLE_SHARED_EXPERT_GATE, /* its sigmoid gate [1, H] */
+	FP4S_ROLE_GDN_IN,          /* Gated DeltaNet in_proj_qkvz / in_proj_ba */
+	FP4S_ROLE_GDN_OUT,
+	FP4S_ROLE_GDN_PARAM,       /* conv1d, dt_bias, A_log */
+	FP4S_ROLE_MTP,             /* MTP fc */
 	FP4S_ROLE_COUNT
 };
 
@@ -59,6 +67,17 @@ enum fp4s_dim {
 	FP4S_D_2I,   /* 2 * intermediate_size (gpt-oss gate_up) */
 	FP4S_D_IE,   /* moe_intermediate_size */
 	FP4S_D_E,    /* experts */
+	FP4S_D_ONE,  /* 1 */
+	FP4S_D_2QD,  /* 2 * num_attention_heads * head_dim (Qwen3-Next q_proj: query + gate) */
+	FP4S_D_QKVZ, /* 2 * nk * dk + 2 * nv * dv (Qwen3-Next in_proj_qkvz) */
+	FP4S_D_BA,   /* 2 * nv (in_proj_ba) */
+	FP4S_D_CONV, /* 2 * nk * dk + nv * dv (conv1d channels) */
+	FP4S_D_NV,   /* linear_num_value_heads */
+	FP4S_D_DV,   /* linear_value_head_dim */
+	FP4S_D_VD,   /* nv * dv */
+	FP4S_D_KC,   /* linear_conv_kernel_dim */
+	FP4S_D_SE,   /* shared_expert_intermediate_size */
+	FP4S_D_2H,   /* 2 * hidden_size (MTP fc) */
 };
 
 /* When an entry applies. */
@@ -70,6 +89,9 @@ enum {
 	FP4S_TF_MOE = 1 << 4,       /* only on MoE layers */
 	FP4S_TF_DENSE = 1 << 5,     /* only on dense layers */
 	FP4S_TF_MLP_BIAS = 1 << 6,  /* only when mlp_bias */
+	FP4S_TF_LINEAR_ATTN = 1 << 7, /* only on Gated DeltaNet layers (Qwen3-Next) */
+	FP4S_TF_FULL_ATTN = 1 << 8, /* only on attention layers (full or sliding) */
+	FP4S_TF_MTP = 1 << 9,       /* only when num_nextn_predict_layers > 0 */
 };
 
 enum fp4s_scope { FP4S_SCOPE_GLOBAL = 0, FP4S_SCOPE_LAYER, FP4S_SCOPE_EXPERT };
@@ -98,7 +120,7 @@ const char *fp4s_role_name(enum fp4s_role r);
 /* Fused group of a role: 1 = q/k/v, 2 = gate/up (dense or per expert), 0 = none. */
 int fp4s_role_fuse_group(enum fp4s_role r);
 int64_t fp4s_dim_value(const struct fp4s_config *c, enum fp4s_dim d);
-/* The table of an architecture, or NULL (qwen3_next: config only for now). */
+/* The table of an architecture (NULL when there is none). */
 const struct fp4s_tentry *fp4s_arch_table(enum fp4s_arch a, int32_t *n);
 /* Expands the architecture's table against the config into *out (malloc'd, caller frees). */
 int fp4s_tensors_expand(const struct fp4s_config *c, struct fp4s_tspec **out, int32_t *n,

@@ -10,7 +10,7 @@ fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
-for p in tiny-llama3 tiny-qwen3 tiny-qwen3-moe tiny-gpt-oss; do
+for p in tiny-llama3 tiny-qwen3 tiny-qwen3-moe tiny-qwen3-next tiny-gpt-oss; do
 	"$bin" gen --preset $p --format bf16 --seed 3 --shard-mb 1 "$tmp/$p-bf16" 2>/dev/null || bad "gen $p bf16"
 	fmts="nvfp4 nvfp4-ct"
 	[ $p = tiny-gpt-oss ] && fmts=mxfp4

@@ -51,6 +51,11 @@ static void test_bytes(void)
 	check_within("qwen3-30b-a3b bf16", bytes_per_token("qwen3-30b-a3b", FP4S_QF_BF16, &act), 6.08e9,
 	             0.03);
 	CHECK_NEAR(act / 1e9, 3.0, 0.1);
+	check_within("qwen3-next-80b-a3b nvfp4 (all linears)",
+	             bytes_per_token("qwen3-next-80b-a3b", FP4S_QF_NVFP4, NULL), 2.5e9, 0.03);
+	check_within("qwen3-next-80b-a3b bf16", bytes_per_token("qwen3-next-80b-a3b", FP4S_QF_BF16, &act),
+	             7.1e9, 0.03);
+	CHECK_NEAR(act / 1e9, 3.5, 0.1);
 	/* KV: 4K context of llama3-8b is 0.54 GB (performance.md §3.4) */
 	struct fp4s_config c;
 	struct fp4s_error err;
@@ -132,7 +137,7 @@ static void test_configs(void)
 	CHECK_EQ_INT(experts, 8);
 	free(s);
 	fp4s_config_free(&c);
-	/* qwen3_next: config parses (interval-derived layer kinds); its table comes later */
+	/* qwen3_next: interval-derived layer kinds; GDN tensors only on linear layers */
 	CHECK_EQ_INT(parse("{\"model_type\":\"qwen3_next\",\"hidden_size\":2048,\"num_hidden_layers\":8,"
 	                   "\"num_attention_heads\":16,\"num_key_value_heads\":2,\"head_dim\":256,"
 	                   "\"intermediate_size\":5120,\"vocab_size\":151936,\"num_experts\":512,"
@@ -149,7 +154,17 @@ static void test_configs(void)
 	CHECK_NEAR(c.rope.partial_rotary_factor, 0.25, 0);
 	CHECK_EQ_INT(c.linear_num_value_heads, 32);
 	CHECK_EQ_INT(c.shared_expert_intermediate, 512);
-	CHECK_EQ_INT(fp4s_tensors_expand(&c, &s, &n, &err), FP4S_EUNSUPPORTED);
+	CHECK_EQ_INT(fp4s_tensors_expand(&c, &s, &n, &err), 0);
+	int gdn = 0, gated_q = 0, mtp = 0;
+	for (int32_t i = 0; i < n; i++) {
+		gdn += s[i].role == FP4S_ROLE_GDN_OUT;
+		gated_q += s[i].role == FP4S_ROLE_ATTN_Q && s[i].shape[0] == 2 * 16 * 256;
+		mtp += s[i].role == FP4S_ROLE_MTP;
+	}
+	CHECK_EQ_INT(gdn, 6);     /* layers 0,1,2,4,5,6 */
+	CHECK_EQ_INT(gated_q, 2); /* layers 3, 7: q_proj carries query and gate */
+	CHECK_EQ_INT(mtp, 1);     /* num_nextn_predict_layers absent: 1, as vLLM assumes */
+	free(s);
 	fp4s_config_free(&c);
 	/* bad values are rejected with the field named */
 	CHECK_EQ_INT(parse("{\"model_type\":\"llama\",\"hidden_size\":-5,\"num_hidden_layers\":2,"

@@ -174,6 +174,7 @@ static void roundtrip(const char *root, const char *preset, enum fp4s_qformat f)
 			enum fp4s_role r = wq->spec->role;
 			if (f != FP4S_QF_MXFP4)
 				CHECK_MSG(r == FP4S_ROLE_LM_HEAD || r == FP4S_ROLE_ROUTER ||
+				                  r == FP4S_ROLE_SHARED_EXPERT_GATE || r == FP4S_ROLE_MTP ||
 				                  wq->spec->cls == FP4S_TC_FLOAT,
 				          "%s left unquantized", wq->spec->name);
 		}
@@ -218,16 +219,42 @@ static void test_generator(const char *root)
 	free(ba), free(bb), free(a), free(b), free(d1), free(d2);
 }
 
+/* Fused siblings with different per-tensor scales keep one each (never the max). */
+static void test_per_shard_scales(const char *root)
+{
+	char *d = mt_path(root, "shards");
+	CHECK_EQ_INT(mt_gen("tiny-llama3", d, FP4S_QF_NVFP4, 9, 0), 0);
+	char *st = mt_path(d, "model.safetensors");
+	float v = 1.5e-5f;
+	CHECK(!mt_patch_tensor(st, "model.layers.1.self_attn.k_proj.weight_scale_2", 0, &v, 4));
+	struct fp4s_model m;
+	struct fp4s_error err = {0};
+	CHECK_EQ_INT(fp4s_model_open(d, &m, &err), 0);
+	const struct fp4s_weight *q = fp4s_model_find(&m, "model.layers.1.self_attn.q_proj.weight"),
+	                         *k = fp4s_model_find(&m, "model.layers.1.self_attn.k_proj.weight"),
+	                         *o = fp4s_model_find(&m, "model.layers.1.self_attn.o_proj.weight"),
+	                         *q0 = fp4s_model_find(&m, "model.layers.0.self_attn.q_proj.weight");
+	CHECK(q && k && o && q0);
+	if (q && k && o && q0) {
+		CHECK(k->ws2 == v && q->ws2 != v);
+		CHECK(!q->group_scale_shared && !k->group_scale_shared);
+		CHECK(o->group_scale_shared && q0->group_scale_shared);
+	}
+	fp4s_model_close(&m);
+	free(st), free(d);
+}
+
 int main(void)
 {
 	char *root = mt_tmpdir();
 	test_generator(root);
-	static const char *const nv[] = {"tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe"};
-	for (int i = 0; i < 3; i++) {
+	static const char *const nv[] = {"tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-qwen3-next"};
+	for (int i = 0; i < 4; i++) {
 		roundtrip(root, nv[i], FP4S_QF_NVFP4);
 		roundtrip(root, nv[i], FP4S_QF_NVFP4_CT);
 	}
 	roundtrip(root, "tiny-gpt-oss", FP4S_QF_MXFP4);
+	test_per_shard_scales(root);
 	/* formats that do not apply are refused with a message */
 	struct fp4s_write_opts o = {.format = FP4S_QF_MXFP4};
 	struct fp4s_error err = {0};
