@@ -259,9 +259,12 @@ def hf_model_for(d):
     qc = getattr(cfg, "quantization_config", None)
     if isinstance(qc, dict) and qc.get("quant_method") == "mxfp4":
         from transformers import Mxfp4Config
-        return AutoModelForCausalLM.from_pretrained(
+        # The dequantized experts come back in BF16 (exact for MXFP4); .float() makes the
+        # expert matmuls FP32 like the rest, so the oracle's own rounding stays below 1e-6.
+        model = AutoModelForCausalLM.from_pretrained(
             d, quantization_config=Mxfp4Config(dequantize=True), dtype=torch.float32,
-            attn_implementation="eager"), "transformers Mxfp4Config(dequantize=True)"
+            attn_implementation="eager")
+        return model.float(), "transformers Mxfp4Config(dequantize=True), computed in FP32"
     if qc is not None and hasattr(cfg, "quantization_config"):
         del cfg.quantization_config
     if "-bf16" in d or "stories" in d:
