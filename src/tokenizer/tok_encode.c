@@ -310,6 +310,8 @@ static inline int nfc_safe_at(const struct fp4s_tokenizer *tok, const unsigned c
 
 static int append(char **buf, size_t *n, size_t *cap, const void *s, size_t k)
 {
+	if (k == 0)
+		return 0; /* nothing to copy, and *buf may still be NULL */
 	if (*n + k > *cap) {
 		size_t c = *cap ? *cap * 2 : 256;
 		while (c < *n + k)
