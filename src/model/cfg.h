@@ -66,6 +66,10 @@ struct fp4s_config {
 	int32_t linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim;
 	int64_t shared_expert_intermediate;
 	int32_t num_nextn_predict_layers;
+	/* Set by the loader, not config.json: routed experts stored fused per layer as transformers
+	 * v5 re-saves them (mlp.experts.gate_up_proj [E, 2 I_e, H], gate half first, and
+	 * mlp.experts.down_proj [E, H, I_e]) instead of the hub's per-expert tensors. */
+	int32_t experts_fused;
 	/* tokens */
 	int64_t bos_token_id, pad_token_id; /* -1 when absent */
 	int64_t eos_token_ids[8];

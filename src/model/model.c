@@ -375,9 +375,18 @@ int fp4s_model_open(const char *dir, struct fp4s_model *m, struct fp4s_error *er
 		                    "%s: quant_method mxfp4 is only defined for gpt_oss, not %s", path,
 		                    fp4s_arch_name(m->cfg.arch));
 	if (!rc)
-		rc = fp4s_tensors_expand(&m->cfg, &m->specs, &m->n, err);
-	if (!rc)
 		rc = fp4s_st_open(dir, &m->st, err);
+	if (!rc) {
+		/* transformers-v5 re-saves carry fused routed experts; probe the first MoE layer */
+		for (int32_t l = 0; l < m->cfg.n_layers; l++)
+			if (m->cfg.layer_is_moe[l] && m->cfg.arch != FP4S_ARCH_GPT_OSS) {
+				char nm[96];
+				snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.gate_up_proj", l);
+				m->cfg.experts_fused = fp4s_st_find(&m->st, nm) != NULL;
+				break;
+			}
+		rc = fp4s_tensors_expand(&m->cfg, &m->specs, &m->n, err);
+	}
 	if (!rc) {
 		m->w = calloc((size_t)(m->n ? m->n : 1), sizeof *m->w);
 		if (!m->w)

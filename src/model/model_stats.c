@@ -12,7 +12,8 @@ static int is_expert(enum fp4s_role r)
 {
 	return r == FP4S_ROLE_EXPERT_GATE || r == FP4S_ROLE_EXPERT_UP || r == FP4S_ROLE_EXPERT_DOWN ||
 	       r == FP4S_ROLE_EXPERTS_GATE_UP || r == FP4S_ROLE_EXPERTS_DOWN ||
-	       r == FP4S_ROLE_EXPERTS_BIAS;
+	       r == FP4S_ROLE_EXPERTS_BIAS || r == FP4S_ROLE_EXPERTS_GATE_UP_CAT ||
+	       r == FP4S_ROLE_EXPERTS_DOWN_CAT;
 }
 
 void fp4s_model_stats(const struct fp4s_config *c, const struct fp4s_weight *w, int32_t n,

@@ -42,6 +42,15 @@
 	X(L, "model.layers.%d.mlp.up_proj.weight", R(MLP_UP), C(LINEAR), F(REQ) | when, D(I), D(H), N0) \
 	X(L, "model.layers.%d.mlp.down_proj.weight", R(MLP_DOWN), C(LINEAR), F(REQ) | when, D(H), D(I), N0)
 
+/* Routed experts: per-expert tensors as on the hub, or the transformers-v5 fused pair
+ * (architectures.md §4.2, §14 item 10); the loader picks one by probing the checkpoint. */
+#define T_ROUTED_EXPERTS(X)                                                                        \
+	X(EX, "model.layers.%d.mlp.experts.%d.gate_proj.weight", R(EXPERT_GATE), C(LINEAR), F(REQ) | F(MOE) | F(PER_EXPERT), D(IE), D(H), N0) \
+	X(EX, "model.layers.%d.mlp.experts.%d.up_proj.weight", R(EXPERT_UP), C(LINEAR), F(REQ) | F(MOE) | F(PER_EXPERT), D(IE), D(H), N0) \
+	X(EX, "model.layers.%d.mlp.experts.%d.down_proj.weight", R(EXPERT_DOWN), C(LINEAR), F(REQ) | F(MOE) | F(PER_EXPERT), D(H), D(IE), N0) \
+	X(L, "model.layers.%d.mlp.experts.gate_up_proj", R(EXPERTS_GATE_UP_CAT), C(FLOAT), F(REQ) | F(MOE) | F(FUSED_EXPERTS), D(E), D(2IE), D(H)) \
+	X(L, "model.layers.%d.mlp.experts.down_proj", R(EXPERTS_DOWN_CAT), C(FLOAT), F(REQ) | F(MOE) | F(FUSED_EXPERTS), D(E), D(H), D(IE))
+
 #define FP4S_TENSORS_LLAMA(X) T_GLOBALS(X) T_ATTN(X) T_DENSE_MLP(X, 0)
 
 #define FP4S_TENSORS_QWEN3(X) T_GLOBALS(X) T_ATTN(X) T_QK_NORM(X) T_DENSE_MLP(X, 0)
@@ -50,9 +59,7 @@
 #define FP4S_TENSORS_QWEN3_MOE(X)                                                                  \
 	T_GLOBALS(X) T_ATTN(X) T_QK_NORM(X) T_DENSE_MLP(X, F(DENSE))                               \
 	X(L, "model.layers.%d.mlp.gate.weight", R(ROUTER), C(LINEAR), F(REQ) | F(MOE), D(E), D(H), N0) \
-	X(EX, "model.layers.%d.mlp.experts.%d.gate_proj.weight", R(EXPERT_GATE), C(LINEAR), F(REQ) | F(MOE), D(IE), D(H), N0) \
-	X(EX, "model.layers.%d.mlp.experts.%d.up_proj.weight", R(EXPERT_UP), C(LINEAR), F(REQ) | F(MOE), D(IE), D(H), N0) \
-	X(EX, "model.layers.%d.mlp.experts.%d.down_proj.weight", R(EXPERT_DOWN), C(LINEAR), F(REQ) | F(MOE), D(H), D(IE), N0)
+	T_ROUTED_EXPERTS(X)
 
 /* gpt-oss (architectures.md §5.2): packed experts, attention biases and sinks. */
 #define FP4S_TENSORS_GPT_OSS(X)                                                                    \
@@ -87,9 +94,7 @@
 	X(L, "model.layers.%d.post_attention_layernorm.weight", R(NORM), C(FLOAT), F(REQ), D(H), N0, N0) \
 	T_DENSE_MLP(X, F(DENSE))                                                                   \
 	X(L, "model.layers.%d.mlp.gate.weight", R(ROUTER), C(LINEAR), F(REQ) | F(MOE), D(E), D(H), N0) \
-	X(EX, "model.layers.%d.mlp.experts.%d.gate_proj.weight", R(EXPERT_GATE), C(LINEAR), F(REQ) | F(MOE), D(IE), D(H), N0) \
-	X(EX, "model.layers.%d.mlp.experts.%d.up_proj.weight", R(EXPERT_UP), C(LINEAR), F(REQ) | F(MOE), D(IE), D(H), N0) \
-	X(EX, "model.layers.%d.mlp.experts.%d.down_proj.weight", R(EXPERT_DOWN), C(LINEAR), F(REQ) | F(MOE), D(H), D(IE), N0) \
+	T_ROUTED_EXPERTS(X) \
 	X(L, "model.layers.%d.mlp.shared_expert.gate_proj.weight", R(SHARED_GATE), C(LINEAR), F(REQ) | F(MOE), D(SE), D(H), N0) \
 	X(L, "model.layers.%d.mlp.shared_expert.up_proj.weight", R(SHARED_UP), C(LINEAR), F(REQ) | F(MOE), D(SE), D(H), N0) \
 	X(L, "model.layers.%d.mlp.shared_expert.down_proj.weight", R(SHARED_DOWN), C(LINEAR), F(REQ) | F(MOE), D(H), D(SE), N0) \
@@ -133,6 +138,7 @@ static const char *const role_names[FP4S_ROLE_COUNT] = {
 	[FP4S_ROLE_SHARED_DOWN] = "shared_down", [FP4S_ROLE_SHARED_EXPERT_GATE] = "shared_expert_gate",
 	[FP4S_ROLE_GDN_IN] = "gdn_in", [FP4S_ROLE_GDN_OUT] = "gdn_out",
 	[FP4S_ROLE_GDN_PARAM] = "gdn_param", [FP4S_ROLE_MTP] = "mtp",
+	[FP4S_ROLE_EXPERTS_GATE_UP_CAT] = "experts_gate_up", [FP4S_ROLE_EXPERTS_DOWN_CAT] = "experts_down",
 };
 
 const char *fp4s_role_name(enum fp4s_role r)
@@ -185,6 +191,7 @@ int64_t fp4s_dim_value(const struct fp4s_config *c, enum fp4s_dim d)
 	case FP4S_D_KC: return c->linear_conv_kernel_dim;
 	case FP4S_D_SE: return c->shared_expert_intermediate;
 	case FP4S_D_2H: return 2 * c->hidden;
+	case FP4S_D_2IE: return 2 * c->moe_intermediate;
 	}
 	return 0;
 }
@@ -216,6 +223,10 @@ static int applies(const struct fp4s_config *c, const struct fp4s_tentry *e, int
 	if (layer >= 0 && (e->flags & FP4S_TF_FULL_ATTN) && c->layer_kind[layer] == FP4S_LAYER_LINEAR)
 		return 0;
 	if ((e->flags & FP4S_TF_MTP) && c->num_nextn_predict_layers <= 0)
+		return 0;
+	if ((e->flags & FP4S_TF_PER_EXPERT) && c->experts_fused)
+		return 0;
+	if ((e->flags & FP4S_TF_FUSED_EXPERTS) && !c->experts_fused)
 		return 0;
 	return 1;
 }

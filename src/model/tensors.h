@@ -45,6 +45,8 @@ enum fp4s_role {
 	FP4S_ROLE_GDN_OUT,
 	FP4S_ROLE_GDN_PARAM,       /* conv1d, dt_bias, A_log */
 	FP4S_ROLE_MTP,             /* MTP fc */
+	FP4S_ROLE_EXPERTS_GATE_UP_CAT, /* transformers v5 fused [E, 2 I_e, H]: gate rows, then up */
+	FP4S_ROLE_EXPERTS_DOWN_CAT,    /* transformers v5 fused [E, H, I_e] */
 	FP4S_ROLE_COUNT
 };
 
@@ -78,6 +80,7 @@ enum fp4s_dim {
 	FP4S_D_KC,   /* linear_conv_kernel_dim */
 	FP4S_D_SE,   /* shared_expert_intermediate_size */
 	FP4S_D_2H,   /* 2 * hidden_size (MTP fc) */
+	FP4S_D_2IE,  /* 2 * moe_intermediate_size */
 };
 
 /* When an entry applies. */
@@ -92,6 +95,8 @@ enum {
 	FP4S_TF_LINEAR_ATTN = 1 << 7, /* only on Gated DeltaNet layers (Qwen3-Next) */
 	FP4S_TF_FULL_ATTN = 1 << 8, /* only on attention layers (full or sliding) */
 	FP4S_TF_MTP = 1 << 9,       /* only when num_nextn_predict_layers > 0 */
+	FP4S_TF_PER_EXPERT = 1 << 10, /* only with per-expert tensors (the hub layout) */
+	FP4S_TF_FUSED_EXPERTS = 1 << 11, /* only with transformers-v5 fused expert tensors */
 };
 
 enum fp4s_scope { FP4S_SCOPE_GLOBAL = 0, FP4S_SCOPE_LAYER, FP4S_SCOPE_EXPERT };
