@@ -256,6 +256,11 @@ static int check_scales(const struct fp4s_model *m, const struct fp4s_weight *w,
 		                      "%s: tensor %s_scales: byte 0x%02X at index %zu is the E8M0 NaN "
 		                      "encoding, expected an exponent in 0..254",
 		                      w->file, w->spec->name, w->scales[bad], bad);
+	/* 253/254 are legal but large elements overflow BF16 there (formats.md §1 item 6): warn. */
+	if (w->fmt == FP4S_WF_MXFP4 && fp4s_check_e8m0_scales(w->scales, w->scale_bytes, 1, &bad))
+		FP4S_WARN("%s: tensor %s_scales: byte 0x%02X at index %zu: elements up to 6 x 2^%d "
+		          "overflow BF16",
+		          w->file, w->spec->name, w->scales[bad], bad, (int)w->scales[bad] - 127);
 	return FP4S_OK;
 }
 

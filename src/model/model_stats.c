@@ -6,6 +6,9 @@
  * tensors and the packed gpt-oss blocks alike); norms, biases, routers in full. */
 #include "model/model.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "util/progress.h"
 
 static int is_expert(enum fp4s_role r)
@@ -68,9 +71,21 @@ int fp4s_model_upload(const struct fp4s_model *m, fp4s_upload_fn fn, void *ctx,
 	struct fp4s_progress p;
 	fp4s_progress_init(&p, "upload", total);
 	int rc = FP4S_OK;
+	const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	for (int32_t i = 0; i < m->n && !rc; i++) {
 		if (!m->w[i].present)
 			continue;
+		/* Cold loads read the mapping front to back: tell the kernel (calm does the same with
+		 * posix_fadvise), so readahead is large. Advice failures are harmless. */
+		const void *parts[2] = {m->w[i].data, m->w[i].scales};
+		uint64_t lens[2] = {m->w[i].data_bytes, m->w[i].scale_bytes};
+		for (int k = 0; k < 2; k++)
+			if (parts[k] && lens[k] && !m->owned) {
+				uintptr_t a = (uintptr_t)parts[k] & ~(page - 1);
+				size_t len = (size_t)((uintptr_t)parts[k] + lens[k] - a);
+				madvise((void *)a, len, MADV_SEQUENTIAL);
+				madvise((void *)a, len, MADV_WILLNEED);
+			}
 		rc = fn(ctx, &m->w[i], err);
 		fp4s_progress_add(&p, m->w[i].data_bytes + m->w[i].scale_bytes);
 	}
