@@ -186,12 +186,16 @@ struct pipe {
 	struct fp4s_st_writer w;
 };
 
+/* Element i of an input tensor. memcpy loads: safetensors offsets need not be aligned. */
 static float in_value(const struct fp4s_weight *w, uint64_t i)
 {
+	const uint8_t *p = w->data;
+	uint16_t h;
+	float f;
 	switch (w->fmt) {
-	case FP4S_WF_BF16: return fp4s_bf16_to_f32(((const uint16_t *)w->data)[i]);
-	case FP4S_WF_F16: return fp4s_f16_to_f32(((const uint16_t *)w->data)[i]);
-	default: return ((const float *)w->data)[i];
+	case FP4S_WF_BF16: memcpy(&h, p + 2 * i, 2); return fp4s_bf16_to_f32(h);
+	case FP4S_WF_F16: memcpy(&h, p + 2 * i, 2); return fp4s_f16_to_f32(h);
+	default: memcpy(&f, p + 4 * i, 4); return f;
 	}
 }
 

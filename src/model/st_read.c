@@ -202,10 +202,14 @@ int fp4s_st_parse(const uint8_t *buf, size_t len, const char *fname, struct fp4s
 		h->n++;
 	}
 	qsort(h->tensors, (size_t)h->n, sizeof *h->tensors, cmp_begin);
-	for (int32_t i = 1; i < h->n; i++) {
-		const struct fp4s_st_tensor *a = &h->tensors[i - 1], *b = &h->tensors[i];
-		/* Empty tensors occupy no bytes and cannot overlap anything. */
-		if (b->begin < a->end && b->end > b->begin) {
+	/* Sorted by begin, a tensor overlaps an earlier one iff it starts before the furthest end
+	 * seen so far. Empty tensors occupy no bytes: they neither overlap nor extend that end. */
+	const struct fp4s_st_tensor *a = NULL;
+	for (int32_t i = 0; i < h->n; i++) {
+		const struct fp4s_st_tensor *b = &h->tensors[i];
+		if (b->end == b->begin)
+			continue;
+		if (a && b->begin < a->end) {
 			rc = fp4s_error_set(err, FP4S_EFORMAT,
 			                    "%s: tensors %s [%llu, %llu) and %s [%llu, %llu) overlap", fname,
 			                    a->name, (unsigned long long)a->begin,
@@ -213,6 +217,8 @@ int fp4s_st_parse(const uint8_t *buf, size_t len, const char *fname, struct fp4s
 			                    (unsigned long long)b->begin, (unsigned long long)b->end);
 			goto out;
 		}
+		if (!a || b->end > a->end)
+			a = b;
 	}
 out:
 	json_decref(root);

@@ -77,6 +77,11 @@ static void test_header_level(void)
 	                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
 	                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
 	                  16, FP4S_EFORMAT, "tensors a", "overlap");
+	expect_parse_fail("overlap across an empty tensor",
+	                  "{\"c\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+	                  "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
+	                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+	                  16, FP4S_EFORMAT, "tensors c", "overlap");
 	expect_parse_fail("dtype x shape != bytes",
 	                  "{\"w\":{\"dtype\":\"BF16\",\"shape\":[3,4],\"data_offsets\":[0,12]}}", 12,
 	                  FP4S_EFORMAT, "tensor w", "needs 24 bytes but data_offsets span 12");
