@@ -87,6 +87,7 @@ struct fp4s_samp_logprob {
 struct fp4s_samp_result {
 	int32_t token;
 	float logprob; /* chosen token's logprob when params.logprobs, else 0 */
+	int32_t rank;  /* 1 + tokens with a strictly larger logprob (vLLM's rank), when logprobs */
 	int32_t n_top; /* <= top_logprobs; fewer when fewer tokens have a finite logprob */
 	struct fp4s_samp_logprob top[FP4S_SAMP_MAX_TOP_LOGPROBS]; /* descending, ties: lower id first */
 };

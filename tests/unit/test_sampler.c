@@ -81,6 +81,44 @@ static void softmax_d(const float *l, int32_t V, double T, double *p)
 		p[i] /= z;
 }
 
+/* The exact top_p set of (unnormalised) probabilities p[V]: rank by (p desc, id asc), keep while the mass
+ * strictly above is < top_p. Marks in[] and returns the count. Shell sort: no comparator through
+ * a global is needed. */
+static int32_t exact_nucleus(const double *p, int32_t V, double top_p, char *in)
+{
+	struct pr {
+		double p;
+		int32_t id;
+	} *ps = malloc((size_t)V * sizeof *ps);
+	for (int32_t i = 0; i < V; i++)
+		ps[i] = (struct pr){p[i], i};
+	for (int32_t gap = V / 2; gap > 0; gap /= 2)
+		for (int32_t i = gap; i < V; i++) {
+			struct pr t = ps[i];
+			int32_t j = i;
+			while (j >= gap &&
+			       (ps[j - gap].p < t.p || (ps[j - gap].p == t.p && ps[j - gap].id > t.id))) {
+				ps[j] = ps[j - gap];
+				j -= gap;
+			}
+			ps[j] = t;
+		}
+	/* p need not be normalised: the target scales with the total, which keeps all-equal
+	 * weights exact (sixths of 1 summed in double are not) */
+	double cum = 0.0, total = 0.0;
+	for (int32_t i = 0; i < V; i++)
+		total += p[i];
+	int32_t n = 0;
+	memset(in, 0, (size_t)V);
+	for (int32_t i = 0; i < V && cum < top_p * total; i++) {
+		cum += ps[i].p;
+		in[ps[i].id] = 1;
+		n++;
+	}
+	free(ps);
+	return n;
+}
+
 static int init(struct fp4s_sampler *s, const struct fp4s_sampling *p, int32_t V)
 {
 	struct fp4s_error err = {0};
@@ -282,29 +320,8 @@ static void test_top_p(void)
 	for (int32_t i = 0; i < V; i++)
 		lv[i] = (float)t_rand_normal() * 2.0f;
 	softmax_d(lv, V, 1.0, pv);
-	/* the exact nucleus: rank by (p desc, id asc); keep while the mass strictly above < 0.9 */
-	double target = 0.9, cum = 0.0;
 	char *in = calloc((size_t)V, 1);
-	struct pr { double p; int32_t id; } *ps = malloc((size_t)V * sizeof *ps);
-	for (int32_t i = 0; i < V; i++)
-		ps[i] = (struct pr){pv[i], i};
-	/* shell sort: no qsort comparator through a global needed */
-	for (int32_t gap = V / 2; gap > 0; gap /= 2)
-		for (int32_t i = gap; i < V; i++) {
-			struct pr t = ps[i];
-			int32_t j = i;
-			while (j >= gap && (ps[j - gap].p < t.p || (ps[j - gap].p == t.p && ps[j - gap].id > t.id))) {
-				ps[j] = ps[j - gap];
-				j -= gap;
-			}
-			ps[j] = t;
-		}
-	int32_t nucleus = 0;
-	for (int32_t i = 0; i < V && cum < target; i++) {
-		cum += ps[i].p;
-		in[ps[i].id] = 1;
-		nucleus++;
-	}
+	int32_t nucleus = exact_nucleus(pv, V, 0.9, in);
 	p.top_p = 0.9f;
 	CHECK(init(&s, &p, V) == 0);
 	int bad = 0;
@@ -317,7 +334,6 @@ static void test_top_p(void)
 	CHECK_MSG(bad == 0, "top_p=0.9 over %d tokens: %d draws outside the nucleus of %d", (int)V,
 	          bad, (int)nucleus);
 	fp4s_samp_free(&s);
-	free(ps);
 	free(in);
 	free(pv);
 	free(lv);
@@ -559,6 +575,10 @@ static void test_logprobs(void)
 		memcpy(buf, l, (size_t)V * sizeof *buf);
 		CHECK(fp4s_samp_sample(&s, buf, V, &r, NULL) == 0);
 		CHECK_NEAR(r.logprob, lp[r.token], 1e-5);
+		int32_t rank = 1;
+		for (int32_t i = 0; i < V; i++)
+			rank += l[i] > l[r.token];
+		CHECK_EQ_INT(r.rank, rank);
 		CHECK_EQ_INT(r.n_top, 5);
 		CHECK_EQ_INT(r.top[0].token, 17);
 		CHECK_EQ_INT(r.top[1].token, 18);
@@ -718,6 +738,150 @@ static void test_combined(void)
 	fp4s_samp_free(&s);
 }
 
+/* top_k keeps every token tied with the k-th largest (vLLM masks logits < kth only) */
+static void test_top_k_ties(void)
+{
+	const float l[6] = {3.0f, 2.0f, 2.0f, 2.0f, 1.0f, 0.0f};
+	struct fp4s_sampling p;
+	fp4s_samp_defaults(&p);
+	p.top_k = 2;
+	p.has_seed = true;
+	p.seed = 77;
+	struct fp4s_sampler s;
+	CHECK(init(&s, &p, 6) == 0);
+	long counts[6];
+	const long N = 100000;
+	CHECK(draw(&s, l, 6, N, counts) == 0);
+	CHECK_EQ_INT(counts[4] + counts[5], 0);
+	float masked[6] = {3.0f, 2.0f, 2.0f, 2.0f, -INFINITY, -INFINITY};
+	double e[6];
+	softmax_d(masked, 6, 1.0, e);
+	int dof;
+	double x = chi2(counts, e, 6, N, &dof);
+	CHECK_EQ_INT(dof, 3);
+	CHECK_MSG(x < chi2_crit(dof), "top_k ties: chi2 = %.2f", x);
+	fp4s_samp_free(&s);
+}
+
+/* top_p over many repeated values: the kept set is exactly the (p desc, id asc) prefix, which
+ * exercises the tie handling of the weighted selection; all-equal logits keep the lowest ids. */
+static void test_top_p_ties(void)
+{
+	const int32_t V = 6000;
+	float *l = malloc((size_t)V * sizeof *l), *buf = malloc((size_t)V * sizeof *buf);
+	double *pv = malloc((size_t)V * sizeof *pv);
+	char *in = malloc((size_t)V);
+	struct fp4s_sampling p;
+	fp4s_samp_defaults(&p);
+	p.has_seed = true;
+	p.seed = 31337;
+	struct fp4s_sampler s;
+	for (int round = 0; round < 2; round++) {
+		for (int32_t i = 0; i < V; i++)
+			l[i] = round == 0 ? (float)(t_rand_u64() % 4) : 0.0f;
+		for (int32_t i = 0; i < V; i++)
+			pv[i] = exp((double)l[i]); /* unnormalised; exact ones in the all-equal round */
+		p.top_p = round == 0 ? 0.7f : 0.5f;
+		int32_t n = exact_nucleus(pv, V, p.top_p, in);
+		if (round == 1)
+			CHECK_EQ_INT(n, V / 2);
+		CHECK(init(&s, &p, V) == 0);
+		int bad = 0, hi = -1;
+		for (int it = 0; it < 5000; it++) {
+			struct fp4s_samp_result r;
+			memcpy(buf, l, (size_t)V * sizeof *buf);
+			CHECK(fp4s_samp_sample(&s, buf, V, &r, NULL) == 0);
+			bad += !in[r.token];
+			hi = r.token > hi ? r.token : hi;
+		}
+		CHECK_MSG(bad == 0, "round %d: %d draws outside the nucleus of %d", round, bad, (int)n);
+		if (round == 1) /* P(no draw among ids 2900..2999) = 0.95^5000: never */
+			CHECK_MSG(hi >= 2900, "all-equal top_p: highest id drawn %d", hi);
+		fp4s_samp_free(&s);
+	}
+	free(in);
+	free(pv);
+	free(buf);
+	free(l);
+}
+
+/* PROCESSED logprobs with top_p: log of the renormalised nucleus probability */
+static void test_processed_top_p(void)
+{
+	const double pr[5] = {0.1, 0.4, 0.05, 0.15, 0.3};
+	float l[5];
+	for (int i = 0; i < 5; i++)
+		l[i] = (float)log(pr[i]);
+	struct fp4s_sampling p;
+	fp4s_samp_defaults(&p);
+	p.top_p = 0.8f;
+	p.logprobs = true;
+	p.top_logprobs = 4;
+	p.logprobs_mode = FP4S_SAMP_LOGPROBS_PROCESSED;
+	p.has_seed = true;
+	p.seed = 8;
+	struct fp4s_sampler s;
+	CHECK(init(&s, &p, 5) == 0);
+	for (int it = 0; it < 50; it++) {
+		float buf[5];
+		struct fp4s_samp_result r;
+		memcpy(buf, l, sizeof buf);
+		CHECK(fp4s_samp_sample(&s, buf, 5, &r, NULL) == 0);
+		CHECK(r.token == 1 || r.token == 3 || r.token == 4);
+		CHECK_NEAR(r.logprob, log(pr[r.token] / 0.85), 1e-5);
+		CHECK_EQ_INT(r.rank, r.token == 1 ? 1 : r.token == 4 ? 2 : 3);
+		CHECK_EQ_INT(r.n_top, 3); /* only the nucleus has finite processed logprobs */
+		CHECK_EQ_INT(r.top[0].token, 1);
+		CHECK_EQ_INT(r.top[1].token, 4);
+		CHECK_EQ_INT(r.top[2].token, 3);
+		CHECK_NEAR(r.top[2].logprob, log(0.15 / 0.85), 1e-5);
+	}
+	fp4s_samp_free(&s);
+}
+
+/* bad calls come back as errors */
+static void test_bad_calls(void)
+{
+	struct fp4s_sampling p;
+	fp4s_samp_defaults(&p);
+	struct fp4s_sampler s;
+	struct fp4s_error err = {0};
+	const int32_t eos_bad[1] = {10};
+	CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, eos_bad, 1, &err) == FP4S_EINVAL);
+	CHECK(strstr(err.msg, "EOS") != NULL);
+	fp4s_samp_free(&s);
+	p.repetition_penalty = 1.2f;
+	const int32_t prompt_bad[2] = {1, 12};
+	CHECK(fp4s_samp_init(&s, &p, 10, prompt_bad, 2, NULL, 0, &err) == FP4S_EINVAL);
+	fp4s_samp_free(&s);
+	CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, NULL, 0, &err) == 0);
+	CHECK(fp4s_samp_accept(&s, 10) == FP4S_EINVAL);
+	CHECK(fp4s_samp_accept(&s, -1) == FP4S_EINVAL);
+	float l[10] = {0};
+	struct fp4s_samp_result r;
+	CHECK(fp4s_samp_sample(&s, l, 9, &r, &err) == FP4S_EINVAL);
+	/* the counts map grows past its first size without losing counts */
+	for (int i = 0; i < 2000; i++)
+		CHECK(fp4s_samp_accept(&s, i % 10) == 0);
+	CHECK_EQ_INT(s.n_generated, 2000);
+	fp4s_samp_free(&s);
+	/* a vocabulary larger than the initial map: 3000 distinct tokens, each seen once */
+	fp4s_samp_defaults(&p);
+	p.frequency_penalty = 1.0f;
+	CHECK(fp4s_samp_init(&s, &p, 5000, NULL, 0, NULL, 0, &err) == 0);
+	for (int32_t i = 0; i < 3000; i++)
+		fp4s_samp_accept(&s, i);
+	fp4s_samp_accept(&s, 7);
+	float *big = calloc(5000, sizeof *big);
+	fp4s_samp_process_logits(&s, big, 5000);
+	int wrong = 0;
+	for (int32_t i = 0; i < 5000; i++)
+		wrong += big[i] != (i == 7 ? -2.0f : i < 3000 ? -1.0f : 0.0f);
+	CHECK_EQ_INT(wrong, 0);
+	free(big);
+	fp4s_samp_free(&s);
+}
+
 int main(void)
 {
 	t_seed_from_env();
@@ -733,5 +897,9 @@ int main(void)
 	test_logprobs();
 	test_validation();
 	test_combined();
+	test_top_k_ties();
+	test_top_p_ties();
+	test_processed_top_p();
+	test_bad_calls();
 	return TEST_DONE();
 }
