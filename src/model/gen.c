@@ -254,6 +254,45 @@ static void bl_string(const int32_t map[256], const unsigned char *b, int n, cha
 	out[k] = 0;
 }
 
+/* tokenizer_config.json and generation_config.json beside tokenizer.json: BOS/EOS the way each
+ * family ships them (Llama adds BOS; Qwen and gpt-oss do not), stop ids from config.json. No
+ * chat template: the tokenizer picks the chat format from the special tokens. */
+static int write_tok_configs(const char *tok_path, const struct fp4s_config *c, int64_t base,
+                             struct fp4s_error *err)
+{
+	char dir[4096], path[4200];
+	snprintf(dir, sizeof dir, "%s", tok_path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	else
+		snprintf(dir, sizeof dir, ".");
+	int llama = c->arch == FP4S_ARCH_LLAMA, oss = c->arch == FP4S_ARCH_GPT_OSS;
+	const char *bos = llama ? "<|begin_of_text|>" : oss ? "<|startoftext|>" : NULL;
+	const char *eos = llama ? "<|eot_id|>" : oss ? "<|return|>" : "<|im_end|>";
+	json_t *tc = json_pack("{s:b,s:b,s:s?,s:s,s:I}", "add_bos_token", llama, "add_eos_token", 0,
+	                       "bos_token", bos, "eos_token", eos, "model_max_length",
+	                       (json_int_t)c->max_pos);
+	json_t *eids = json_array();
+	for (int32_t i = 0; i < c->n_eos; i++)
+		json_array_append_new(eids, json_integer(c->eos_token_ids[i]));
+	json_t *gc = json_pack("{s:I,s:o}", "bos_token_id",
+	                       (json_int_t)(c->bos_token_id >= 0 ? c->bos_token_id : base),
+	                       "eos_token_id", eids);
+	if (c->pad_token_id >= 0)
+		json_object_set_new(gc, "pad_token_id", json_integer(c->pad_token_id));
+	int rc = FP4S_OK;
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	if (!tc || json_dump_file(tc, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER))
+		rc = fp4s_error_set(err, FP4S_EIO, "%s: cannot write", path);
+	snprintf(path, sizeof path, "%s/generation_config.json", dir);
+	if (!rc && (!gc || json_dump_file(gc, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER)))
+		rc = fp4s_error_set(err, FP4S_EIO, "%s: cannot write", path);
+	json_decref(tc);
+	json_decref(gc);
+	return rc;
+}
+
 int fp4s_gen_tokenizer(const char *path, const struct fp4s_config *c, struct fp4s_error *err)
 {
 	const struct special *sp;
@@ -324,5 +363,5 @@ int fp4s_gen_tokenizer(const char *path, const struct fp4s_config *c, struct fp4
 	json_decref(root);
 	if (rc)
 		return fp4s_error_set(err, FP4S_EIO, "%s: cannot write", path);
-	return FP4S_OK;
+	return write_tok_configs(path, c, base, err);
 }
