@@ -25,6 +25,12 @@
  * distribution actually sampled from (after bias, penalties, temperature, min_p, top_k, top_p);
  * tokens removed by the filters are not listed. In greedy mode "processed" is the log-softmax of
  * the biased/penalised logits (no temperature is applied there, as in vLLM).
+ *
+ * Engine contract: one struct fp4s_sampler per sequence; call fp4s_samp_accept for every token
+ * the sequence emits (penalties and min_tokens count from it); check fp4s_samp_is_stop and
+ * max_tokens yourself. Requests with a seed and n > 1 must give each choice its own seed (e.g.
+ * seed + index), or all choices come out identical. Not thread-safe per sampler; different
+ * samplers may run on different threads (the unseeded counter is atomic).
  */
 #ifndef FP4S_SAMPLER_H
 #define FP4S_SAMPLER_H

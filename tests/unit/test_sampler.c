@@ -86,6 +86,8 @@ static void softmax_d(const float *l, int32_t V, double T, double *p)
  * a global is needed. */
 static int32_t exact_nucleus(const double *p, int32_t V, double top_p, char *in)
 {
+	if (V <= 0)
+		return 0;
 	struct pr {
 		double p;
 		int32_t id;
