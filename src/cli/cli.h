@@ -5,6 +5,9 @@
 #define FP4S_CLI_H
 
 int cmd_report(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);

@@ -121,7 +121,10 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 		memcpy(c->v + base, v + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
 	}
 	int failed = 0;
-#pragma omp parallel
+	double work = 0;
+	for (int32_t i = 0; i < b->n; i++)
+		work += (double)(b->pos[i] + 1) * p->n_heads * p->head_dim;
+#pragma omp parallel if (work > 1e6)
 	{
 		float *s = malloc((size_t)c->max_ctx * sizeof *s);
 		if (!s)

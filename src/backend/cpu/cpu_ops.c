@@ -106,7 +106,9 @@ int fp4s_cpu_matmul(const float *x, int64_t ntok, const struct fp4s_mat *w, floa
 	tables_init();
 	const float post = w->fmt == FP4S_WF_NVFP4 ? w->ws2 : 1.0f;
 	int failed = 0;
-#pragma omp parallel
+	/* threads only pay off past ~1 M multiply-adds: small models decode faster on one core */
+	const int par = (double)w->rows * (double)w->cols * (double)(ntok > 0 ? ntok : 1) > 1e6;
+#pragma omp parallel if (par)
 	{
 		float *row = malloc((size_t)w->cols * sizeof *row);
 		if (!row) {

@@ -1,0 +1,472 @@
+/* engine.c: requests, scheduling and the step loop (see engine.h).
+ *
+ * Scheduling per step, within max_batch_tokens: first one decode token for every running request
+ * that has finished its prompt (so streams keep flowing while prompts arrive), then prefill
+ * chunks, oldest request first; waiting requests take free KV slots in arrival order. A request
+ * gets logits only for the last token it contributes, and only once its whole prompt is in. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+enum req_state { REQ_FREE = 0, REQ_WAITING, REQ_RUNNING, REQ_DONE };
+
+struct req {
+	enum req_state state;
+	int64_t id, order;
+	int32_t slot;
+	int32_t *tokens; /* prompt then generated */
+	int32_t n_prompt, n_tokens, cap;
+	int32_t n_computed; /* tokens whose KV is in the cache */
+	struct fp4s_sampler samp;
+	int32_t max_tokens;
+	int32_t n_stop;
+	char *stop[FP4S_ENGINE_MAX_STOP_STRINGS];
+	size_t max_stop_len;
+	struct fp4s_tok_stream stream;
+	struct fp4s_tok_text text;  /* generated text so far */
+	size_t emitted;             /* bytes of text already reported */
+	int cancelled;
+};
+
+struct fp4s_engine {
+	struct fp4s_model model;
+	struct fp4s_tokenizer *tok;
+	struct fp4s_backend *be;
+	struct fp4s_fwd fwd;
+	int32_t max_seqs, max_ctx, max_batch;
+	int32_t vocab;
+	int32_t eos[FP4S_SAMP_MAX_EOS], n_eos;
+	struct req *reqs; /* max_seqs * 4 request records (running + queued) */
+	int32_t n_reqs;
+	int64_t next_id, next_order;
+	int32_t *slot_used;
+	/* step scratch */
+	int32_t *b_tok, *b_pos, *b_seq, *b_rows;
+	struct req **b_req;
+	float *logits;
+	struct fp4s_event *events;
+	int32_t n_events_cap;
+};
+
+void fp4s_request_defaults(struct fp4s_request *r)
+{
+	memset(r, 0, sizeof *r);
+	fp4s_samp_defaults(&r->sampling);
+	r->detok_flags = FP4S_TOK_SKIP_SPECIAL;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
+                     struct fp4s_error *err)
+{
+	struct fp4s_engine *e = calloc(1, sizeof *e);
+	int rc;
+	if (!e)
+		return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
+	*out = NULL;
+	if (o->backend && strcmp(o->backend, "cpu") != 0) {
+		free(e);
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "backend '%s' is not available in this "
+		                      "build yet (use --backend cpu)", o->backend);
+	}
+	rc = ends_with(o->model, ".bin") ? fp4s_llama2c_open(o->model, &e->model, err)
+	                                 : fp4s_model_open(o->model, &e->model, err);
+	if (rc) {
+		free(e);
+		return rc;
+	}
+	const char *tpath = o->tokenizer ? o->tokenizer : o->model;
+	if ((rc = fp4s_tok_open(&e->tok, tpath, err))) {
+		fp4s_error_prefix(err, "tokenizer: ");
+		goto fail;
+	}
+	const struct fp4s_config *c = &e->model.cfg;
+	e->vocab = (int32_t)c->vocab;
+	if (fp4s_tok_n_vocab(e->tok) > e->vocab) {
+		rc = fp4s_error_set(err, FP4S_EFORMAT, "tokenizer has %d tokens but the model only %d",
+		                    fp4s_tok_n_vocab(e->tok), e->vocab);
+		goto fail;
+	}
+	/* EOS: the tokenizer's stop ids (generation_config.json) plus the config's */
+	size_t ns = 0;
+	const int32_t *stops = fp4s_tok_stop_ids(e->tok, &ns);
+	for (size_t i = 0; i < ns && e->n_eos < FP4S_SAMP_MAX_EOS; i++)
+		if (stops[i] >= 0 && stops[i] < e->vocab)
+			e->eos[e->n_eos++] = stops[i];
+	for (int32_t i = 0; i < c->n_eos && e->n_eos < FP4S_SAMP_MAX_EOS; i++) {
+		int dup = 0;
+		for (int32_t j = 0; j < e->n_eos; j++)
+			dup |= e->eos[j] == c->eos_token_ids[i];
+		if (!dup && c->eos_token_ids[i] >= 0 && c->eos_token_ids[i] < e->vocab)
+			e->eos[e->n_eos++] = (int32_t)c->eos_token_ids[i];
+	}
+	if (e->n_eos == 0 && fp4s_tok_eos(e->tok) >= 0)
+		e->eos[e->n_eos++] = fp4s_tok_eos(e->tok);
+	e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 4;
+	e->max_ctx = o->max_ctx > 0 ? o->max_ctx : (int32_t)(c->max_pos > 0 && c->max_pos < 4096 ? c->max_pos : 4096);
+	e->max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
+	if (e->max_batch < e->max_seqs)
+		e->max_batch = e->max_seqs;
+	if ((rc = fp4s_backend_cpu_create(&e->be, err)))
+		goto fail;
+	if ((rc = fp4s_fwd_init(&e->fwd, &e->model, e->be, e->max_seqs, e->max_ctx, err)))
+		goto fail;
+	e->n_reqs = e->max_seqs * 4;
+	e->reqs = calloc((size_t)e->n_reqs, sizeof *e->reqs);
+	e->slot_used = calloc((size_t)e->max_seqs, sizeof *e->slot_used);
+	e->b_tok = malloc((size_t)e->max_batch * 4);
+	e->b_pos = malloc((size_t)e->max_batch * 4);
+	e->b_seq = malloc((size_t)e->max_batch * 4);
+	e->b_rows = malloc((size_t)e->max_batch * 4);
+	e->b_req = malloc((size_t)e->max_batch * sizeof *e->b_req);
+	e->logits = malloc((size_t)e->max_seqs * (size_t)e->vocab * sizeof *e->logits);
+	e->n_events_cap = e->n_reqs;
+	e->events = calloc((size_t)e->n_events_cap, sizeof *e->events);
+	if (!e->reqs || !e->slot_used || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_rows ||
+	    !e->b_req || !e->logits || !e->events) {
+		rc = fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
+		goto fail;
+	}
+	e->next_id = 1;
+	*out = e;
+	return FP4S_OK;
+fail:
+	fp4s_engine_close(e);
+	return rc;
+}
+
+static void req_release(struct fp4s_engine *e, struct req *r)
+{
+	if (r->slot >= 0 && r->slot < e->max_seqs && r->state == REQ_RUNNING)
+		e->slot_used[r->slot] = 0;
+	free(r->tokens);
+	for (int32_t i = 0; i < r->n_stop; i++)
+		free(r->stop[i]);
+	fp4s_samp_free(&r->samp);
+	fp4s_tok_text_free(&r->text);
+	memset(r, 0, sizeof *r);
+}
+
+void fp4s_engine_close(struct fp4s_engine *e)
+{
+	if (!e)
+		return;
+	for (int32_t i = 0; e->reqs && i < e->n_reqs; i++)
+		if (e->reqs[i].state != REQ_FREE)
+			req_release(e, &e->reqs[i]);
+	free(e->reqs);
+	fp4s_fwd_free(&e->fwd);
+	if (e->be)
+		e->be->destroy(e->be);
+	if (e->tok)
+		fp4s_tok_close(e->tok);
+	fp4s_model_close(&e->model);
+	free(e->slot_used), free(e->b_tok), free(e->b_pos), free(e->b_seq), free(e->b_rows);
+	free(e->b_req), free(e->logits), free(e->events);
+	free(e);
+}
+
+const struct fp4s_model *fp4s_engine_model(const struct fp4s_engine *e) { return &e->model; }
+struct fp4s_tokenizer *fp4s_engine_tokenizer(struct fp4s_engine *e) { return e->tok; }
+int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e) { return e->max_ctx; }
+
+int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *rq, int64_t *id,
+                       struct fp4s_error *err)
+{
+	if (rq->n_prompt <= 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "the prompt is empty");
+	if (rq->n_prompt >= e->max_ctx)
+		return fp4s_error_set(err, FP4S_EINVAL, "the prompt has %d tokens; the context length is "
+		                      "%d (room is needed for at least one new token)", rq->n_prompt, e->max_ctx);
+	for (int32_t i = 0; i < rq->n_prompt; i++)
+		if (rq->prompt[i] < 0 || rq->prompt[i] >= e->vocab)
+			return fp4s_error_set(err, FP4S_EINVAL, "prompt token %d at index %d is outside the "
+			                      "vocabulary [0, %d)", rq->prompt[i], i, e->vocab);
+	if (rq->n_stop < 0 || rq->n_stop > FP4S_ENGINE_MAX_STOP_STRINGS)
+		return fp4s_error_set(err, FP4S_EINVAL, "at most %d stop strings", FP4S_ENGINE_MAX_STOP_STRINGS);
+	for (int32_t i = 0; i < rq->n_stop; i++)
+		if (!rq->stop[i] || !rq->stop[i][0] || strlen(rq->stop[i]) > FP4S_ENGINE_MAX_STOP_LEN)
+			return fp4s_error_set(err, FP4S_EINVAL, "stop string %d must have 1 to %d bytes", i,
+			                      FP4S_ENGINE_MAX_STOP_LEN);
+	struct req *r = NULL;
+	for (int32_t i = 0; i < e->n_reqs && !r; i++)
+		if (e->reqs[i].state == REQ_FREE)
+			r = &e->reqs[i];
+	if (!r)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "too many requests queued (%d)", e->n_reqs);
+	memset(r, 0, sizeof *r);
+	r->slot = -1;
+	int rc = fp4s_samp_init(&r->samp, &rq->sampling, e->vocab, rq->prompt, rq->n_prompt, e->eos,
+	                        e->n_eos, err);
+	if (rc) {
+		fp4s_samp_free(&r->samp);
+		memset(r, 0, sizeof *r);
+		return rc;
+	}
+	r->cap = e->max_ctx;
+	r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
+	if (!r->tokens) {
+		req_release(e, r);
+		return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
+	}
+	memcpy(r->tokens, rq->prompt, (size_t)rq->n_prompt * sizeof *r->tokens);
+	r->n_prompt = r->n_tokens = rq->n_prompt;
+	r->max_tokens = rq->sampling.max_tokens;
+	for (int32_t i = 0; i < rq->n_stop; i++) {
+		r->stop[i] = strdup(rq->stop[i]);
+		if (!r->stop[i]) {
+			req_release(e, r);
+			return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
+		}
+		r->n_stop = i + 1;
+		if (strlen(rq->stop[i]) > r->max_stop_len)
+			r->max_stop_len = strlen(rq->stop[i]);
+	}
+	fp4s_tok_stream_init(&r->stream, e->tok, rq->detok_flags);
+	/* The text continues the prompt, so SentencePiece's leading space of the first new piece is
+	 * kept, except after a lone BOS, where llama2.c and Hugging Face drop it. */
+	r->stream.started = !(rq->n_prompt == 1 && rq->prompt[0] == fp4s_tok_bos(e->tok));
+	r->state = REQ_WAITING;
+	r->id = e->next_id++;
+	r->order = e->next_order++;
+	*id = r->id;
+	return FP4S_OK;
+}
+
+int fp4s_engine_cancel(struct fp4s_engine *e, int64_t id)
+{
+	for (int32_t i = 0; i < e->n_reqs; i++)
+		if (e->reqs[i].state != REQ_FREE && e->reqs[i].id == id) {
+			e->reqs[i].cancelled = 1;
+			return 0;
+		}
+	return -1;
+}
+
+int32_t fp4s_engine_pending(const struct fp4s_engine *e)
+{
+	int32_t n = 0;
+	for (int32_t i = 0; i < e->n_reqs; i++)
+		n += e->reqs[i].state == REQ_WAITING || e->reqs[i].state == REQ_RUNNING;
+	return n;
+}
+
+static struct fp4s_event *new_event(struct fp4s_engine *e, int32_t *n, struct req *r)
+{
+	struct fp4s_event *ev = &e->events[(*n)++];
+	memset(ev, 0, sizeof *ev);
+	ev->id = r->id;
+	ev->token = -1;
+	ev->n_prompt = r->n_prompt;
+	ev->n_generated = r->n_tokens - r->n_prompt;
+	return ev;
+}
+
+/* How far the request's text may be reported: everything, but a tail that could still grow into
+ * a stop string is held back until it can't (or the request ends). *stopped is set when a stop
+ * string was found; the limit is then its start. */
+static size_t text_limit(const struct req *r, int final, int *stopped)
+{
+	size_t limit = r->text.n;
+	*stopped = 0;
+	for (int32_t i = 0; i < r->n_stop; i++) {
+		/* a match cannot start before `emitted`: that text was checked with the stop in full view;
+		 * memmem, not strstr, because generated bytes may include NUL */
+		const size_t from = r->emitted, len = strlen(r->stop[i]);
+		const char *hit = r->text.n > from ? memmem(r->text.s + from, r->text.n - from, r->stop[i], len)
+		                                   : NULL;
+		if (hit && (size_t)(hit - r->text.s) < limit) {
+			limit = (size_t)(hit - r->text.s);
+			*stopped = 1;
+		}
+	}
+	if (!*stopped && !final && r->max_stop_len > 1) {
+		const size_t hold = r->max_stop_len - 1;
+		limit = r->text.n > r->emitted + hold ? r->text.n - hold : r->emitted;
+		/* never split a UTF-8 sequence: back up to a character start */
+		while (limit > r->emitted && ((unsigned char)r->text.s[limit] & 0xC0) == 0x80)
+			limit--;
+	}
+	return limit < r->emitted ? r->emitted : limit;
+}
+
+/* Ends a request: its event reports the rest of its text (none when cancelled). */
+static void finish(struct fp4s_engine *e, struct req *r, struct fp4s_event *ev, enum fp4s_finish why)
+{
+	const size_t start = r->emitted;
+	size_t limit = start;
+	if (why != FP4S_FINISH_CANCELLED) {
+		int stopped;
+		fp4s_tok_stream_flush(&r->stream, &r->text); /* an unfinished UTF-8 tail becomes U+FFFD */
+		limit = text_limit(r, 1, &stopped);
+		if (stopped)
+			why = FP4S_FINISH_STOP;
+	}
+	ev->text = r->text.s ? r->text.s + start : "";
+	ev->text_len = limit - start;
+	r->emitted = limit;
+	ev->finish = why;
+	if (r->slot >= 0)
+		e->slot_used[r->slot] = 0;
+	r->slot = -1;
+	r->state = REQ_DONE;
+}
+
+int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, struct fp4s_error *err)
+{
+	int32_t nev = 0, nb = 0, nout = 0;
+	*events = e->events;
+	/* last step's finished requests are freed now (their text stayed valid until this call) */
+	for (int32_t i = 0; i < e->n_reqs; i++)
+		if (e->reqs[i].state == REQ_DONE)
+			req_release(e, &e->reqs[i]);
+	/* cancellations */
+	for (int32_t i = 0; i < e->n_reqs; i++) {
+		struct req *r = &e->reqs[i];
+		if ((r->state == REQ_WAITING || r->state == REQ_RUNNING) && r->cancelled)
+			finish(e, r, new_event(e, &nev, r), FP4S_FINISH_CANCELLED);
+	}
+	/* admit waiting requests into free slots, oldest first */
+	for (;;) {
+		struct req *oldest = NULL;
+		for (int32_t i = 0; i < e->n_reqs; i++)
+			if (e->reqs[i].state == REQ_WAITING && (!oldest || e->reqs[i].order < oldest->order))
+				oldest = &e->reqs[i];
+		int32_t slot = -1;
+		for (int32_t s = 0; s < e->max_seqs && slot < 0; s++)
+			if (!e->slot_used[s])
+				slot = s;
+		if (!oldest || slot < 0)
+			break;
+		oldest->slot = slot;
+		oldest->state = REQ_RUNNING;
+		e->slot_used[slot] = 1;
+		e->be->kv_clear(e->be, slot);
+	}
+	/* decode tokens first, then prefill chunks, oldest first */
+	for (int pass = 0; pass < 2; pass++) {
+		for (;;) {
+			struct req *pick = NULL;
+			for (int32_t i = 0; i < e->n_reqs; i++) {
+				struct req *r = &e->reqs[i];
+				if (r->state != REQ_RUNNING || r->n_computed >= r->n_tokens)
+					continue;
+				const int decode = r->n_computed >= r->n_prompt;
+				int queued = 0;
+				for (int32_t j = 0; j < nb; j++)
+					queued |= e->b_req[j] == r;
+				if (queued || decode != (pass == 0))
+					continue;
+				if (!pick || r->order < pick->order)
+					pick = r;
+			}
+			if (!pick || nb >= e->max_batch)
+				break;
+			int32_t take = pick->n_tokens - pick->n_computed;
+			if (take > e->max_batch - nb)
+				take = e->max_batch - nb;
+			for (int32_t j = 0; j < take; j++) {
+				e->b_tok[nb] = pick->tokens[pick->n_computed + j];
+				e->b_pos[nb] = pick->n_computed + j;
+				e->b_seq[nb] = pick->slot;
+				e->b_req[nb] = pick;
+				nb++;
+			}
+			pick->n_computed += take;
+			if (pick->n_computed == pick->n_tokens)
+				e->b_rows[nout++] = nb - 1; /* its last token: sample from it */
+		}
+	}
+	if (nb == 0)
+		return nev;
+	struct fp4s_batch b = {nb, e->b_tok, e->b_pos, e->b_seq};
+	int rc = fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
+	if (rc)
+		return rc;
+	for (int32_t o = 0; o < nout; o++) {
+		struct req *r = e->b_req[e->b_rows[o]];
+		struct fp4s_event *ev = new_event(e, &nev, r);
+		if ((rc = fp4s_samp_sample(&r->samp, e->logits + (size_t)o * e->vocab, e->vocab, &ev->sample, err)))
+			return rc;
+		const int32_t t = ev->sample.token;
+		ev->token = t;
+		if (fp4s_samp_is_stop(&r->samp, t)) {
+			ev->n_generated = r->n_tokens - r->n_prompt + 1;
+			finish(e, r, ev, FP4S_FINISH_STOP);
+			continue;
+		}
+		if ((rc = fp4s_samp_accept(&r->samp, t)))
+			return fp4s_error_set(err, rc, "sampler: cannot record token %d", t);
+		r->tokens[r->n_tokens++] = t;
+		ev->n_generated = r->n_tokens - r->n_prompt;
+		if ((rc = fp4s_tok_stream_push(&r->stream, t, &r->text, err)))
+			return rc;
+		const int at_limit = (r->max_tokens > 0 && r->n_tokens - r->n_prompt >= r->max_tokens) ||
+		                     r->n_tokens >= e->max_ctx;
+		int stopped;
+		const size_t start = r->emitted, limit = text_limit(r, 0, &stopped);
+		if (at_limit || stopped) {
+			finish(e, r, ev, stopped ? FP4S_FINISH_STOP : FP4S_FINISH_LENGTH);
+		} else {
+			ev->text = r->text.s + start;
+			ev->text_len = limit - start;
+			r->emitted = limit;
+		}
+	}
+	return nev;
+}
+
+int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, int32_t ctx,
+                      double *nll_sum, double *nll_sq_sum, int64_t *n_scored, struct fp4s_error *err)
+{
+	*nll_sum = 0, *nll_sq_sum = 0, *n_scored = 0;
+	if (ctx < 2 || ctx > e->max_ctx)
+		return fp4s_error_set(err, FP4S_EINVAL, "perplexity context %d must be in [2, %d]", ctx, e->max_ctx);
+	if (ctx > e->max_batch)
+		ctx = e->max_batch; /* one forward per chunk */
+	float *lg = malloc((size_t)ctx * (size_t)e->vocab * sizeof *lg);
+	int32_t *rows = malloc((size_t)ctx * sizeof *rows);
+	if (!lg || !rows) {
+		free(lg), free(rows);
+		return fp4s_error_set(err, FP4S_ENOMEM, "perplexity: out of memory");
+	}
+	int rc = FP4S_OK;
+	for (int64_t start = 0; start + 1 < n; start += ctx) {
+		int32_t len = (int32_t)(n - start < ctx ? n - start : ctx);
+		if (len < 2)
+			break;
+		for (int32_t i = 0; i < len; i++) {
+			e->b_tok[i] = tokens[start + i];
+			e->b_pos[i] = i;
+			e->b_seq[i] = 0;
+			rows[i] = i;
+		}
+		struct fp4s_batch b = {len, e->b_tok, e->b_pos, e->b_seq};
+		if ((rc = fp4s_fwd_run(&e->fwd, &b, rows, len - 1, lg, err)))
+			break;
+		for (int32_t i = 0; i + 1 < len; i++) {
+			const float *l = lg + (size_t)i * e->vocab;
+			float m = l[0];
+			for (int32_t v = 1; v < e->vocab; v++)
+				m = fmaxf(m, l[v]);
+			double s = 0;
+			for (int32_t v = 0; v < e->vocab; v++)
+				s += exp((double)l[v] - m);
+			const double nll = log(s) + m - l[e->b_tok[i + 1]];
+			*nll_sum += nll;
+			*nll_sq_sum += nll * nll;
+			(*n_scored)++;
+		}
+	}
+	free(lg), free(rows);
+	return rc;
+}
