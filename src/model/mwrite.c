@@ -218,12 +218,18 @@ static void fill_rows(const struct item *it, int64_t r0, int64_t nr, float *x)
 			x[i] = in_value(it->in, (uint64_t)(r0 * K + i));
 		return;
 	}
-	/* Input stored [E, in=K, out]; logical row r = e*out + o. */
+	/* Input stored [E, in=K, out]; logical row r = e*out + o. Walk the stored rows (c) in the
+	 * outer loop so the reads stay contiguous along o, one expert's span at a time. */
 	const int64_t out = it->spec->shape[1];
-	for (int64_t r = 0; r < nr; r++) {
-		int64_t e = (r0 + r) / out, o = (r0 + r) % out;
-		for (int64_t c = 0; c < K; c++)
-			x[r * K + c] = in_value(it->in, (uint64_t)((e * K + c) * out + o));
+	for (int64_t r = 0; r < nr;) {
+		int64_t e = (r0 + r) / out, o0 = (r0 + r) % out;
+		int64_t span = out - o0 < nr - r ? out - o0 : nr - r;
+		for (int64_t c = 0; c < K; c++) {
+			uint64_t base = (uint64_t)((e * K + c) * out + o0);
+			for (int64_t j = 0; j < span; j++)
+				x[(r + j) * K + c] = in_value(it->in, base + (uint64_t)j);
+		}
+		r += span;
 	}
 }
 

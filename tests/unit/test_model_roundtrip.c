@@ -244,6 +244,63 @@ static void test_per_shard_scales(const char *root)
 	free(st), free(d);
 }
 
+/* An F32 input quantizes to the same codes as the BF16 one holding the same values, and its
+ * unquantized tensors are copied in F32. */
+static void test_f32_input(const char *root)
+{
+	char *a = mt_path(root, "f32-src"), *f = mt_path(root, "f32"), *qa = mt_path(root, "f32-qa"),
+	     *qf = mt_path(root, "f32-qf");
+	CHECK_EQ_INT(mt_gen("tiny-qwen3-moe", a, FP4S_QF_BF16, 11, 0), 0);
+	struct fp4s_model m;
+	struct fp4s_error err = {0};
+	CHECK_EQ_INT(fp4s_model_open(a, &m, &err), 0);
+	CHECK(mkdir(f, 0755) == 0);
+	struct fp4s_st_writer w;
+	fp4s_st_writer_init(&w, f, 0);
+	for (int32_t i = 0; i < m.n; i++)
+		fp4s_st_writer_add(&w, m.w[i].spec->name, FP4S_DT_F32, m.w[i].spec->ndim, m.w[i].spec->shape,
+		                   &err);
+	CHECK_EQ_INT(fp4s_st_writer_begin(&w, &err), 0);
+	for (int32_t i = 0; i < m.n; i++) {
+		float *x = to_float(&m.w[i]);
+		fp4s_st_write_at(&w, i, 0, x, (size_t)fp4s_weight_numel(&m.w[i]) * 4, &err);
+		free(x);
+	}
+	CHECK_EQ_INT(fp4s_st_writer_finish(&w, &err), 0);
+	fp4s_st_writer_free(&w);
+	fp4s_model_close(&m);
+	char *c1 = mt_path(a, "config.json"), *c2 = mt_path(f, "config.json");
+	size_t n;
+	uint8_t *cfg = mt_read(c1, &n);
+	mt_write(c2, cfg, n);
+	free(cfg), free(c1), free(c2);
+	struct fp4s_write_opts o = {.format = FP4S_QF_NVFP4};
+	CHECK_EQ_INT(fp4s_quantize(a, qa, &o, &err), 0);
+	CHECK_EQ_INT(fp4s_quantize(f, qf, &o, &err), 0);
+	struct fp4s_model x, y;
+	CHECK_EQ_INT(fp4s_model_open(qa, &x, &err), 0);
+	CHECK_EQ_INT(fp4s_model_open(qf, &y, &err), 0);
+	int nq = 0;
+	for (int32_t i = 0; i < x.n; i++) {
+		const struct fp4s_weight *u = &x.w[i], *v = &y.w[i];
+		CHECK_EQ_INT(u->fmt == FP4S_WF_NVFP4, v->fmt == FP4S_WF_NVFP4);
+		if (u->fmt == FP4S_WF_NVFP4) {
+			nq++;
+			CHECK_MSG(u->ws2 == v->ws2 && u->data_bytes == v->data_bytes &&
+			                  !memcmp(u->data, v->data, u->data_bytes) &&
+			                  !memcmp(u->scales, v->scales, u->scale_bytes),
+			          "%s: F32 input quantized differently", u->spec->name);
+		} else {
+			CHECK_MSG(u->fmt == FP4S_WF_BF16 && v->fmt == FP4S_WF_F32, "%s dtype kept",
+			          u->spec->name);
+		}
+	}
+	CHECK(nq > 0);
+	fp4s_model_close(&x);
+	fp4s_model_close(&y);
+	free(a), free(f), free(qa), free(qf);
+}
+
 int main(void)
 {
 	char *root = mt_tmpdir();
@@ -255,6 +312,7 @@ int main(void)
 	}
 	roundtrip(root, "tiny-gpt-oss", FP4S_QF_MXFP4);
 	test_per_shard_scales(root);
+	test_f32_input(root);
 	/* formats that do not apply are refused with a message */
 	struct fp4s_write_opts o = {.format = FP4S_QF_MXFP4};
 	struct fp4s_error err = {0};
