@@ -16,6 +16,7 @@ static const struct command commands[] = {
 	{"run", cmd_run, "generate text from a prompt (stdout: the text only)"},
 	{"chat", cmd_chat, "interactive chat in the model's chat format"},
 	{"perplexity", cmd_perplexity, "perplexity +/- standard error of a text file"},
+	{"bench", cmd_bench, "prefill/decode tok/s, GB/s and % of the bandwidth roofline"},
 	{"inspect", cmd_inspect, "architecture, tensors, formats, bytes per decode token, roofline"},
 	{"gen", cmd_gen, "write a random-weight checkpoint with a real model's geometry"},
 	{"quantize", cmd_quantize, "BF16 checkpoint to NVFP4 (ModelOpt / compressed-tensors) or MXFP4"},

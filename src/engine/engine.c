@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,7 +85,15 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 		free(e);
 		return rc;
 	}
+	/* a llama2.c .bin keeps its tokenizer (tokenizer.bin, tok512.bin) in the same folder */
+	char dirbuf[4096];
 	const char *tpath = o->tokenizer ? o->tokenizer : o->model;
+	if (!o->tokenizer && ends_with(o->model, ".bin")) {
+		const char *slash = strrchr(o->model, '/');
+		snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - o->model) : 1,
+		         slash ? o->model : ".");
+		tpath = dirbuf;
+	}
 	if ((rc = fp4s_tok_open(&e->tok, tpath, err))) {
 		fp4s_error_prefix(err, "tokenizer: ");
 		goto fail;
@@ -178,6 +187,7 @@ void fp4s_engine_close(struct fp4s_engine *e)
 const struct fp4s_model *fp4s_engine_model(const struct fp4s_engine *e) { return &e->model; }
 struct fp4s_tokenizer *fp4s_engine_tokenizer(struct fp4s_engine *e) { return e->tok; }
 int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e) { return e->max_ctx; }
+struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e) { return &e->fwd; }
 
 int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *rq, int64_t *id,
                        struct fp4s_error *err)

@@ -67,6 +67,9 @@ void fp4s_engine_close(struct fp4s_engine *e);
 const struct fp4s_model *fp4s_engine_model(const struct fp4s_engine *e);
 struct fp4s_tokenizer *fp4s_engine_tokenizer(struct fp4s_engine *e);
 int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e);
+/* The forward pass itself, for benchmarks that drive batches directly (KV slot 0..max_seqs-1;
+ * do not mix with requests in flight). */
+struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e);
 
 /* Queues a request. Errors (FP4S_EINVAL) name the problem: empty prompt, a prompt that does not
  * fit the context, token ids outside the vocabulary, bad sampling parameters. */

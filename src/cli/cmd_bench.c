@@ -1,0 +1,194 @@
+/* cmd_bench.c: `fp4serve bench`: prefill and decode throughput of a model, the bytes a decode
+ * step must read (performance.md §3.1: weights incl. scales, the lm_head, the KV cache at the
+ * current depth), the achieved GB/s and its share of the measured copy ceiling. Like llama-bench:
+ * pp = a prompt of N tokens in one forward; tg = N tokens decoded one at a time after the prompt
+ * (and after --ctx tokens of context when asked). Medians over --reps runs after a warm-up. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_device.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_d);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Host memory copy bandwidth, bytes read + written: the CPU backend's roofline ceiling. */
+static double host_copy_gbs(void)
+{
+	const size_t bytes = (size_t)512 << 20;
+	char *a = malloc(bytes), *b = malloc(bytes);
+	double t[5];
+	if (!a || !b) {
+		free(a), free(b);
+		return 0;
+	}
+	memset(a, 1, bytes);
+	memset(b, 2, bytes);
+	for (int i = 0; i < 6; i++) {
+		double t0 = now_s();
+		memcpy(b, a, bytes);
+		if (i > 0)
+			t[i - 1] = now_s() - t0;
+	}
+	free(a), free(b);
+	return 2.0 * (double)bytes / median(t, 5) / 1e9;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
+		{"gen", required_argument, 0, 'n'},     {"ctx", required_argument, 0, 'c'},
+		{"reps", required_argument, 0, 'r'},    {"backend", required_argument, 0, 'b'},
+		{"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	static const char usage[] =
+		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend cpu|cuda] [--json]\n"
+		"  -p N      prompt tokens for the prefill figure (default 512; 0 skips)\n"
+		"  -n N      tokens decoded one at a time (default 128; 0 skips)\n"
+		"  --ctx N   context already in the cache before decoding (default 0)\n"
+		"  --reps R  repetitions, median reported (default 3)\n";
+	struct fp4s_engine_opts eo = {0};
+	int32_t pp = 512, tg = 128, ctx = 0, reps = 3, json = 0, c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:p:n:c:r:b:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': eo.model = optarg; break;
+		case 'p': pp = atoi(optarg); break;
+		case 'n': tg = atoi(optarg); break;
+		case 'c': ctx = atoi(optarg); break;
+		case 'r': reps = atoi(optarg); break;
+		case 'b': eo.backend = optarg; break;
+		case 'j': json = 1; break;
+		case 'h': printf("%s", usage); return 0;
+		default: fprintf(stderr, "%s", usage); return 2;
+		}
+	}
+	if (!eo.model || pp < 0 || tg < 0 || ctx < 0 || reps < 1 || reps > 100 || pp > 65536 ||
+	    tg > 65536 || ctx > 1 << 20) {
+		fprintf(stderr, "%s", usage);
+		return 2;
+	}
+	const int32_t prompt_len = pp > ctx ? pp : ctx;
+	eo.max_seqs = 1;
+	eo.max_ctx = prompt_len + tg + 1;
+	eo.max_batch_tokens = prompt_len > 0 ? prompt_len : 1;
+	struct fp4s_error err = {0};
+	struct fp4s_engine *e;
+	double t0 = now_s();
+	if (fp4s_engine_open(&eo, &e, &err)) {
+		fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+		return 1;
+	}
+	const double load_s = now_s() - t0;
+	const struct fp4s_model *m = fp4s_engine_model(e);
+	struct fp4s_model_stats st;
+	fp4s_model_stats(&m->cfg, m->w, m->n, &st);
+	const double ceiling = host_copy_gbs();
+	struct fp4s_fwd *f = fp4s_engine_fwd(e);
+	const int32_t V = (int32_t)m->cfg.vocab;
+	int32_t *tok = malloc((size_t)eo.max_ctx * sizeof *tok), *pos = malloc((size_t)eo.max_ctx * sizeof *pos);
+	int32_t *seq = calloc((size_t)eo.max_ctx, sizeof *seq);
+	float *logits = malloc((size_t)V * sizeof *logits);
+	double *t_pp = calloc((size_t)reps, sizeof *t_pp), *t_tg = calloc((size_t)reps * (size_t)(tg + 1), sizeof *t_tg);
+	int rc = 0;
+	if (!tok || !pos || !seq || !logits || !t_pp || !t_tg) {
+		fprintf(stderr, "fp4serve bench: out of memory\n");
+		rc = 1;
+		goto done;
+	}
+	srand(1234);
+	for (int32_t i = 0; i < eo.max_ctx; i++) {
+		tok[i] = rand() % V;
+		pos[i] = i;
+	}
+	/* warm-up + reps; the prompt fills the cache the decode then reads */
+	int32_t ntg = 0;
+	for (int r = -1; r < reps; r++) {
+		if (prompt_len > 0) {
+			int32_t row = prompt_len - 1;
+			struct fp4s_batch b = {prompt_len, tok, pos, seq};
+			double a = now_s();
+			if (fp4s_fwd_run(f, &b, &row, 1, logits, &err)) {
+				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+				rc = 1;
+				goto done;
+			}
+			if (r >= 0)
+				t_pp[r] = now_s() - a;
+		}
+		for (int32_t i = 0; i < tg; i++) {
+			int32_t p = prompt_len + i, row = 0, s = 0;
+			struct fp4s_batch b = {1, &tok[p], &p, &s};
+			double a = now_s();
+			if (fp4s_fwd_run(f, &b, &row, 1, logits, &err)) {
+				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+				rc = 1;
+				goto done;
+			}
+			if (r >= 0)
+				t_tg[ntg++] = now_s() - a;
+		}
+	}
+	{
+		const double pp_s = prompt_len > 0 && pp > 0 ? median(t_pp, reps) : 0;
+		const double tg_s = tg > 0 ? median(t_tg, ntg) : 0;
+		/* bytes per decode step at the mean depth of the timed steps */
+		const double kv = fp4s_kv_bytes(&m->cfg, prompt_len + tg / 2);
+		const double bytes = st.bytes_per_token + kv;
+		const double gbs = tg_s > 0 ? bytes / tg_s / 1e9 : 0;
+		const char *be = eo.backend ? eo.backend : "cpu";
+		if (json) {
+			printf("{\"model\":\"%s\",\"backend\":\"%s\",\"arch\":\"%s\",\"load_s\":%.3f,"
+			       "\"prompt_tokens\":%d,\"pp_tok_s\":%.2f,\"ctx\":%d,\"gen_tokens\":%d,"
+			       "\"tg_tok_s\":%.3f,\"tg_ms_median\":%.3f,\"bytes_per_token\":%.0f,"
+			       "\"gb_s\":%.2f,\"copy_ceiling_gb_s\":%.1f,\"pct_of_ceiling\":%.1f,"
+			       "\"roofline_tok_s\":%.2f,\"reps\":%d}\n",
+			       eo.model, be, fp4s_arch_name(m->cfg.arch), load_s, prompt_len,
+			       pp_s > 0 ? prompt_len / pp_s : 0, ctx, tg, tg_s > 0 ? 1 / tg_s : 0, tg_s * 1e3,
+			       bytes, gbs, ceiling, ceiling > 0 ? 100 * gbs / ceiling : 0,
+			       ceiling > 0 ? ceiling * 1e9 / bytes : 0, reps);
+		} else {
+			printf("model      %s (%s, %s backend, loaded in %.2f s)\n", eo.model,
+			       fp4s_arch_name(m->cfg.arch), be, load_s);
+			printf("ceiling    %.1f GB/s (%s copy, bytes read + written)\n", ceiling,
+			       strcmp(be, "cpu") ? "device" : "host memcpy");
+			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)\n",
+			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2);
+			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", "ms/token", "GB/s",
+			       "% ceil");
+			if (pp > 0)
+				printf("%-10s %10d %12.2f %12.3f %10s %8s\n", "pp", prompt_len, prompt_len / pp_s,
+				       1e3 * pp_s / prompt_len, "-", "-");
+			if (tg > 0)
+				printf("%-10s %10d %12.3f %12.3f %10.2f %7.1f%%\n", ctx ? "tg@ctx" : "tg", tg,
+				       1 / tg_s, 1e3 * tg_s, gbs, ceiling > 0 ? 100 * gbs / ceiling : 0);
+			if (tg > 0 && ceiling > 0)
+				printf("roofline   %.2f tok/s at the ceiling\n", ceiling * 1e9 / bytes);
+		}
+	}
+done:
+	free(tok), free(pos), free(seq), free(logits), free(t_pp), free(t_tg);
+	fp4s_engine_close(e);
+	return rc;
+}
