@@ -64,6 +64,16 @@ struct fp4s_backend {
 	int (*alloc)(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err);
 	void (*free)(struct fp4s_backend *be, void *p);
 	void (*destroy)(struct fp4s_backend *be);
+	/* Weight upload: rewrites m's data/scales/bias to backend memory (a no-op on the CPU, where
+	 * the views point into the mapped checkpoint). *p of n floats likewise. */
+	int (*upload_mat)(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4s_error *err);
+	int (*upload_f32)(struct fp4s_backend *be, float **p, int64_t n, struct fp4s_error *err);
+	/* Start of a forward step: makes the batch's token/position/slot arrays visible to the ops
+	 * (copied to the device on a GPU). */
+	int (*begin)(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err);
+	/* Copies bytes of backend memory to the host (waits for the work that produced them). */
+	int (*read)(struct fp4s_backend *be, void *host, const void *src, int64_t bytes,
+	            struct fp4s_error *err);
 	/* out[i] = row tokens[i] of the embedding matrix */
 	int (*embed)(struct fp4s_backend *be, const struct fp4s_mat *emb, const struct fp4s_batch *b,
 	             float *out, struct fp4s_error *err);
@@ -71,6 +81,9 @@ struct fp4s_backend {
 	              float *y, struct fp4s_error *err);
 	void (*rmsnorm)(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
 	                int64_t width, float eps, enum fp4s_norm_kind kind, float *y);
+	/* dst[i] = src[rows[i]] for rows of width floats (rows is a host array) */
+	int (*gather_rows)(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
+	                   int64_t width, float *dst, struct fp4s_error *err);
 	/* x += y */
 	void (*add)(struct fp4s_backend *be, float *x, const float *y, int64_t n);
 	/* rotate q [n, nh*d] and k [n, nkv*d] at each token's position */
@@ -91,6 +104,8 @@ struct fp4s_backend {
 
 /* The CPU reference backend. */
 int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err);
+/* The CUDA backend on GPU dev (FP4S_ENODEV without a GPU or a CUDA build). */
+int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, struct fp4s_error *err);
 
 #ifdef __cplusplus
 }

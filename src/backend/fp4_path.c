@@ -1,4 +1,5 @@
 /* fp4_path.c: the FP4 path rule, shared by CPU-only and CUDA builds (the report prints it). */
+#include "backend/backend.h"
 #include "backend/cuda/cuda_device.h"
 
 enum fp4s_fp4_path fp4s_fp4_path_for(int cc_major, int cc_minor)
@@ -37,5 +38,12 @@ int fp4s_cuda_copy_bandwidth(int dev, double *gbs, struct fp4s_error *err)
 {
 	(void)gbs;
 	return fp4s_error_set(err, FP4S_ENODEV, "device %d: this build has no CUDA backend", dev);
+}
+
+int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, struct fp4s_error *err)
+{
+	(void)out;
+	return fp4s_error_set(err, FP4S_ENODEV, "device %d: this build has no CUDA backend (nvcc was "
+	                      "not found when it was configured)", dev);
 }
 #endif

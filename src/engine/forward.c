@@ -238,8 +238,7 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 				return fp4s_error_prefix(err, "%s: ", w->spec->name);
 		}
 	}
-	if (!f->lm_head.data)
-		f->lm_head = f->embed; /* tied embeddings */
+	const int tied = !f->lm_head.data || f->lm_head.data == f->embed.data;
 	if (!f->embed.data || !f->final_norm)
 		return fp4s_error_set(err, FP4S_EFORMAT, "model lacks the embedding or the final norm");
 	/* attention biases are applied by the matmul */
@@ -254,11 +253,86 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 		return rc;
 	if ((rc = fp4s_rope_inv_freq(&c->rope, f->rot_dim, f->inv_freq, &f->rope_mscale, err)))
 		return rc;
+	/* weights to the backend (a no-op on the CPU) */
+	if ((rc = be->upload_mat(be, &f->embed, err)))
+		return rc;
+	if (tied)
+		f->lm_head = f->embed;
+	else if ((rc = be->upload_mat(be, &f->lm_head, err)))
+		return rc;
+	if ((rc = be->upload_f32(be, &f->final_norm, c->hidden, err)) ||
+	    (rc = be->upload_f32(be, &f->inv_freq, f->rot_dim / 2, err)))
+		return rc;
+	for (int32_t l = 0; l < c->n_layers; l++) {
+		struct fp4s_fwd_layer *L = &f->layers[l];
+		struct fp4s_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->moe.router};
+		for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+			if (mats[i]->data && (rc = be->upload_mat(be, mats[i], err)))
+				return fp4s_error_prefix(err, "layer %d: ", l);
+		for (int32_t x = 0; L->is_moe && x < L->moe.n_experts; x++) {
+			struct fp4s_expert *ex = &L->experts[x];
+			struct fp4s_mat *em[] = {&ex->gate, &ex->up, &ex->gate_up, &ex->down};
+			for (size_t i = 0; i < 4; i++)
+				if (em[i]->data && (rc = be->upload_mat(be, em[i], err)))
+					return fp4s_error_prefix(err, "layer %d expert %d: ", l, x);
+		}
+		if ((L->attn_norm && (rc = be->upload_f32(be, &L->attn_norm, c->hidden, err))) ||
+		    (L->ffn_norm && (rc = be->upload_f32(be, &L->ffn_norm, c->hidden, err))) ||
+		    (L->q_norm && (rc = be->upload_f32(be, &L->q_norm, c->head_dim, err))) ||
+		    (L->k_norm && (rc = be->upload_f32(be, &L->k_norm, c->head_dim, err))) ||
+		    (L->sinks && (rc = be->upload_f32(be, &L->sinks, c->n_heads, err))))
+			return fp4s_error_prefix(err, "layer %d: ", l);
+	}
 	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, max_seqs, max_ctx, err);
+}
+
+static void scratch_free(struct fp4s_fwd *f)
+{
+	float **bufs[] = {&f->h, &f->x, &f->q, &f->k, &f->v, &f->att, &f->g, &f->u, &f->y, &f->last, &f->logits};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+		if (*bufs[i] && f->be)
+			f->be->free(f->be, *bufs[i]);
+		*bufs[i] = NULL;
+	}
+	f->scratch_tokens = f->scratch_out = 0;
+}
+
+/* Activation buffers for n tokens and n_out logits rows, grown as needed and kept: a GPU
+ * allocation per step would cost more than the step. */
+static int scratch_reserve(struct fp4s_fwd *f, int32_t n, int32_t n_out, int64_t inter,
+                           struct fp4s_error *err)
+{
+	const struct fp4s_config *c = f->cfg;
+	if (n <= f->scratch_tokens && n_out <= f->scratch_out)
+		return FP4S_OK;
+	if (n < f->scratch_tokens)
+		n = f->scratch_tokens;
+	if (n_out < f->scratch_out)
+		n_out = f->scratch_out;
+	if (n_out < 1)
+		n_out = 1;
+	scratch_free(f);
+	const int64_t H = c->hidden, qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+	struct {
+		float **p;
+		int64_t n;
+	} want[] = {{&f->h, n * H},     {&f->x, n * H},     {&f->q, n * qd},  {&f->k, n * kvd},
+	            {&f->v, n * kvd},   {&f->att, n * qd},  {&f->g, n * inter}, {&f->u, n * inter},
+	            {&f->y, n * H},     {&f->last, n_out * H}, {&f->logits, n_out * c->vocab}};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		int rc = f->be->alloc(f->be, (void **)want[i].p, want[i].n * (int64_t)sizeof(float), err);
+		if (rc) {
+			scratch_free(f);
+			return rc;
+		}
+	}
+	f->scratch_tokens = n, f->scratch_out = n_out;
+	return FP4S_OK;
 }
 
 void fp4s_fwd_free(struct fp4s_fwd *f)
 {
+	scratch_free(f);
 	for (int32_t i = 0; i < f->n_owned; i++)
 		free(f->owned[i]);
 	free(f->owned);
@@ -271,31 +345,27 @@ int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *
 	const struct fp4s_config *c = f->cfg;
 	struct fp4s_backend *be = f->be;
 	const int64_t n = b->n, H = c->hidden, nh = c->n_heads, nkv = c->n_kv_heads, d = c->head_dim;
-	const int64_t qd = nh * d, kvd = nkv * d;
 	int64_t inter = c->intermediate;
 	if (c->n_experts > 0 && c->moe_intermediate > inter)
 		inter = c->moe_intermediate;
 	const float eps = (float)c->rms_eps;
-	int rc = FP4S_OK;
+	int rc;
 	if (n <= 0)
 		return fp4s_error_set(err, FP4S_EINVAL, "forward: empty batch");
-	float *h = malloc((size_t)(n * H) * sizeof *h), *x = malloc((size_t)(n * H) * sizeof *x);
-	float *q = malloc((size_t)(n * qd) * sizeof *q), *k = malloc((size_t)(n * kvd) * sizeof *k);
-	float *v = malloc((size_t)(n * kvd) * sizeof *v), *att = malloc((size_t)(n * qd) * sizeof *att);
-	float *g = malloc((size_t)(n * inter) * sizeof *g), *u = malloc((size_t)(n * inter) * sizeof *u);
-	float *y = malloc((size_t)(n * H) * sizeof *y), *last = malloc((size_t)((n_out > 0 ? n_out : 1) * H) * sizeof *last);
-	if (!h || !x || !q || !k || !v || !att || !g || !u || !y || !last) {
-		rc = fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory for %lld tokens", (long long)n);
-		goto done;
-	}
+	for (int32_t i = 0; i < n_out; i++)
+		if (out_rows[i] < 0 || out_rows[i] >= n)
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: logits row %d outside the batch", out_rows[i]);
+	if ((rc = scratch_reserve(f, (int32_t)n, n_out, inter, err)) || (rc = be->begin(be, b, err)))
+		return rc;
+	float *h = f->h, *x = f->x, *q = f->q, *k = f->k, *v = f->v, *att = f->att, *g = f->g, *u = f->u, *y = f->y;
 	if ((rc = be->embed(be, &f->embed, b, h, err)))
-		goto done;
+		return rc;
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		struct fp4s_fwd_layer *L = &f->layers[l];
 		be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
 		if ((rc = be->matmul(be, x, n, &L->q, q, err)) || (rc = be->matmul(be, x, n, &L->k, k, err)) ||
 		    (rc = be->matmul(be, x, n, &L->v, v, err)))
-			goto done;
+			return rc;
 		if (L->q_norm) /* Qwen3: per-head RMSNorm over d, before RoPE */
 			be->rmsnorm(be, q, L->q_norm, n * nh, d, eps, f->norm_kind, q);
 		if (L->k_norm)
@@ -304,37 +374,30 @@ int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *
 		struct fp4s_attn_params ap = {.n_heads = (int32_t)nh, .n_kv_heads = (int32_t)nkv,
 		                              .head_dim = (int32_t)d, .window = L->window,
 		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
-		if ((rc = be->attention(be, l, q, k, v, b, &ap, att, err)))
-			goto done;
-		if ((rc = be->matmul(be, att, n, &L->o, y, err)))
-			goto done;
+		if ((rc = be->attention(be, l, q, k, v, b, &ap, att, err)) ||
+		    (rc = be->matmul(be, att, n, &L->o, y, err)))
+			return rc;
 		be->add(be, h, y, n * H);
 		be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
 		if (L->is_moe) {
 			if ((rc = be->moe(be, &L->moe, x, n, y, err)))
-				goto done;
+				return rc;
 		} else {
 			if ((rc = be->matmul(be, x, n, &L->gate, g, err)) ||
 			    (rc = be->matmul(be, x, n, &L->up, u, err)))
-				goto done;
+				return rc;
 			be->swiglu(be, g, u, n, L->gate.rows, g);
 			if ((rc = be->matmul(be, g, n, &L->down, y, err)))
-				goto done;
+				return rc;
 		}
 		be->add(be, h, y, n * H);
 	}
-	for (int32_t i = 0; i < n_out; i++) {
-		if (out_rows[i] < 0 || out_rows[i] >= n) {
-			rc = fp4s_error_set(err, FP4S_EINVAL, "forward: logits row %d outside the batch", out_rows[i]);
-			goto done;
-		}
-		memcpy(last + (int64_t)i * H, h + (int64_t)out_rows[i] * H, (size_t)H * sizeof *h);
-	}
-	if (n_out > 0) {
-		be->rmsnorm(be, last, f->final_norm, n_out, H, eps, f->norm_kind, last);
-		rc = be->matmul(be, last, n_out, &f->lm_head, logits, err);
-	}
-done:
-	free(h), free(x), free(q), free(k), free(v), free(att), free(g), free(u), free(y), free(last);
-	return rc;
+	if (n_out == 0)
+		return FP4S_OK;
+	if ((rc = be->gather_rows(be, h, out_rows, n_out, H, f->last, err)))
+		return rc;
+	be->rmsnorm(be, f->last, f->final_norm, n_out, H, eps, f->norm_kind, f->last);
+	if ((rc = be->matmul(be, f->last, n_out, &f->lm_head, f->logits, err)))
+		return rc;
+	return be->read(be, logits, f->logits, (int64_t)n_out * c->vocab * (int64_t)sizeof(float), err);
 }

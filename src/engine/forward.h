@@ -37,6 +37,9 @@ struct fp4s_fwd {
 	int32_t max_seqs, max_ctx;
 	void **owned; /* converted FP32 arrays, transposed expert weights */
 	int32_t n_owned, cap_owned;
+	/* activation buffers in backend memory, sized for scratch_tokens tokens */
+	float *h, *x, *q, *k, *v, *att, *g, *u, *y, *last, *logits;
+	int32_t scratch_tokens, scratch_out;
 };
 
 /* Builds the views and the KV cache (max_seqs sequences of max_ctx positions). */

@@ -60,6 +60,36 @@ static void cpu_destroy(struct fp4s_backend *be)
 	free(be);
 }
 
+static int cpu_upload_mat(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4s_error *err)
+{
+	return FP4S_OK;
+}
+
+static int cpu_upload_f32(struct fp4s_backend *be, float **p, int64_t n, struct fp4s_error *err)
+{
+	return FP4S_OK;
+}
+
+static int cpu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err)
+{
+	return FP4S_OK;
+}
+
+static int cpu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes,
+                    struct fp4s_error *err)
+{
+	memcpy(host, src, (size_t)bytes);
+	return FP4S_OK;
+}
+
+static int cpu_gather_rows(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
+                           int64_t width, float *dst, struct fp4s_error *err)
+{
+	for (int32_t i = 0; i < n; i++)
+		memcpy(dst + (int64_t)i * width, src + (int64_t)rows[i] * width, (size_t)width * sizeof *dst);
+	return FP4S_OK;
+}
+
 static int cpu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const struct fp4s_batch *b,
                      float *out, struct fp4s_error *err)
 {
@@ -279,6 +309,11 @@ int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err)
 	be->alloc = cpu_alloc;
 	be->free = cpu_free;
 	be->destroy = cpu_destroy;
+	be->upload_mat = cpu_upload_mat;
+	be->upload_f32 = cpu_upload_f32;
+	be->begin = cpu_begin;
+	be->read = cpu_read;
+	be->gather_rows = cpu_gather_rows;
 	be->embed = cpu_embed;
 	be->matmul = cpu_matmul;
 	be->rmsnorm = cpu_rmsnorm;
