@@ -13,5 +13,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv), cmd_detokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv); /* src/server/srv_serve.c */
 
 #endif

@@ -22,6 +22,7 @@ static const struct command commands[] = {
 	{"quantize", cmd_quantize, "BF16 checkpoint to NVFP4 (ModelOpt / compressed-tensors) or MXFP4"},
 	{"tokenize", cmd_tokenize, "text -> token ids (--bench-mb N: encode throughput)"},
 	{"detokenize", cmd_detokenize, "token ids -> text"},
+	{"serve", cmd_serve, "OpenAI-compatible HTTP server (--demo: a tiny random model)"},
 };
 
 static void usage(FILE *f)
