@@ -104,7 +104,13 @@ int cmd_bench(int argc, char **argv)
 	const struct fp4s_model *m = fp4s_engine_model(e);
 	struct fp4s_model_stats st;
 	fp4s_model_stats(&m->cfg, m->w, m->n, &st);
-	const double ceiling = host_copy_gbs();
+	double ceiling = 0;
+	if (eo.backend && !strcmp(eo.backend, "cuda")) {
+		if (fp4s_cuda_copy_bandwidth(0, &ceiling, &err))
+			fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+	} else {
+		ceiling = host_copy_gbs();
+	}
 	struct fp4s_fwd *f = fp4s_engine_fwd(e);
 	const int32_t V = (int32_t)m->cfg.vocab;
 	int32_t *tok = malloc((size_t)eo.max_ctx * sizeof *tok), *pos = malloc((size_t)eo.max_ctx * sizeof *pos);

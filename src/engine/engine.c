@@ -74,10 +74,9 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	if (!e)
 		return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 	*out = NULL;
-	if (o->backend && strcmp(o->backend, "cpu") != 0) {
+	if (o->backend && strcmp(o->backend, "cpu") != 0 && strcmp(o->backend, "cuda") != 0) {
 		free(e);
-		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "backend '%s' is not available in this "
-		                      "build yet (use --backend cpu)", o->backend);
+		return fp4s_error_set(err, FP4S_EINVAL, "unknown backend '%s' (cpu or cuda)", o->backend);
 	}
 	rc = ends_with(o->model, ".bin") ? fp4s_llama2c_open(o->model, &e->model, err)
 	                                 : fp4s_model_open(o->model, &e->model, err);
@@ -125,7 +124,8 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
 	if (e->max_batch < e->max_seqs)
 		e->max_batch = e->max_seqs;
-	if ((rc = fp4s_backend_cpu_create(&e->be, err)))
+	if ((rc = o->backend && !strcmp(o->backend, "cuda") ? fp4s_backend_cuda_create(0, &e->be, err)
+	                                                     : fp4s_backend_cpu_create(&e->be, err)))
 		goto fail;
 	if ((rc = fp4s_fwd_init(&e->fwd, &e->model, e->be, e->max_seqs, e->max_ctx, err)))
 		goto fail;

@@ -6,7 +6,9 @@
  * through the KV cache, must reproduce transformers' 32 tokens (a step whose top two logits are
  * closer than the tolerance may differ: the test then requires the logits to agree instead).
  * The real stories260K.bin (llama2.c format, ../shared) must give the converted checkpoint's
- * logits too. `test_golden [filter]` runs the fixtures whose name contains filter. */
+ * logits too. `test_golden [filter]` runs the fixtures whose name contains filter.
+ * FP4S_TEST_BACKEND=cuda runs the same checks on the GPU backend and also requires its greedy
+ * decoding to equal the CPU backend's for 64 tokens (CTest: test_golden_cuda, label gpu). */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -54,6 +56,49 @@ static int argmax(const float *v, int64_t n)
 }
 
 /* Runs the fixture's prompts and greedy decode on model m; returns the worst rel L2 error. */
+static int make_backend(const char *name, struct fp4s_backend **be, struct fp4s_error *err)
+{
+	return !strcmp(name, "cuda") ? fp4s_backend_cuda_create(0, be, err) : fp4s_backend_cpu_create(be, err);
+}
+
+/* Greedy tokens after prompt p on the named backend, one token per step. */
+static int greedy(struct fp4s_model *m, const char *backend, const int32_t *p, int32_t n, int32_t count,
+                  int32_t *out, float *gap_at_end)
+{
+	struct fp4s_error err = {0};
+	struct fp4s_backend *be;
+	struct fp4s_fwd f;
+	const int64_t V = m->cfg.vocab;
+	if (make_backend(backend, &be, &err))
+		return -1;
+	if (fp4s_fwd_init(&f, m, be, 1, n + count + 1, &err)) {
+		be->destroy(be);
+		return -1;
+	}
+	float *lg = malloc((size_t)V * sizeof *lg);
+	int rc = 0;
+	for (int32_t i = 0; i < n + count - 1 && !rc; i++) {
+		int32_t t = i < n ? p[i] : out[i - n], pos = i, s = 0, r = 0;
+		struct fp4s_batch b = {1, &t, &pos, &s};
+		rc = fp4s_fwd_run(&f, &b, &r, 1, lg, &err);
+		if (!rc && i >= n - 1) {
+			out[i - n + 1] = argmax(lg, V);
+			/* margin of the choice: how far the best is above the runner-up */
+			float second = -INFINITY;
+			for (int64_t v = 0; v < V; v++)
+				if (v != out[i - n + 1] && lg[v] > second)
+					second = lg[v];
+			gap_at_end[i - n + 1] = lg[out[i - n + 1]] - second;
+		}
+	}
+	free(lg);
+	fp4s_fwd_free(&f);
+	be->destroy(be);
+	return rc;
+}
+
+static const char *g_backend = "cpu";
+
 static double check_model(const char *name, struct fp4s_model *m, json_t *g, const float *ref,
                           size_t nref)
 {
@@ -63,7 +108,10 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 	const int64_t V = json_integer_value(json_object_get(g, "vocab"));
 	json_t *prompts = json_object_get(g, "prompts");
 	double worst = 0;
-	CHECK(fp4s_backend_cpu_create(&be, &err) == 0);
+	if (make_backend(g_backend, &be, &err)) {
+		CHECK_MSG(0, "%s backend: %s", g_backend, err.msg);
+		return INFINITY;
+	}
 	if (fp4s_fwd_init(&f, m, be, (int32_t)json_array_size(prompts), 128, &err)) {
 		CHECK_MSG(0, "%s: forward init: %s", name, err.msg);
 		be->destroy(be);
@@ -132,12 +180,43 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 	}
 	fp4s_fwd_free(&f);
 	be->destroy(be);
+	if (strcmp(g_backend, "cpu") != 0) {
+		/* 64 greedy tokens must equal the CPU backend's; a flip is tolerated only where the
+		 * CPU's own choice was a near-tie */
+		json_t *pr = json_array_get(prompts, 0);
+		int32_t n = (int32_t)json_array_size(pr), p[64], a[64], b[64];
+		float ga[64], gb[64];
+		for (int32_t i = 0; i < n && i < 64; i++)
+			p[i] = (int32_t)json_integer_value(json_array_get(pr, (size_t)i));
+		if (greedy(m, "cpu", p, n, 64, a, ga) || greedy(m, g_backend, p, n, 64, b, gb)) {
+			CHECK_MSG(0, "%s: greedy runs failed", name);
+		} else {
+			int32_t first = -1;
+			for (int32_t i = 0; i < 64 && first < 0; i++)
+				if (a[i] != b[i])
+					first = i;
+			CHECK_MSG(first < 0 || ga[first] < 1e-4f * (1 + fabsf(ga[first])),
+			          "%s: %s greedy differs from the CPU's at token %d (CPU margin %.3g)", name,
+			          g_backend, first, first >= 0 ? ga[first] : 0.0f);
+			printf("%-22s %s greedy = CPU greedy for %d of 64 tokens\n", name, g_backend,
+			       first < 0 ? 64 : first);
+		}
+	}
 	return worst;
 }
 
 int main(int argc, char **argv)
 {
 	const char *src = getenv("FP4S_SOURCE_DIR");
+	if (getenv("FP4S_TEST_BACKEND"))
+		g_backend = getenv("FP4S_TEST_BACKEND");
+	if (!strcmp(g_backend, "cuda")) {
+		struct fp4s_backend *be;
+		struct fp4s_error err = {0};
+		if (fp4s_backend_cuda_create(0, &be, &err))
+			TEST_SKIP("%s", err.msg);
+		be->destroy(be);
+	}
 	const char *filter = argc > 1 ? argv[1] : NULL;
 	char dir[1024], path[1600];
 	snprintf(dir, sizeof dir, "%.900s/tests/fixtures/golden", src ? src : ".");

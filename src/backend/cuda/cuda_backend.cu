@@ -1,0 +1,647 @@
+/* cuda_backend.cu: backend.h on one GPU. Weights are uploaded in their checkpoint format (packed
+ * E2M1 + scales stay packed); activations are FP32 in device memory; the KV cache is FP32,
+ * [layer][slot][pos][kv_width], one contiguous region per sequence slot.
+ *
+ * This is the first, correctness-first version: every op is a plain kernel checked against the
+ * CPU reference (tests/ops/test_backend_ops.cu); matmuls go through fp4s_cuda_matmul
+ * (gemv_cuda.h) when that is linked in, else through the simple warp-per-row kernel below;
+ * the MoE router's top-k runs on the host (one small device-to-host copy per MoE layer).
+ * Fusions, CUDA graphs and on-device sampling come on top of this. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "numerics/numerics.h"
+
+struct cuda_impl {
+	int dev;
+	cudaStream_t s;
+	void **allocs; /* weights and scratch owned by the backend */
+	int32_t n_allocs, cap_allocs;
+	float *kc, *vc;
+	int32_t n_layers, kv_width, max_seqs, max_ctx;
+	int32_t *d_tok, *d_pos, *d_seq;
+	int32_t batch_cap;
+	float *moe_logits, *moe_h1, *moe_h2, *moe_a, *moe_o;
+	int64_t moe_cap_tokens, moe_cap_inter, moe_cap_hidden;
+	int32_t moe_cap_experts;
+	float *host_logits;
+};
+
+static struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* Element (r, c) of a weight in its stored format, without the NVFP4 per-tensor factor. */
+static __device__ __forceinline__ float w_elem(int fmt, const void *data, const uint8_t *scales,
+                                               int64_t K, int64_t r, int64_t c)
+{
+	const int64_t i = r * K + c;
+	switch (fmt) {
+	case FP4S_WF_F32: return ((const float *)data)[i];
+	case FP4S_WF_BF16: return fp4s_bf16_to_f32(((const uint16_t *)data)[i]);
+	case FP4S_WF_F16: return fp4s_f16_to_f32(((const uint16_t *)data)[i]);
+	case FP4S_WF_NVFP4: {
+		const uint32_t code = (((const uint8_t *)data)[i >> 1] >> ((i & 1) * 4)) & 15u;
+		return fp4s_e2m1_to_f32(code) * fp4s_e4m3_to_f32(scales[r * (K / 16) + c / 16]);
+	}
+	default: {
+		const uint32_t code = (((const uint8_t *)data)[i >> 1] >> ((i & 1) * 4)) & 15u;
+		return fp4s_e2m1_to_f32(code) * fp4s_e8m0_to_f32(scales[r * (K / 32) + c / 32]);
+	}
+	}
+}
+
+/* y[t, r] for up to 16 tokens: one warp per output row, lanes stride over K. */
+static __global__ void mm_simple_kernel(int fmt, const void *data, const uint8_t *scales, float ws2,
+                                        const float *bias, int64_t rows, int64_t K, const float *x,
+                                        int32_t M, float *y)
+{
+	const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	const int lane = threadIdx.x & 31;
+	if (r >= rows)
+		return;
+	float acc[16];
+#pragma unroll
+	for (int t = 0; t < 16; t++)
+		acc[t] = 0.0f;
+	for (int64_t c = lane; c < K; c += 32) {
+		const float w = w_elem(fmt, data, scales, K, r, c);
+#pragma unroll
+		for (int t = 0; t < 16; t++)
+			if (t < M)
+				acc[t] += w * x[(int64_t)t * K + c];
+	}
+#pragma unroll
+	for (int t = 0; t < 16; t++) {
+		float v = acc[t];
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+		if (lane == 0 && t < M)
+			y[(int64_t)t * rows + r] = v * ws2 + (bias ? bias[r] : 0.0f);
+	}
+}
+
+static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *scales, float ws2,
+                                    int64_t K, const int32_t *tok, float *out)
+{
+	const int32_t i = blockIdx.x;
+	for (int64_t c = threadIdx.x; c < K; c += blockDim.x)
+		out[(int64_t)i * K + c] = w_elem(fmt, data, scales, K, tok[i], c) * ws2;
+}
+
+static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t width, float eps,
+                                      int zero_centred, float *y)
+{
+	__shared__ float red[32];
+	const float *xr = x + (int64_t)blockIdx.x * width;
+	float *yr = y + (int64_t)blockIdx.x * width;
+	float ss = 0.0f;
+	for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+		ss += xr[i] * xr[i];
+	for (int o = 16; o > 0; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x / 32] = ss;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		ss = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
+		for (int o = 16; o > 0; o >>= 1)
+			ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+		if (threadIdx.x == 0)
+			red[0] = ss;
+	}
+	__syncthreads();
+	const float inv = 1.0f / sqrtf(red[0] / (float)width + eps);
+	for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+		yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+}
+
+static __global__ void add_kernel(float *x, const float *y, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		x[i] += y[i];
+}
+
+/* grid: (tokens, heads of q then k); one thread per rotary pair */
+static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t nh, int32_t nkv,
+                                   int32_t d, int32_t rot, const float *inv_freq, float mscale)
+{
+	const int32_t i = blockIdx.x, h = blockIdx.y;
+	float *v = h < nh ? q + ((int64_t)i * nh + h) * d : k + ((int64_t)i * nkv + (h - nh)) * d;
+	const int half = rot / 2;
+	for (int j = threadIdx.x; j < half; j += blockDim.x) {
+		const float ang = (float)pos[i] * inv_freq[j];
+		const float c = cosf(ang) * mscale, s = sinf(ang) * mscale;
+		const float x1 = v[j], x2 = v[j + half];
+		v[j] = x1 * c - x2 * s;
+		v[j + half] = x2 * c + x1 * s;
+	}
+}
+
+static __global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v,
+                                       const int32_t *pos, const int32_t *seq, int32_t layer,
+                                       int32_t max_seqs, int32_t max_ctx, int32_t kvw)
+{
+	const int32_t i = blockIdx.x;
+	const size_t base = (((size_t)layer * max_seqs + seq[i]) * max_ctx + pos[i]) * kvw;
+	for (int32_t j = threadIdx.x; j < kvw; j += blockDim.x) {
+		kc[base + j] = k[(int64_t)i * kvw + j];
+		vc[base + j] = v[(int64_t)i * kvw + j];
+	}
+}
+
+static __device__ float block_reduce(float v, float *red, int is_max)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+		v = is_max ? fmaxf(v, w) : v + w;
+	}
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x / 32] = v;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : (is_max ? -INFINITY : 0.0f);
+		for (int o = 16; o > 0; o >>= 1) {
+			const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+			v = is_max ? fmaxf(v, w) : v + w;
+		}
+		if (threadIdx.x == 0)
+			red[0] = v;
+	}
+	__syncthreads();
+	return red[0];
+}
+
+/* grid (tokens, heads): scores into shared memory, softmax (with the sink in the denominator),
+ * then the weighted sum of values, one thread per output dim. */
+static __global__ void attention_kernel(const float *q, const float *kc, const float *vc,
+                                        const int32_t *pos, const int32_t *seq, int32_t layer,
+                                        int32_t max_seqs, int32_t max_ctx, int32_t nh, int32_t nkv,
+                                        int32_t d, int32_t window, const float *sinks, float scale,
+                                        float *out)
+{
+	extern __shared__ float sm[];
+	__shared__ float red[32];
+	float *qs = sm, *sc = sm + d;
+	const int32_t i = blockIdx.x, h = blockIdx.y, g = h / (nh / nkv), kvw = nkv * d;
+	const int32_t p = pos[i];
+	const int32_t start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+	const size_t seq_base = ((size_t)layer * max_seqs + seq[i]) * max_ctx;
+	for (int j = threadIdx.x; j < d; j += blockDim.x)
+		qs[j] = q[((int64_t)i * nh + h) * d + j];
+	__syncthreads();
+	float m = sinks ? sinks[h] : -INFINITY;
+	for (int32_t t = start + threadIdx.x; t <= p; t += blockDim.x) {
+		const float *kt = kc + (seq_base + t) * kvw + (size_t)g * d;
+		float acc = 0.0f;
+		for (int j = 0; j < d; j++)
+			acc += qs[j] * kt[j];
+		sc[t - start] = acc * scale;
+		m = fmaxf(m, acc * scale);
+	}
+	m = block_reduce(m, red, 1);
+	float sum = 0.0f;
+	for (int32_t t = start + threadIdx.x; t <= p; t += blockDim.x) {
+		const float e = expf(sc[t - start] - m);
+		sc[t - start] = e;
+		sum += e;
+	}
+	sum = block_reduce(sum, red, 0) + (sinks ? expf(sinks[h] - m) : 0.0f);
+	for (int j = threadIdx.x; j < d; j += blockDim.x) {
+		float acc = 0.0f;
+		for (int32_t t = start; t <= p; t++)
+			acc += sc[t - start] * vc[(seq_base + t) * kvw + (size_t)g * d + j];
+		out[((int64_t)i * nh + h) * d + j] = acc / sum;
+	}
+}
+
+static __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, float *out)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static __global__ void swiglu_oai_kernel(const float *gu, int64_t n, float alpha, float limit, float *out)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		const float g = fminf(gu[2 * i], limit), u = fminf(fmaxf(gu[2 * i + 1], -limit), limit);
+		out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+	}
+}
+
+static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n, int first)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = first ? a * x[i] : y[i] + a * x[i];
+}
+
+/* ---- host glue ---------------------------------------------------------------------------- */
+
+static int grid1(int64_t n) { return (int)(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096); }
+
+static int track(struct cuda_impl *c, void *p, struct fp4s_error *err)
+{
+	if (c->n_allocs == c->cap_allocs) {
+		int32_t cap = c->cap_allocs ? 2 * c->cap_allocs : 256;
+		void **n = (void **)realloc(c->allocs, (size_t)cap * sizeof *n);
+		if (!n) {
+			cudaFree(p);
+			return fp4s_error_set(err, FP4S_ENOMEM, "cuda backend: out of host memory");
+		}
+		c->allocs = n, c->cap_allocs = cap;
+	}
+	c->allocs[c->n_allocs++] = p;
+	return FP4S_OK;
+}
+
+static int dev_alloc(struct cuda_impl *c, void **p, size_t bytes, struct fp4s_error *err)
+{
+	cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+	if (e != cudaSuccess)
+		return fp4s_error_set(err, FP4S_ENOMEM, "cuda: cannot allocate %.1f MB on the GPU: %s",
+		                      (double)bytes / 1e6, cudaGetErrorString(e));
+	return FP4S_OK;
+}
+
+static int cu_alloc(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err)
+{
+	return dev_alloc(impl_of(be), p, (size_t)bytes, err);
+}
+
+static void cu_free(struct fp4s_backend *be, void *p) { cudaFree(p); }
+
+static int upload(struct cuda_impl *c, const void *host, size_t bytes, void **dev, struct fp4s_error *err)
+{
+	int rc = dev_alloc(c, dev, bytes, err);
+	if (rc || (rc = track(c, *dev, err)))
+		return rc;
+	FP4S_CUDA_TRY(err, cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
+	return FP4S_OK;
+}
+
+static int cu_upload_mat(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	const size_t n = (size_t)m->rows * (size_t)m->cols;
+	size_t data_b = 0, scale_b = 0;
+	switch (m->fmt) {
+	case FP4S_WF_F32: data_b = n * 4; break;
+	case FP4S_WF_BF16:
+	case FP4S_WF_F16: data_b = n * 2; break;
+	case FP4S_WF_NVFP4: data_b = n / 2, scale_b = n / 16; break;
+	case FP4S_WF_MXFP4: data_b = n / 2, scale_b = n / 32; break;
+	default: return fp4s_error_set(err, FP4S_EUNSUPPORTED, "cuda: weight format %d", (int)m->fmt);
+	}
+	void *d;
+	int rc;
+	if ((rc = upload(c, m->data, data_b, &d, err)))
+		return rc;
+	m->data = d;
+	if (scale_b) {
+		if ((rc = upload(c, m->scales, scale_b, &d, err)))
+			return rc;
+		m->scales = (const uint8_t *)d;
+	}
+	if (m->bias) {
+		if ((rc = upload(c, m->bias, (size_t)m->rows * sizeof(float), &d, err)))
+			return rc;
+		m->bias = (const float *)d;
+	}
+	return FP4S_OK;
+}
+
+static int cu_upload_f32(struct fp4s_backend *be, float **p, int64_t n, struct fp4s_error *err)
+{
+	void *d;
+	int rc = upload(impl_of(be), *p, (size_t)n * sizeof(float), &d, err);
+	if (!rc)
+		*p = (float *)d;
+	return rc;
+}
+
+static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
+                      int32_t max_ctx, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	cudaFree(c->kc);
+	cudaFree(c->vc);
+	c->kc = c->vc = NULL;
+	const size_t n = (size_t)n_layers * max_seqs * max_ctx * kv_width;
+	int rc = dev_alloc(c, (void **)&c->kc, n * sizeof(float), err);
+	if (!rc)
+		rc = dev_alloc(c, (void **)&c->vc, n * sizeof(float), err);
+	if (rc)
+		return fp4s_error_prefix(err, "kv cache (%d layers x %d seqs x %d positions): ", n_layers,
+		                         max_seqs, max_ctx);
+	c->n_layers = n_layers, c->kv_width = kv_width, c->max_seqs = max_seqs, c->max_ctx = max_ctx;
+	/* the attention kernel keeps a context's scores in shared memory */
+	const int smem = (max_ctx + 512) * (int)sizeof(float);
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	return FP4S_OK;
+}
+
+static void cu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)seq; }
+
+static int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	if (b->n > c->batch_cap) {
+		cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
+		c->d_tok = c->d_pos = c->d_seq = NULL;
+		c->batch_cap = 0;
+		int32_t cap = b->n < 256 ? 256 : b->n;
+		int rc;
+		if ((rc = dev_alloc(c, (void **)&c->d_tok, (size_t)cap * 4, err)) ||
+		    (rc = dev_alloc(c, (void **)&c->d_pos, (size_t)cap * 4, err)) ||
+		    (rc = dev_alloc(c, (void **)&c->d_seq, (size_t)cap * 4, err)))
+			return rc;
+		c->batch_cap = cap;
+	}
+	for (int32_t i = 0; i < b->n; i++)
+		if (b->pos[i] < 0 || b->pos[i] >= c->max_ctx || b->seq[i] < 0 || b->seq[i] >= c->max_seqs)
+			return fp4s_error_set(err, FP4S_EINVAL, "token %d: position %d / slot %d outside the "
+			                      "KV cache (%d positions, %d slots)", i, b->pos[i], b->seq[i],
+			                      c->max_ctx, c->max_seqs);
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_tok, b->tokens, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_pos, b->pos, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_seq, b->seq, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
+	return FP4S_OK;
+}
+
+static int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes,
+                   struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(host, src, (size_t)bytes, cudaMemcpyDeviceToHost, c->s));
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+static int cu_gather_rows(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
+                          int64_t width, float *dst, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	for (int32_t i = 0; i < n; i++)
+		FP4S_CUDA_TRY(err, cudaMemcpyAsync(dst + (int64_t)i * width, src + (int64_t)rows[i] * width,
+		                                   (size_t)width * sizeof(float), cudaMemcpyDeviceToDevice, c->s));
+	return FP4S_OK;
+}
+
+static int cu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const struct fp4s_batch *b,
+                    float *out, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	for (int32_t i = 0; i < b->n; i++)
+		if (b->tokens[i] < 0 || b->tokens[i] >= emb->rows)
+			return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
+			                      b->tokens[i], (long long)emb->rows);
+	const float ws2 = emb->fmt == FP4S_WF_NVFP4 ? emb->ws2 : 1.0f;
+	embed_kernel<<<b->n, 256, 0, c->s>>>((int)emb->fmt, emb->data, emb->scales, ws2, emb->cols, c->d_tok, out);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+#ifdef FP4S_HAVE_GEMV
+#include "backend/cuda/gemv_cuda.h"
+#endif
+
+static int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w,
+                     float *y, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	for (int64_t t0 = 0; t0 < n; t0 += 16) {
+		const int32_t m = (int32_t)(n - t0 < 16 ? n - t0 : 16);
+#ifdef FP4S_HAVE_GEMV
+		int rc = fp4s_cuda_matmul(w, x + t0 * w->cols, m, y + t0 * w->rows, c->s, err);
+		if (rc)
+			return rc;
+#else
+		const float ws2 = w->fmt == FP4S_WF_NVFP4 ? w->ws2 : 1.0f;
+		const int warps = 8;
+		mm_simple_kernel<<<(unsigned)((w->rows + warps - 1) / warps), warps * 32, 0, c->s>>>(
+			(int)w->fmt, w->data, w->scales, ws2, w->bias, w->rows, w->cols, x + t0 * w->cols, m,
+			y + t0 * w->rows);
+		FP4S_CUDA_TRY(err, cudaGetLastError());
+#endif
+	}
+	return FP4S_OK;
+}
+
+static void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
+                       int64_t width, float eps, enum fp4s_norm_kind kind, float *y)
+{
+	if (rows > 0)
+		rmsnorm_kernel<<<(unsigned)rows, 256, 0, impl_of(be)->s>>>(x, w, width, eps,
+		                                                          kind == FP4S_NORM_ZERO_CENTRED, y);
+}
+
+static void cu_add(struct fp4s_backend *be, float *x, const float *y, int64_t n)
+{
+	add_kernel<<<grid1(n), 256, 0, impl_of(be)->s>>>(x, y, n);
+}
+
+static void cu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp4s_batch *b, int32_t nh,
+                    int32_t nkv, int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale)
+{
+	struct cuda_impl *c = impl_of(be);
+	rope_kernel<<<dim3((unsigned)b->n, (unsigned)(nh + nkv)), 64, 0, c->s>>>(
+		q, k, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
+}
+
+static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
+                        const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
+                        float *out, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	const int32_t kvw = p->n_kv_heads * p->head_dim;
+	if (!c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
+		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
+	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, k, v, c->d_pos, c->d_seq, layer,
+	                                         c->max_seqs, c->max_ctx, kvw);
+	const int smem = (c->max_ctx + p->head_dim) * (int)sizeof(float);
+	attention_kernel<<<dim3((unsigned)b->n, (unsigned)p->n_heads), 128, smem, c->s>>>(
+		q, c->kc, c->vc, c->d_pos, c->d_seq, layer, c->max_seqs, c->max_ctx, p->n_heads,
+		p->n_kv_heads, p->head_dim, p->window, p->sinks, p->scale, out);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+static void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
+                      int64_t inter, float *out)
+{
+	swiglu_kernel<<<grid1(n * inter), 256, 0, impl_of(be)->s>>>(gate, up, n * inter, out);
+}
+
+/* Picks the k largest of v[n] into idx (descending; ties to the lower index), as the CPU does. */
+static void topk(const float *v, int32_t n, int32_t k, int32_t *idx)
+{
+	for (int32_t j = 0; j < k; j++) {
+		int32_t best = -1;
+		for (int32_t e = 0; e < n; e++) {
+			int taken = 0;
+			for (int32_t q = 0; q < j; q++)
+				taken |= idx[q] == e;
+			if (!taken && (best < 0 || v[e] > v[best]))
+				best = e;
+		}
+		idx[j] = best;
+	}
+}
+
+static int moe_reserve(struct cuda_impl *c, int64_t n, int32_t E, int64_t I, int64_t H,
+                       struct fp4s_error *err)
+{
+	if (n <= c->moe_cap_tokens && E <= c->moe_cap_experts && I <= c->moe_cap_inter && H <= c->moe_cap_hidden)
+		return FP4S_OK;
+	cudaFree(c->moe_logits), cudaFree(c->moe_h1), cudaFree(c->moe_h2), cudaFree(c->moe_a), cudaFree(c->moe_o);
+	free(c->host_logits);
+	c->moe_logits = c->moe_h1 = c->moe_h2 = c->moe_a = c->moe_o = NULL;
+	c->host_logits = (float *)malloc((size_t)(n * E) * sizeof(float));
+	int rc;
+	if (!c->host_logits)
+		return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
+	if ((rc = dev_alloc(c, (void **)&c->moe_logits, (size_t)(n * E) * 4, err)) ||
+	    (rc = dev_alloc(c, (void **)&c->moe_h1, (size_t)(2 * I) * 4, err)) ||
+	    (rc = dev_alloc(c, (void **)&c->moe_h2, (size_t)(2 * I) * 4, err)) ||
+	    (rc = dev_alloc(c, (void **)&c->moe_a, (size_t)I * 4, err)) ||
+	    (rc = dev_alloc(c, (void **)&c->moe_o, (size_t)H * 4, err)))
+		return rc;
+	c->moe_cap_tokens = n, c->moe_cap_experts = E, c->moe_cap_inter = I, c->moe_cap_hidden = H;
+	return FP4S_OK;
+}
+
+static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
+                  float *y, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	const int32_t E = p->n_experts, K = p->top_k;
+	const int64_t H = p->hidden, I = p->inter;
+	if (K <= 0 || K > E || K > 64 || E > 4096)
+		return fp4s_error_set(err, FP4S_EINVAL, "moe: top-k %d of %d experts", K, E);
+	int rc = moe_reserve(c, n, E, I, H, err);
+	if (rc || (rc = cu_matmul(be, x, n, &p->router, c->moe_logits, err)) ||
+	    (rc = cu_read(be, c->host_logits, c->moe_logits, n * E * (int64_t)sizeof(float), err)))
+		return rc;
+	for (int64_t t = 0; t < n; t++) {
+		const float *l = c->host_logits + t * E;
+		int32_t idx[64];
+		float w[64];
+		if (p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK) {
+			float m = -INFINITY, s = 0;
+			float *prob = (float *)malloc((size_t)E * sizeof(float));
+			if (!prob)
+				return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
+			for (int32_t e = 0; e < E; e++)
+				m = fmaxf(m, l[e]);
+			for (int32_t e = 0; e < E; e++)
+				s += prob[e] = expf(l[e] - m);
+			for (int32_t e = 0; e < E; e++)
+				prob[e] /= s;
+			topk(prob, E, K, idx);
+			float sum = 0;
+			for (int32_t j = 0; j < K; j++)
+				sum += w[j] = prob[idx[j]];
+			if (p->norm_topk)
+				for (int32_t j = 0; j < K; j++)
+					w[j] /= sum;
+			free(prob);
+		} else {
+			topk(l, E, K, idx);
+			float m = l[idx[0]], s = 0;
+			for (int32_t j = 0; j < K; j++)
+				s += w[j] = expf(l[idx[j]] - m);
+			for (int32_t j = 0; j < K; j++)
+				w[j] /= s;
+		}
+		for (int32_t j = 0; j < K; j++) {
+			const struct fp4s_expert *ex = &p->experts[idx[j]];
+			if (p->oai_swiglu) {
+				if ((rc = cu_matmul(be, x + t * H, 1, &ex->gate_up, c->moe_h1, err)))
+					return rc;
+				swiglu_oai_kernel<<<grid1(I), 256, 0, c->s>>>(c->moe_h1, I, p->swiglu_alpha,
+				                                               p->swiglu_limit, c->moe_a);
+			} else {
+				if ((rc = cu_matmul(be, x + t * H, 1, &ex->gate, c->moe_h1, err)) ||
+				    (rc = cu_matmul(be, x + t * H, 1, &ex->up, c->moe_h2, err)))
+					return rc;
+				swiglu_kernel<<<grid1(I), 256, 0, c->s>>>(c->moe_h1, c->moe_h2, I, c->moe_a);
+			}
+			if ((rc = cu_matmul(be, c->moe_a, 1, &ex->down, c->moe_o, err)))
+				return rc;
+			axpy_kernel<<<grid1(H), 256, 0, c->s>>>(y + t * H, c->moe_o, w[j], H, j == 0);
+		}
+	}
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+static void cu_destroy(struct fp4s_backend *be)
+{
+	if (!be)
+		return;
+	struct cuda_impl *c = impl_of(be);
+	if (c) {
+		for (int32_t i = 0; i < c->n_allocs; i++)
+			cudaFree(c->allocs[i]);
+		free(c->allocs);
+		cudaFree(c->kc), cudaFree(c->vc), cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
+		cudaFree(c->moe_logits), cudaFree(c->moe_h1), cudaFree(c->moe_h2), cudaFree(c->moe_a),
+			cudaFree(c->moe_o);
+		free(c->host_logits);
+		if (c->s)
+			cudaStreamDestroy(c->s);
+		free(c);
+	}
+	free(be);
+}
+
+extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, struct fp4s_error *err)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+		cudaGetLastError();
+		return fp4s_error_set(err, FP4S_ENODEV, "no CUDA device (use --backend cpu)");
+	}
+	if (dev < 0 || dev >= n)
+		return fp4s_error_set(err, FP4S_ENODEV, "CUDA device %d does not exist (%d found)", dev, n);
+	FP4S_CUDA_TRY(err, cudaSetDevice(dev));
+	struct fp4s_backend *be = (struct fp4s_backend *)calloc(1, sizeof *be);
+	struct cuda_impl *c = (struct cuda_impl *)calloc(1, sizeof *c);
+	if (!be || !c) {
+		free(be), free(c);
+		return fp4s_error_set(err, FP4S_ENOMEM, "cuda backend: out of memory");
+	}
+	c->dev = dev;
+	cudaError_t e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		free(be), free(c);
+		return fp4s_error_set(err, FP4S_ECUDA, "cudaStreamCreate: %s", cudaGetErrorString(e));
+	}
+	be->name = "cuda";
+	be->impl = c;
+	be->kv_init = cu_kv_init;
+	be->kv_clear = cu_kv_clear;
+	be->alloc = cu_alloc;
+	be->free = cu_free;
+	be->destroy = cu_destroy;
+	be->upload_mat = cu_upload_mat;
+	be->upload_f32 = cu_upload_f32;
+	be->begin = cu_begin;
+	be->read = cu_read;
+	be->gather_rows = cu_gather_rows;
+	be->embed = cu_embed;
+	be->matmul = cu_matmul;
+	be->rmsnorm = cu_rmsnorm;
+	be->add = cu_add;
+	be->rope = cu_rope;
+	be->attention = cu_attention;
+	be->swiglu = cu_swiglu;
+	be->moe = cu_moe;
+	*out = be;
+	return FP4S_OK;
+}
