@@ -374,8 +374,31 @@ static int compute_scales(struct pipe *p, struct fp4s_error *err)
 	return FP4S_OK;
 }
 
-static int run_job(struct pipe *p, const struct job *j, struct fp4s_progress *pr,
-                   struct fp4s_error *err)
+/* Per-thread buffers, grown on demand and reused across jobs: allocating the 4-12 MB of a job
+ * afresh each time cost page faults and kernel zeroing comparable to the generator itself. */
+struct scratch {
+	float *x;
+	uint8_t *q;
+	size_t xcap, qcap;
+};
+
+static int scratch_reserve(struct scratch *s, size_t xn, size_t qn)
+{
+	if (xn > s->xcap) {
+		free(s->x);
+		s->x = malloc(xn * sizeof *s->x);
+		s->xcap = s->x ? xn : 0;
+	}
+	if (qn > s->qcap) {
+		free(s->q);
+		s->q = malloc(qn);
+		s->qcap = s->q ? qn : 0;
+	}
+	return s->x && s->q ? 0 : -1;
+}
+
+static int run_job(struct pipe *p, const struct job *j, struct scratch *sc,
+                   struct fp4s_progress *pr, struct fp4s_error *err)
 {
 	struct item *it = &p->it[j->item];
 	const int64_t nr = j->r1 - j->r0, K = it->cols;
@@ -385,13 +408,14 @@ static int run_job(struct pipe *p, const struct job *j, struct fp4s_progress *pr
 		fp4s_progress_add(pr, (uint64_t)nr);
 		return rc;
 	}
-	float *x = malloc((size_t)(nr * K) * sizeof *x);
-	uint8_t *q = malloc((size_t)(nr * K) * 2 + 16);
 	int rc = FP4S_OK;
-	if (!x || !q) {
+	/* q holds BF16 output (2 bytes per element) or packed codes followed by block scales */
+	if (scratch_reserve(sc, (size_t)(nr * K), (size_t)(nr * K) * 2 + 16)) {
 		rc = fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
 		goto out;
 	}
+	float *x = sc->x;
+	uint8_t *q = sc->q;
 	if (it->kind == K_PLAIN && it->transposed && !it->in) {
 		/* gen, BF16 experts stored [E, in, out]: stored row (e, c) holds logical (e, o, c). */
 		const int64_t in = it->spec->shape[2], out = it->spec->shape[1];
@@ -437,8 +461,6 @@ static int run_job(struct pipe *p, const struct job *j, struct fp4s_progress *pr
 		fp4s_progress_add(pr, (uint64_t)(nr * K / 2 + nr * K / 32));
 	}
 out:
-	free(x);
-	free(q);
 	if (rc)
 		fp4s_error_prefix(err, "tensor %s: ", it->spec->name);
 	return rc;
@@ -491,18 +513,24 @@ static int pipe_run(struct pipe *p, const struct fp4s_write_opts *o, struct fp4s
 	struct fp4s_error e1 = {0};
 	if (o->threads > 0)
 		omp_set_num_threads(o->threads);
-#pragma omp parallel for schedule(dynamic, 1)
-	for (int64_t j = 0; j < njobs; j++) {
-		if (__atomic_load_n(&failed, __ATOMIC_RELAXED))
-			continue;
-		struct fp4s_error e = {0};
-		if (run_job(p, &jobs[j], &pr, &e)) {
+#pragma omp parallel
+	{
+		struct scratch sc = {0};
+#pragma omp for schedule(dynamic, 1)
+		for (int64_t j = 0; j < njobs; j++) {
+			if (__atomic_load_n(&failed, __ATOMIC_RELAXED))
+				continue;
+			struct fp4s_error e = {0};
+			if (run_job(p, &jobs[j], &sc, &pr, &e)) {
 #pragma omp critical(fp4s_mwrite_err)
-			if (!failed) {
-				failed = 1;
-				e1 = e;
+				if (!failed) {
+					failed = 1;
+					e1 = e;
+				}
 			}
 		}
+		free(sc.x);
+		free(sc.q);
 	}
 	fp4s_progress_done(&pr);
 	free(jobs);
