@@ -1,0 +1,320 @@
+// gemv_bench.cu: decode matmul (fp4s_cuda_matmul) bandwidth, NVFP4 / MXFP4 / BF16 weights.
+//
+// Build: part of the CMake build when nvcc exists (target gemv_bench). Run: ./gemv_bench [quick]
+//
+// Method (performance.md §7): first the device-to-device copy ceiling (bytes read + written); then
+// per shape and format: validate every M against the CPU reference (fp4s_cpu_matmul, relative L2
+// <= 1e-5), warm up, and time 60 iterations (10 discarded) with a CUDA event pair around each one,
+// all enqueued without host synchronisation in between, so an event pair brackets GPU time only.
+// Weight buffers rotate over enough copies that the set cycled through is > 3x the L2: every call
+// streams from DRAM. "iso" is the median of those per-call times; "b2b" is one event pair around
+// 50 back-to-back iterations divided by 50, which is what a decode pass under a CUDA graph sees
+// (performance.md §4: isolated ~5 us kernels carry a per-call cost a sequence partly hides).
+// Bytes counted (performance.md §3.1): the weight codes and scales, read once; x and y are not
+// counted (they are < 1% at M <= 16 except for the small 2880 shapes, where they are ~1.5%).
+// Weights are random codes with realistic scale bytes (never zeros: METHOD.md).
+//
+// The gpt-oss expert row runs four separate 5760x2880 matrices back to back inside one timed
+// iteration (four launches, as the MoE glue issues them). A ksplit sweep at M = 1 comes first.
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/gemv_cuda.h"
+#include "numerics/numerics.h"
+
+/* model.h has no extern "C" block: its fp4s_wformat_name is not callable from C++. */
+static const char *fmtname(enum fp4s_wformat f)
+{
+	return f == FP4S_WF_NVFP4 ? "nvfp4" : f == FP4S_WF_MXFP4 ? "mxfp4" : f == FP4S_WF_BF16 ? "bf16"
+	     : f == FP4S_WF_F16 ? "f16" : f == FP4S_WF_F32 ? "f32" : "?";
+}
+
+#define CK(call)                                                                              \
+	do {                                                                                  \
+		cudaError_t e_ = (call);                                                      \
+		if (e_ != cudaSuccess) {                                                      \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
+			        cudaGetErrorString(e_));                                      \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+struct stats {
+	float median, min, max;
+};
+
+static stats summarize(std::vector<float> &t)
+{
+	std::sort(t.begin(), t.end());
+	return {t[t.size() / 2], t.front(), t.back()};
+}
+
+static double copy_ceiling_gbs(void)
+{
+	const size_t bytes = (size_t)1 << 30;
+	void *a, *b;
+	CK(cudaMalloc(&a, bytes));
+	CK(cudaMalloc(&b, bytes));
+	CK(cudaMemset(a, 1, bytes));
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	std::vector<float> t;
+	for (int i = 0; i < 23; i++) {
+		CK(cudaEventRecord(e0));
+		CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+		CK(cudaEventRecord(e1));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (i >= 3)
+			t.push_back(ms);
+	}
+	stats s = summarize(t);
+	CK(cudaFree(a));
+	CK(cudaFree(b));
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	return 2.0 * (double)bytes / (s.median * 1e-3) / 1e9;
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+static float rnd_normal(void)
+{
+	double u1 = ((rnd() >> 11) + 1) * 0x1.0p-53, u2 = (rnd() >> 11) * 0x1.0p-53;
+	return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+struct shape {
+	const char *name;
+	int64_t rows, k;
+	int nmat;    /* matrices per timed iteration */
+	int formats; /* bit per fp4s_wformat */
+};
+
+struct result {
+	char line[256];
+};
+
+static const int FP4 = (1 << FP4S_WF_NVFP4) | (1 << FP4S_WF_MXFP4);
+
+/* One shape x format: allocate rotated sets, validate, time each M (and the ksplit sweep). */
+static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p, double ceiling,
+                bool sweep, std::vector<result> &out, int *failed)
+{
+	const int64_t rows = sh.rows, k = sh.k, n = rows * k;
+	size_t data_b, sc_b;
+	if (fmt == FP4S_WF_BF16) {
+		data_b = (size_t)n * 2;
+		sc_b = 0;
+	} else {
+		data_b = (size_t)n / 2;
+		sc_b = (size_t)n / (fmt == FP4S_WF_NVFP4 ? 16 : 32);
+	}
+	const size_t mat_b = data_b + sc_b, iter_b = mat_b * (size_t)sh.nmat;
+	const int nmats = (int)std::max<size_t>((size_t)sh.nmat * 2, 3 * (size_t)p.l2CacheSize / mat_b + 2);
+
+	/* host weights: random codes (any nibble is a valid E2M1), realistic scale bytes */
+	std::vector<uint8_t> hd(data_b), hs(sc_b);
+	if (fmt == FP4S_WF_BF16) {
+		uint16_t *w = (uint16_t *)hd.data();
+		for (int64_t i = 0; i < n; i++)
+			w[i] = fp4s_f32_to_bf16(rnd_normal() * 0.02f);
+	} else {
+		for (size_t i = 0; i < data_b; i++)
+			hd[i] = (uint8_t)rnd();
+		for (size_t i = 0; i < sc_b; i++)
+			hs[i] = fmt == FP4S_WF_NVFP4 ? (uint8_t)(0x20 + rnd() % 0x20) /* 2^-3 .. 1.94 */
+			                             : (uint8_t)(115 + rnd() % 10); /* 2^-12 .. 2^-3 */
+	}
+	const float ws2 = 0.0123f;
+	std::vector<void *> dd((size_t)nmats);
+	std::vector<uint8_t *> ds((size_t)nmats, nullptr);
+	for (int i = 0; i < nmats; i++) {
+		CK(cudaMalloc(&dd[(size_t)i], data_b));
+		CK(cudaMemcpy(dd[(size_t)i], hd.data(), data_b, cudaMemcpyHostToDevice));
+		if (sc_b) {
+			CK(cudaMalloc(&ds[(size_t)i], sc_b));
+			CK(cudaMemcpy(ds[(size_t)i], hs.data(), sc_b, cudaMemcpyHostToDevice));
+		}
+	}
+	const int MMAX = 16;
+	std::vector<float> hx((size_t)(MMAX * k)), yref((size_t)(MMAX * rows)), ygpu(yref.size());
+	for (auto &v : hx)
+		v = rnd_normal();
+	float *dx, *dy;
+	CK(cudaMalloc(&dx, hx.size() * sizeof(float)));
+	CK(cudaMemcpy(dx, hx.data(), hx.size() * sizeof(float), cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&dy, (size_t)sh.nmat * yref.size() * sizeof(float)));
+
+	struct fp4s_error err = {0};
+	struct fp4s_mat wh = {fmt, rows, k, hd.data(), sc_b ? hs.data() : nullptr, ws2, nullptr};
+	if (fp4s_cpu_matmul(hx.data(), MMAX, &wh, yref.data(), &err)) {
+		fprintf(stderr, "CPU reference: %s\n", err.msg);
+		exit(1);
+	}
+	auto mat = [&](int i) {
+		struct fp4s_mat w = {fmt, rows, k, dd[(size_t)i], ds[(size_t)i], ws2, nullptr};
+		return w;
+	};
+	const int ms[] = {1, 4, 16};
+	for (int m : ms) {
+		std::vector<float> poison(yref.size(), NAN);
+		CK(cudaMemcpy(dy, poison.data(), poison.size() * sizeof(float), cudaMemcpyHostToDevice));
+		struct fp4s_mat w = mat(0);
+		if (fp4s_cuda_matmul(&w, dx, m, dy, 0, &err)) {
+			fprintf(stderr, "%s\n", err.msg);
+			exit(1);
+		}
+		CK(cudaMemcpy(ygpu.data(), dy, (size_t)(m * rows) * sizeof(float), cudaMemcpyDeviceToHost));
+		double num = 0, den = 0;
+		for (int64_t i = 0; i < m * rows; i++) {
+			const double d = (double)ygpu[(size_t)i] - yref[(size_t)i];
+			num += std::isnan(d) ? INFINITY : d * d;
+			den += (double)yref[(size_t)i] * yref[(size_t)i];
+		}
+		if (!(sqrt(num / den) <= 1e-5)) {
+			fprintf(stderr, "MISMATCH %s %s M=%d: rel L2 %.3g\n", sh.name, fmtname(fmt), m,
+			        sqrt(num / den));
+			*failed = 1;
+		}
+	}
+
+	cudaEvent_t ev[122];
+	for (auto &e : ev)
+		CK(cudaEventCreate(&e));
+	int next = 0;
+	auto iteration = [&](int m, int ksplit) {
+		for (int j = 0; j < sh.nmat; j++) {
+			struct fp4s_mat w = mat(next);
+			next = (next + 1) % nmats;
+			if (fp4s_cuda_matmul_ex(&w, dx, m, dy + (size_t)j * yref.size(), ksplit, 0, 0, &err)) {
+				fprintf(stderr, "%s\n", err.msg);
+				exit(1);
+			}
+		}
+	};
+	/* returns the iso median (and fills st, b2b) */
+	auto time_it = [&](int m, int ksplit, stats *st, float *b2b) {
+		for (int i = 0; i < 5; i++)
+			iteration(m, ksplit);
+		for (int i = 0; i < 60; i++) {
+			CK(cudaEventRecord(ev[2 * i]));
+			iteration(m, ksplit);
+			CK(cudaEventRecord(ev[2 * i + 1]));
+		}
+		CK(cudaEventRecord(ev[120]));
+		for (int i = 0; i < 50; i++)
+			iteration(m, ksplit);
+		CK(cudaEventRecord(ev[121]));
+		CK(cudaEventSynchronize(ev[121]));
+		std::vector<float> t;
+		for (int i = 10; i < 60; i++) {
+			float ms_;
+			CK(cudaEventElapsedTime(&ms_, ev[2 * i], ev[2 * i + 1]));
+			t.push_back(ms_);
+		}
+		*st = summarize(t);
+		float tot;
+		CK(cudaEventElapsedTime(&tot, ev[120], ev[121]));
+		*b2b = tot / 50;
+	};
+	auto tbs = [&](float ms_) { return (double)iter_b / (ms_ * 1e-3) / 1e12; };
+	char shp[64];
+	snprintf(shp, sizeof shp, "%lldx%lld%s", (long long)rows, (long long)k, sh.nmat > 1 ? "x4" : "");
+	if (sweep) {
+		printf("ksplit sweep %-14s %-6s M=1:", shp, fmtname(fmt));
+		const int kss[] = {0, 1, 2, 3, 4, 6, 8};
+		for (int ks : kss) {
+			stats st;
+			float b2b;
+			time_it(1, ks, &st, &b2b);
+			printf("  %s%d %.2f/%.2f", ks ? "" : "auto", ks, tbs(st.median), tbs(b2b));
+		}
+		printf("  (TB/s iso/b2b)\n");
+	}
+	for (int m : ms) {
+		stats st;
+		float b2b;
+		time_it(m, 0, &st, &b2b);
+		result r;
+		snprintf(r.line, sizeof r.line,
+		         "%-16s %-6s %3d %8.1f %8.1f %8.1f %7.2f %6.1f%% %8.1f %7.2f %6.1f%%%s", shp,
+		         fmtname(fmt), m, st.median * 1e3, st.min * 1e3, st.max * 1e3,
+		         tbs(st.median), 100 * tbs(st.median) * 1e3 / ceiling, b2b * 1e3, tbs(b2b),
+		         100 * tbs(b2b) * 1e3 / ceiling,
+		         iter_b * (size_t)nmats / (size_t)sh.nmat < 3 * (size_t)p.l2CacheSize ? " (L2!)" : "");
+		out.push_back(r);
+		fprintf(stderr, "%s\n", r.line);
+	}
+	for (auto &e : ev)
+		CK(cudaEventDestroy(e));
+	for (int i = 0; i < nmats; i++) {
+		CK(cudaFree(dd[(size_t)i]));
+		if (ds[(size_t)i])
+			CK(cudaFree(ds[(size_t)i]));
+	}
+	CK(cudaFree(dx));
+	CK(cudaFree(dy));
+}
+
+int main(int argc, char **argv)
+{
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+		fprintf(stderr, "no CUDA device\n");
+		return 1;
+	}
+	const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+	cudaDeviceProp p;
+	CK(cudaGetDeviceProperties(&p, 0));
+	int sm_clock = 0, mem_clock = 0, drv = 0, rt = 0;
+	cudaDeviceGetAttribute(&sm_clock, cudaDevAttrClockRate, 0);
+	cudaDeviceGetAttribute(&mem_clock, cudaDevAttrMemoryClockRate, 0);
+	cudaDriverGetVersion(&drv);
+	cudaRuntimeGetVersion(&rt);
+	const double ceiling = copy_ceiling_gbs();
+	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz, memory clock %d MHz, driver %d, "
+	       "runtime %d, fp4serve %s\n",
+	       p.name, p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000, mem_clock / 1000, drv,
+	       rt, FP4S_GIT_COMMIT);
+	printf("copy ceiling (1 GiB device-to-device, read+write): %.0f GB/s\n", ceiling);
+
+	const int BF = 1 << FP4S_WF_BF16;
+	const shape shapes[] = {
+	    {"down-in", 14336, 4096, 1, FP4},  {"down", 4096, 14336, 1, FP4},
+	    {"gate+up", 28672, 4096, 1, FP4},  {"experts", 5760, 2880, 4, FP4},
+	    {"qkv", 6144, 4096, 1, FP4},       {"o", 4096, 4096, 1, FP4 | BF},
+	    {"oss", 2880, 2880, 1, FP4},       {"lm_head", 128256, 4096, 1, BF},
+	};
+	std::vector<result> out;
+	int failed = 0;
+	for (const shape &sh : shapes) {
+		if (quick && sh.rows == 128256)
+			continue;
+		for (int f = 0; f < FP4S_WF_COUNT; f++)
+			if (sh.formats & (1 << f))
+				run(sh, (enum fp4s_wformat)f, p, ceiling, !quick && f != FP4S_WF_BF16, out, &failed);
+	}
+	printf("\n%-16s %-6s %3s %8s %8s %8s %7s %7s %8s %7s %7s\n", "rows x K", "format", "M", "iso us",
+	       "min us", "max us", "TB/s", "% copy", "b2b us", "TB/s", "% copy");
+	for (auto &r : out)
+		printf("%s\n", r.line);
+	if (failed)
+		printf("VALIDATION FAILED\n");
+	return failed;
+}

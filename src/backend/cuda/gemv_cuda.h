@@ -1,0 +1,40 @@
+/* gemv_cuda.h: decode matmul on the GPU, y[M, rows] = x[M, K] . W^T (+ bias), for M = 1..16 tokens
+ * (larger M loops over 16-token tiles, re-reading the weights: the tensor-core GEMM is for that).
+ *
+ * W is a struct fp4s_mat (backend/cpu/cpu_ops.h) whose pointers are device pointers, in the
+ * checkpoint layout: NVFP4 packed E2M1 [rows, K/2] + E4M3 [rows, K/16] + ws2; MXFP4 packed E2M1 +
+ * E8M0 [rows, K/32]; BF16 / F16 / F32 [rows, K]. bias is a device float[rows] or NULL. x [M, K] and
+ * y [M, rows] are FP32 device arrays that must not overlap. The CPU reference fp4s_cpu_matmul
+ * defines the result; the GPU sums in a different FP32 order (tests allow 1e-5 relative L2).
+ *
+ * Fast path conditions (else a slower generic kernel runs, with the same results): data, scales
+ * and x 16-byte aligned (cudaMalloc'd buffers are) and K a multiple of 32 (FP4) or of 16 bytes /
+ * element size (dense). No repacked device layout is needed: the kernels read the checkpoint
+ * layout directly with 16-byte loads. */
+#ifndef FP4S_GEMV_CUDA_H
+#define FP4S_GEMV_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Enqueues the matmul on stream s; returns FP4S_OK or an error (bad shape/format, CUDA launch). */
+int fp4s_cuda_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
+                     struct fp4s_error *err);
+
+/* Tuning and test hook: ksplit = warps that share one group of rows along K (0 = automatic,
+ * 1..8); generic = 1 forces the slow generic kernel (the test uses it as a second opinion). */
+int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                        int ksplit, int generic, cudaStream_t s, struct fp4s_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,524 @@
+/* gemv_fp4.cu: decode matmul (GEMV / skinny GEMM, M = 1..16 tokens) over packed NVFP4 / MXFP4 and
+ * dense BF16 / F16 / F32 weights, FP32 activations and FP32 accumulation. See gemv_cuda.h.
+ *
+ * Decode is a pure weight stream: a token reads every byte of W once, so the kernel is judged in
+ * weight bytes per second against the copy ceiling (performance.md §3). Hopper has no FP4
+ * arithmetic, so codes are turned into floats in registers (formats.md §2.2, §9.3).
+ *
+ * Work split. A "row group" is R consecutive rows. Each row is cut into 16-byte chunks (32 FP4
+ * elements, 8 BF16/F16, 4 F32). The S warps that share a row group (split-K, S = ksplit) stride over
+ * the chunks: lane l of warp s takes chunks s*32 + l, + 32*S, ... of all R rows at once, so
+ *   - every weight load is a 16-byte LDG, coalesced across the warp (512 contiguous bytes a row),
+ *     issued for R rows and the next chunk before the current one is used (2R loads in flight),
+ *     with L1::no_allocate so the stream does not evict the activations from L1;
+ *   - one activation load (x, FP32, L1-resident, 8 floats per LDG.128 pair) feeds R rows: x costs
+ *     4*M/R bytes of L1 traffic per weight element, which stays well under L1 bandwidth;
+ *   - block scales are loaded next to their chunk (NVFP4: the chunk's two E4M3 bytes as one u16;
+ *     MXFP4: one E8M0 byte), coalesced across the warp as well.
+ * A row's partial sums are reduced with warp shuffles, then across the S warps in shared memory.
+ * S is chosen so the grid holds >= 2048 warps (16 per SM on 132 SMs) when rows are few: small
+ * matrices then still have enough loads in flight to reach DRAM bandwidth.
+ *
+ * E2M1 -> FP32 with no table (the FP16 trick of formats.md §2.2): the 3 magnitude bits of a code go
+ * to FP16 bits 11..9 and its sign to bit 15, which is exactly value * 2^-14 (code 1 is an FP16
+ * subnormal; the F16 -> F32 conversion keeps it). Two codes of one 32-bit word decode together as a
+ * half2 (elements k and k+4, 4 integer ops), then two conversions give FP32. Each scale block's
+ * products are summed in FP32 (psum), then multiplied by the block scale (E4M3 -> F16 -> F32 via
+ * the hardware FP8 conversion, exact; E8M0 -> 2^(e-127)) into the row accumulator; the 2^14 and
+ * NVFP4's ws2 are applied once in the epilogue. Every product x * (e2m1 * 2^-14) is exact-rounded
+ * FP32 and stays a normal number for |x| > 2^-110, so no flush-to-zero question arises (the build
+ * does not use -ftz). Compared with multiplying each element by its scale this saves one FMUL per
+ * element at M = 1.
+ *
+ * M > 16 runs as 16-token tiles (the weights are re-read per tile; large M belongs to a tensor-core
+ * GEMM). Tokens in a tile beyond M compute on a clamped x row and are not stored.
+ */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemv_cuda.h"
+#include "numerics/numerics.h"
+
+enum gemv_fmt { G_NVFP4 = 0, G_MXFP4 = 1, G_BF16 = 2, G_F16 = 3, G_F32 = 4 };
+
+/* Elements per 16-byte chunk. */
+template <int F>
+struct gemv_fmt_traits {
+	static constexpr int EPC = (F == G_NVFP4 || F == G_MXFP4) ? 32 : (F == G_F32 ? 4 : 8);
+	static constexpr bool FP4 = F == G_NVFP4 || F == G_MXFP4;
+};
+
+struct gemv_args {
+	const uint8_t *data;
+	const uint8_t *scales;
+	const float *x;
+	const float *bias;
+	float *y;
+	int64_t rows;
+	int K;
+	int M;      /* tokens in this tile, 1..16 */
+	int ksplit; /* warps per row group */
+	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
+};
+
+/* Streaming loads: read once, so keep them out of L1 (x lives there). */
+static __device__ __forceinline__ uint4 ld_stream16(const void *p)
+{
+	uint4 v;
+	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	    : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t ld_stream_u16(const void *p)
+{
+	unsigned short v;
+	asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t ld_stream_u8(const void *p)
+{
+	uint32_t v;
+	asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
+{
+	return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+/* Both halves of a packed half2 (given as bits) to FP32. */
+static __device__ __forceinline__ float2 h2bits_to_f2(uint32_t h)
+{
+	float2 f;
+	asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;\n}"
+	    : "=f"(f.x), "=f"(f.y)
+	    : "r"(h));
+	return f;
+}
+
+/* 8 E2M1 codes of one word (element i in bits 4i..4i+3) -> d[i] = value * 2^-14, exact. Pair k
+ * puts code k in the low half and code k+4 in the high half of a half2. */
+static __device__ __forceinline__ void e2m1x8_to_f32(uint32_t w, float d[8])
+{
+	const uint32_t p0 = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
+	const uint32_t p1 = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
+	const uint32_t p2 = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
+	const uint32_t p3 = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+	float2 f;
+	f = h2bits_to_f2(p0);
+	d[0] = f.x;
+	d[4] = f.y;
+	f = h2bits_to_f2(p1);
+	d[1] = f.x;
+	d[5] = f.y;
+	f = h2bits_to_f2(p2);
+	d[2] = f.x;
+	d[6] = f.y;
+	f = h2bits_to_f2(p3);
+	d[3] = f.x;
+	d[7] = f.y;
+}
+
+/* Two E4M3 bytes (low byte = first block) -> FP32, exact (E4M3 fits F16). */
+static __device__ __forceinline__ float2 e4m3x2_to_f2(uint32_t s)
+{
+	__half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)s, __NV_E4M3);
+	return make_float2(__half2float(__half(__half_raw{h.x})), __half2float(__half(__half_raw{h.y})));
+}
+
+/* Dense words: two BF16 / F16 elements or one F32 element per 32-bit word. */
+template <int F>
+static __device__ __forceinline__ void dense_to_f32(const uint4 &v, float *d)
+{
+	const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		if (F == G_BF16) {
+			d[2 * j] = __uint_as_float(w[j] << 16);
+			d[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+		} else if (F == G_F16) {
+			const float2 f = h2bits_to_f2(w[j]);
+			d[2 * j] = f.x;
+			d[2 * j + 1] = f.y;
+		} else {
+			d[j] = __uint_as_float(w[j]);
+		}
+	}
+}
+
+template <int F, int R>
+static __device__ __forceinline__ void load_chunk(const uint8_t *const wp[R], const uint8_t *const sp[R],
+                                                  int c, uint4 v[R], uint32_t s[R])
+{
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		v[r] = ld_stream16(wp[r] + (size_t)c * 16);
+		if (F == G_NVFP4)
+			s[r] = ld_stream_u16(sp[r] + (size_t)c * 2);
+		else if (F == G_MXFP4)
+			s[r] = ld_stream_u8(sp[r] + c);
+	}
+}
+
+template <int F, int R, int MT>
+__global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
+{
+	constexpr int EPC = gemv_fmt_traits<F>::EPC;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int ksplit = a.ksplit;
+	const int grp = warp / ksplit, ks = warp % ksplit;
+	const int ngrp = blockDim.x / (32 * ksplit);
+	const int64_t row0 = ((int64_t)blockIdx.x * ngrp + grp) * R;
+	const int C = a.K / EPC;
+	const size_t rb = F == G_F32 ? (size_t)a.K * 4 : gemv_fmt_traits<F>::FP4 ? (size_t)a.K / 2 : (size_t)a.K * 2;
+	const size_t sb = F == G_NVFP4 ? (size_t)a.K / 16 : (size_t)a.K / 32;
+
+	/* Rows past the end read the last row (valid memory) and are not stored: the warp stays
+	 * converged and every thread reaches the barrier. */
+	const uint8_t *wp[R];
+	const uint8_t *sp[R];
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		const int64_t rr = row0 + r < a.rows ? row0 + r : a.rows - 1;
+		wp[r] = a.data + (size_t)rr * rb;
+		sp[r] = gemv_fmt_traits<F>::FP4 ? a.scales + (size_t)rr * sb : nullptr;
+	}
+	const float *xt[MT];
+#pragma unroll
+	for (int t = 0; t < MT; t++)
+		xt[t] = a.x + (size_t)(t < a.M ? t : a.M - 1) * a.K;
+
+	float acc[R][MT];
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < MT; t++)
+			acc[r][t] = 0.0f;
+
+	const int step = 32 * ksplit;
+	int c = ks * 32 + lane;
+	uint4 cur[R];
+	uint32_t cs[R];
+	if (c < C)
+		load_chunk<F, R>(wp, sp, c, cur, cs);
+	while (c < C) {
+		const int cn = c + step;
+		uint4 nx[R];
+		uint32_t ns[R];
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			nx[r] = make_uint4(0, 0, 0, 0);
+			ns[r] = 0;
+		}
+		if (cn < C) /* the next chunk's loads are in flight while this one is computed */
+			load_chunk<F, R>(wp, sp, cn, nx, ns);
+
+		if (gemv_fmt_traits<F>::FP4) {
+			float ps[R][MT];
+#pragma unroll
+			for (int r = 0; r < R; r++)
+#pragma unroll
+				for (int t = 0; t < MT; t++)
+					ps[r][t] = 0.0f;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				float d[R][8];
+#pragma unroll
+				for (int r = 0; r < R; r++)
+					e2m1x8_to_f32(word_of(cur[r], j), d[r]);
+#pragma unroll
+				for (int t = 0; t < MT; t++) {
+					const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * 32 + 8 * j);
+					const float4 u = __ldg(xp), v = __ldg(xp + 1);
+#pragma unroll
+					for (int r = 0; r < R; r++) {
+						float p = ps[r][t];
+						p = fmaf(u.x, d[r][0], p);
+						p = fmaf(u.y, d[r][1], p);
+						p = fmaf(u.z, d[r][2], p);
+						p = fmaf(u.w, d[r][3], p);
+						p = fmaf(v.x, d[r][4], p);
+						p = fmaf(v.y, d[r][5], p);
+						p = fmaf(v.z, d[r][6], p);
+						p = fmaf(v.w, d[r][7], p);
+						ps[r][t] = p;
+					}
+				}
+				/* end of a scale block: 16 elements (2 words) NVFP4, 32 (4 words) MXFP4 */
+				if ((F == G_NVFP4 && (j & 1)) || (F == G_MXFP4 && j == 3)) {
+#pragma unroll
+					for (int r = 0; r < R; r++) {
+						float sc;
+						if (F == G_NVFP4) {
+							const float2 s2 = e4m3x2_to_f2(cs[r]);
+							sc = j == 1 ? s2.x : s2.y;
+						} else {
+							sc = fp4s_e8m0_to_f32(cs[r]);
+						}
+#pragma unroll
+						for (int t = 0; t < MT; t++) {
+							acc[r][t] = fmaf(ps[r][t], sc, acc[r][t]);
+							ps[r][t] = 0.0f;
+						}
+					}
+				}
+			}
+		} else {
+			float d[R][EPC];
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				dense_to_f32<F>(cur[r], d[r]);
+#pragma unroll
+			for (int t = 0; t < MT; t++) {
+				const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * EPC);
+				float xv[EPC];
+#pragma unroll
+				for (int q = 0; q < EPC / 4; q++) {
+					const float4 u = __ldg(xp + q);
+					xv[4 * q] = u.x;
+					xv[4 * q + 1] = u.y;
+					xv[4 * q + 2] = u.z;
+					xv[4 * q + 3] = u.w;
+				}
+#pragma unroll
+				for (int r = 0; r < R; r++)
+#pragma unroll
+					for (int e = 0; e < EPC; e++)
+						acc[r][t] = fmaf(xv[e], d[r][e], acc[r][t]);
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			cur[r] = nx[r];
+			cs[r] = ns[r];
+		}
+		c = cn;
+	}
+
+	/* Reduce: across the warp by shuffles, then across the ksplit warps of the group. */
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			float v = acc[r][t];
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+			acc[r][t] = v;
+		}
+	constexpr int NV = R * MT;
+	static_assert(NV <= 32, "one lane per (row, token) result");
+	float mine = 0.0f;
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < MT; t++)
+			if (lane == r * MT + t)
+				mine = acc[r][t];
+	int out_i = -1;
+	int64_t out_row0 = row0;
+	if (ksplit == 1) {
+		out_i = lane < NV ? lane : -1;
+	} else {
+		__shared__ float red[8][32];
+		if (lane < NV)
+			red[warp][lane] = mine;
+		__syncthreads();
+		const int tid = threadIdx.x;
+		if (tid < ngrp * NV) {
+			const int g = tid / NV;
+			out_i = tid % NV;
+			float s = 0.0f;
+			for (int k = 0; k < ksplit; k++)
+				s += red[g * ksplit + k][out_i];
+			mine = s;
+			out_row0 = ((int64_t)blockIdx.x * ngrp + g) * R;
+		}
+	}
+	if (out_i >= 0) {
+		const int r = out_i / MT, t = out_i % MT;
+		const int64_t row = out_row0 + r;
+		if (row < a.rows && t < a.M) {
+			/* the CPU reference computes dot * post + bias as two roundings; FP4's 2^14 is exact */
+			float v = gemv_fmt_traits<F>::FP4 ? mine * 16384.0f : mine;
+			v = __fmul_rn(v, a.post);
+			if (a.bias)
+				v = __fadd_rn(v, a.bias[row]);
+			a.y[(size_t)t * a.rows + row] = v;
+		}
+	}
+}
+
+/* Any shape, any alignment: one CTA per (row, token), elements decoded one at a time with the
+ * shared numerics helpers. Slow, and the reference the fast path must agree with too. */
+__global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
+{
+	const int64_t row = blockIdx.x;
+	const int t = blockIdx.y;
+	const int K = a.K;
+	const float *x = a.x + (size_t)t * K;
+	float sum = 0.0f;
+	for (int k = threadIdx.x; k < K; k += blockDim.x) {
+		float w;
+		if (fmt == G_NVFP4 || fmt == G_MXFP4) {
+			const uint32_t b = a.data[(size_t)row * (K / 2) + k / 2];
+			const float e = fp4s_e2m1_to_f32(k & 1 ? b >> 4 : b & 15);
+			const float s = fmt == G_NVFP4 ? fp4s_e4m3_to_f32(a.scales[(size_t)row * (K / 16) + k / 16])
+			                               : fp4s_e8m0_to_f32(a.scales[(size_t)row * (K / 32) + k / 32]);
+			w = e * s;
+		} else if (fmt == G_BF16) {
+			w = fp4s_bf16_to_f32(reinterpret_cast<const uint16_t *>(a.data)[(size_t)row * K + k]);
+		} else if (fmt == G_F16) {
+			w = fp4s_f16_to_f32(reinterpret_cast<const uint16_t *>(a.data)[(size_t)row * K + k]);
+		} else {
+			w = reinterpret_cast<const float *>(a.data)[(size_t)row * K + k];
+		}
+		sum = fmaf(x[k], w, sum);
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+	__shared__ float red[4];
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x >> 5] = sum;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float v = 0.0f;
+		for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+			v += red[i];
+		v = __fmul_rn(v, a.post);
+		if (a.bias)
+			v = __fadd_rn(v, a.bias[row]);
+		a.y[(size_t)t * a.rows + row] = v;
+	}
+}
+
+/* Rows per group: more rows share each x load; fewer keep acc + psum (2*R*MT) in registers. */
+template <int MT>
+struct gemv_rows {
+	static constexpr int R = MT <= 4 ? 4 : 2;
+};
+
+template <int F, int MT>
+static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit_req)
+{
+	constexpr int R = gemv_rows<MT>::R;
+	const int C = a.K / gemv_fmt_traits<F>::EPC;
+	const int64_t nrg = (a.rows + R - 1) / R;
+	int S = ksplit_req;
+	if (S <= 0) {
+		/* aim for >= 2048 warps in the grid; never more warps on a row than 32-lane chunk rounds */
+		S = (int)((2048 + nrg - 1) / nrg);
+		const int cap = (C + 31) / 32;
+		S = S > cap ? cap : S;
+	}
+	S = S < 1 ? 1 : S > 8 ? 8 : S;
+	const int ngrp = S >= 4 ? 1 : 4 / S;
+	a.ksplit = S;
+	const dim3 block(32 * S * ngrp);
+	const int64_t grid = (nrg + ngrp - 1) / ngrp;
+	if (grid > 0x7FFFFFFF)
+		return cudaErrorInvalidConfiguration;
+	gemv_fast<F, R, MT><<<(unsigned)grid, block, 0, s>>>(a);
+	return cudaGetLastError();
+}
+
+template <int F>
+static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit)
+{
+	if (a.M <= 1)
+		return launch_fast_mt<F, 1>(a, s, ksplit);
+	if (a.M <= 2)
+		return launch_fast_mt<F, 2>(a, s, ksplit);
+	if (a.M <= 4)
+		return launch_fast_mt<F, 4>(a, s, ksplit);
+	if (a.M <= 8)
+		return launch_fast_mt<F, 8>(a, s, ksplit);
+	return launch_fast_mt<F, 16>(a, s, ksplit);
+}
+
+/* model.h has no extern "C" block, so its fp4s_wformat_name cannot be called from C++ here. */
+static const char *fmt_name(enum fp4s_wformat f)
+{
+	return f == FP4S_WF_NVFP4 ? "nvfp4" : f == FP4S_WF_MXFP4 ? "mxfp4" : f == FP4S_WF_BF16 ? "bf16"
+	     : f == FP4S_WF_F16 ? "f16" : f == FP4S_WF_F32 ? "f32" : "?";
+}
+
+static int is_aligned(const void *p, size_t n)
+{
+	return ((uintptr_t)p % n) == 0;
+}
+
+extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                   int ksplit, int generic, cudaStream_t s, struct fp4s_error *err)
+{
+	if (!w || !x || !y || !w->data)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: null pointer");
+	if (M < 0 || w->rows <= 0 || w->cols <= 0 || w->cols > (1 << 30))
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: bad shape [%lld, %lld] x %d tokens",
+		                      (long long)w->rows, (long long)w->cols, (int)M);
+	if (ksplit < 0 || ksplit > 8)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: ksplit %d not in 0..8", ksplit);
+	int fmt;
+	switch (w->fmt) {
+	case FP4S_WF_NVFP4: fmt = G_NVFP4; break;
+	case FP4S_WF_MXFP4: fmt = G_MXFP4; break;
+	case FP4S_WF_BF16: fmt = G_BF16; break;
+	case FP4S_WF_F16: fmt = G_F16; break;
+	case FP4S_WF_F32: fmt = G_F32; break;
+	default:
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "cuda matmul: weight format %d", (int)w->fmt);
+	}
+	const int64_t K = w->cols;
+	if ((fmt == G_NVFP4 && K % FP4S_NVFP4_BLOCK) || (fmt == G_MXFP4 && K % FP4S_MXFP4_BLOCK))
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: K = %lld is not a multiple of the %s block",
+		                      (long long)K, fmt_name(w->fmt));
+	if ((fmt == G_NVFP4 || fmt == G_MXFP4) && !w->scales)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: %s weight without scales",
+		                      fmt_name(w->fmt));
+	if (M == 0)
+		return FP4S_OK;
+	const int epc = fmt <= G_MXFP4 ? 32 : fmt == G_F32 ? 4 : 8;
+	const int fast = !generic && K % epc == 0 && is_aligned(w->data, 16) && is_aligned(x, 16) &&
+	                 (fmt != G_NVFP4 || is_aligned(w->scales, 2));
+	gemv_args a;
+	a.data = (const uint8_t *)w->data;
+	a.scales = w->scales;
+	a.bias = w->bias;
+	a.rows = w->rows;
+	a.K = (int)K;
+	a.ksplit = 1;
+	a.post = fmt == G_NVFP4 ? w->ws2 : 1.0f;
+	for (int32_t t0 = 0; t0 < M; t0 += 16) {
+		a.M = M - t0 < 16 ? M - t0 : 16;
+		a.x = x + (size_t)t0 * K;
+		a.y = y + (size_t)t0 * w->rows;
+		cudaError_t e;
+		if (!fast) {
+			if (w->rows > 0x7FFFFFFF)
+				return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: %lld rows", (long long)w->rows);
+			gemv_generic<<<dim3((unsigned)w->rows, (unsigned)a.M), 128, 0, s>>>(a, fmt);
+			e = cudaGetLastError();
+		} else {
+			switch (fmt) {
+			case G_NVFP4: e = launch_fast<G_NVFP4>(a, s, ksplit); break;
+			case G_MXFP4: e = launch_fast<G_MXFP4>(a, s, ksplit); break;
+			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit); break;
+			case G_F16: e = launch_fast<G_F16>(a, s, ksplit); break;
+			default: e = launch_fast<G_F32>(a, s, ksplit); break;
+			}
+		}
+		FP4S_CUDA_TRY(err, e);
+	}
+	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                cudaStream_t s, struct fp4s_error *err)
+{
+	return fp4s_cuda_matmul_ex(w, x, M, y, 0, 0, s, err);
+}
