@@ -380,8 +380,15 @@ static int open_index(const char *dir, const char *ipath, struct fp4s_st_set *se
 		for (; k < nn; k++)
 			if (!strcmp(names[k], s))
 				break;
-		if (k == nn)
+		if (k == nn) {
+			/* The dedupe is quadratic in shards; real checkpoints have at most a few hundred. */
+			if (nn == 4096) {
+				free(names);
+				rc = fp4s_error_set(err, FP4S_EFORMAT, "%s: more than 4096 shard files", ipath);
+				goto out;
+			}
 			names[nn++] = s;
+		}
 	}
 	for (int32_t k = 0; k < nn && !rc; k++) {
 		char *p = path_join(dir, names[k]);
