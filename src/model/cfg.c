@@ -3,6 +3,7 @@
 #include "model/cfg.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,22 +347,20 @@ out:
 
 int fp4s_config_load(const char *path, struct fp4s_config *c, struct fp4s_error *err)
 {
-	json_error_t jerr;
-	/* Read through jansson's file loader only to get the text; bounded at 16 MB. */
+	/* config.json files are a few KB; anything past 16 MB is not one. */
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return fp4s_error_set(err, FP4S_EIO, "%s: cannot open", path);
-	char *buf = malloc(16u << 20);
-	size_t n = buf ? fread(buf, 1, 16u << 20, f) : 0;
-	int big = buf && n == 16u << 20 && fgetc(f) != EOF;
+	long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+	if (size < 0 || size > (16l << 20) || fseek(f, 0, SEEK_SET)) {
+		fclose(f);
+		return fp4s_error_set(err, FP4S_EFORMAT, "%s: not a readable file under 16 MB", path);
+	}
+	char *buf = malloc((size_t)size + 1);
+	size_t n = buf ? fread(buf, 1, (size_t)size, f) : 0;
 	fclose(f);
-	(void)jerr;
 	if (!buf)
 		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
-	if (big) {
-		free(buf);
-		return fp4s_error_set(err, FP4S_EFORMAT, "%s: larger than 16 MB", path);
-	}
 	int rc = fp4s_config_parse(buf, n, path, c, err);
 	free(buf);
 	return rc;
