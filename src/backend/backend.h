@@ -81,6 +81,16 @@ struct fp4s_backend {
 	              float *y, struct fp4s_error *err);
 	void (*rmsnorm)(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
 	                int64_t width, float eps, enum fp4s_norm_kind kind, float *y);
+	/* Runs record(ctx), which enqueues the ops of one forward step. A backend that can (CUDA)
+	 * captures it once per key as a graph and replays that afterwards; a key names a step shape
+	 * whose launches are identical every time (the batch arrays live in buffers begin() fills).
+	 * graph_reset drops the captured graphs (after buffers moved). */
+	int (*graph_run)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+	                 void *ctx, struct fp4s_error *err);
+	void (*graph_reset)(struct fp4s_backend *be);
+	/* out[i] = argmax of row i of logits [n, vocab] (ties: the lowest id), to the host */
+	int (*argmax)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
+	              int32_t *out, struct fp4s_error *err);
 	/* dst[i] = src[rows[i]] for rows of width floats (rows is a host array) */
 	int (*gather_rows)(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
 	                   int64_t width, float *dst, struct fp4s_error *err);

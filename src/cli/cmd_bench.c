@@ -144,10 +144,11 @@ int cmd_bench(int argc, char **argv)
 				t_pp[r] = now_s() - a;
 		}
 		for (int32_t i = 0; i < tg; i++) {
-			int32_t p = prompt_len + i, row = 0, s = 0;
+			int32_t p = prompt_len + i, row = 0, s = 0, next;
 			struct fp4s_batch b = {1, &tok[p], &p, &s};
 			double a = now_s();
-			if (fp4s_fwd_run(f, &b, &row, 1, logits, &err)) {
+			/* greedy decode: the argmax is taken where the logits are (on the GPU) */
+			if (fp4s_fwd_run_argmax(f, &b, &row, 1, &next, &err)) {
 				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
 				rc = 1;
 				goto done;

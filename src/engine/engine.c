@@ -270,6 +270,15 @@ int32_t fp4s_engine_pending(const struct fp4s_engine *e)
 	return n;
 }
 
+/* Greedy with nothing that changes the logits first (bias, penalties, EOS masking for
+ * min_tokens) and no logprobs: the argmax of the raw logits is the answer. */
+static int pure_greedy(const struct req *r)
+{
+	const struct fp4s_sampling *p = &r->samp.p;
+	return p->temperature < FP4S_SAMP_GREEDY_EPS && !p->logprobs && p->top_logprobs == 0 &&
+	       p->n_logit_bias == 0 && !r->samp.penalties && r->n_tokens - r->n_prompt >= p->min_tokens;
+}
+
 static struct fp4s_event *new_event(struct fp4s_engine *e, int32_t *n, struct req *r)
 {
 	struct fp4s_event *ev = &e->events[(*n)++];
@@ -399,13 +408,22 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	if (nb == 0)
 		return nev;
 	struct fp4s_batch b = {nb, e->b_tok, e->b_pos, e->b_seq};
-	int rc = fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
+	/* When every request sampled this step is plain greedy, only the argmax leaves the backend
+	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
+	int all_greedy = 1;
+	for (int32_t o = 0; o < nout; o++)
+		all_greedy &= pure_greedy(e->b_req[e->b_rows[o]]);
+	int32_t greedy_tok[64];
+	int rc = all_greedy && nout <= 64 ? fp4s_fwd_run_argmax(&e->fwd, &b, e->b_rows, nout, greedy_tok, err)
+	                                  : fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
 	if (rc)
 		return rc;
 	for (int32_t o = 0; o < nout; o++) {
 		struct req *r = e->b_req[e->b_rows[o]];
 		struct fp4s_event *ev = new_event(e, &nev, r);
-		if ((rc = fp4s_samp_sample(&r->samp, e->logits + (size_t)o * e->vocab, e->vocab, &ev->sample, err)))
+		if (all_greedy && nout <= 64)
+			ev->sample.token = greedy_tok[o];
+		else if ((rc = fp4s_samp_sample(&r->samp, e->logits + (size_t)o * e->vocab, e->vocab, &ev->sample, err)))
 			return rc;
 		const int32_t t = ev->sample.token;
 		ev->token = t;

@@ -196,6 +196,7 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		struct fp4s_fwd_layer *L = &f->layers[l];
 		L->is_moe = c->layer_is_moe ? c->layer_is_moe[l] : 0;
+		f->has_moe |= L->is_moe;
 		L->window = c->layer_kind && c->layer_kind[l] == FP4S_LAYER_SLIDING ? c->sliding_window : 0;
 		if (L->is_moe) {
 			L->experts = calloc((size_t)c->n_experts, sizeof *L->experts);
@@ -327,6 +328,7 @@ static int scratch_reserve(struct fp4s_fwd *f, int32_t n, int32_t n_out, int64_t
 		}
 	}
 	f->scratch_tokens = n, f->scratch_out = n_out;
+	f->be->graph_reset(f->be); /* captured steps point at the old buffers */
 	return FP4S_OK;
 }
 
@@ -339,25 +341,26 @@ void fp4s_fwd_free(struct fp4s_fwd *f)
 	memset(f, 0, sizeof *f);
 }
 
-int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
-                 int32_t n_out, float *logits, struct fp4s_error *err)
+struct step {
+	struct fp4s_fwd *f;
+	const struct fp4s_batch *b;
+	const int32_t *out_rows;
+	int32_t n_out;
+};
+
+/* Enqueues a whole forward step on the backend; no host synchronization inside, so a GPU
+ * backend can capture it as a graph (MoE routing is the exception, see fwd_run). */
+static int record_step(void *ctx, struct fp4s_error *err)
 {
+	const struct step *st = (const struct step *)ctx;
+	struct fp4s_fwd *f = st->f;
+	const struct fp4s_batch *b = st->b;
 	const struct fp4s_config *c = f->cfg;
 	struct fp4s_backend *be = f->be;
 	const int64_t n = b->n, H = c->hidden, nh = c->n_heads, nkv = c->n_kv_heads, d = c->head_dim;
-	int64_t inter = c->intermediate;
-	if (c->n_experts > 0 && c->moe_intermediate > inter)
-		inter = c->moe_intermediate;
 	const float eps = (float)c->rms_eps;
-	int rc;
-	if (n <= 0)
-		return fp4s_error_set(err, FP4S_EINVAL, "forward: empty batch");
-	for (int32_t i = 0; i < n_out; i++)
-		if (out_rows[i] < 0 || out_rows[i] >= n)
-			return fp4s_error_set(err, FP4S_EINVAL, "forward: logits row %d outside the batch", out_rows[i]);
-	if ((rc = scratch_reserve(f, (int32_t)n, n_out, inter, err)) || (rc = be->begin(be, b, err)))
-		return rc;
 	float *h = f->h, *x = f->x, *q = f->q, *k = f->k, *v = f->v, *att = f->att, *g = f->g, *u = f->u, *y = f->y;
+	int rc;
 	if ((rc = be->embed(be, &f->embed, b, h, err)))
 		return rc;
 	for (int32_t l = 0; l < c->n_layers; l++) {
@@ -392,12 +395,55 @@ int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *
 		}
 		be->add(be, h, y, n * H);
 	}
-	if (n_out == 0)
+	if (st->n_out == 0)
 		return FP4S_OK;
-	if ((rc = be->gather_rows(be, h, out_rows, n_out, H, f->last, err)))
+	if ((rc = be->gather_rows(be, h, st->out_rows, st->n_out, H, f->last, err)))
 		return rc;
-	be->rmsnorm(be, f->last, f->final_norm, n_out, H, eps, f->norm_kind, f->last);
-	if ((rc = be->matmul(be, f->last, n_out, &f->lm_head, f->logits, err)))
+	be->rmsnorm(be, f->last, f->final_norm, st->n_out, H, eps, f->norm_kind, f->last);
+	return be->matmul(be, f->last, st->n_out, &f->lm_head, f->logits, err);
+}
+
+/* Runs the step; logits (or, when tokens is given, their argmax) for the rows asked for. */
+static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+               float *logits, int32_t *tokens, struct fp4s_error *err)
+{
+	const struct fp4s_config *c = f->cfg;
+	struct fp4s_backend *be = f->be;
+	int64_t inter = c->intermediate;
+	if (c->n_experts > 0 && c->moe_intermediate > inter)
+		inter = c->moe_intermediate;
+	int rc;
+	if (b->n <= 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: empty batch");
+	for (int32_t i = 0; i < n_out; i++)
+		if (out_rows[i] < 0 || out_rows[i] >= b->n)
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: logits row %d outside the batch", out_rows[i]);
+	for (int32_t i = 0; i < b->n; i++)
+		if (b->tokens[i] < 0 || b->tokens[i] >= f->embed.rows)
+			return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
+			                      b->tokens[i], (long long)f->embed.rows);
+	if ((rc = scratch_reserve(f, b->n, n_out, inter, err)) || (rc = be->begin(be, b, err)))
 		return rc;
+	struct step st = {f, b, out_rows, n_out};
+	/* A one-token step with one logits row is the same launch sequence every time: replay it as a
+	 * graph. MoE layers read the router's choice on the host, which a graph cannot do yet. */
+	const int graph = b->n == 1 && n_out == 1 && !f->has_moe && !getenv("FP4S_NO_GRAPH");
+	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
+	if (rc || n_out == 0)
+		return rc;
+	if (tokens)
+		return be->argmax(be, f->logits, n_out, c->vocab, tokens, err);
 	return be->read(be, logits, f->logits, (int64_t)n_out * c->vocab * (int64_t)sizeof(float), err);
+}
+
+int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                 int32_t n_out, float *logits, struct fp4s_error *err)
+{
+	return run(f, b, out_rows, n_out, logits, NULL, err);
+}
+
+int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                        int32_t n_out, int32_t *tokens, struct fp4s_error *err)
+{
+	return run(f, b, out_rows, n_out, NULL, tokens, err);
 }

@@ -40,6 +40,7 @@ struct fp4s_fwd {
 	/* activation buffers in backend memory, sized for scratch_tokens tokens */
 	float *h, *x, *q, *k, *v, *att, *g, *u, *y, *last, *logits;
 	int32_t scratch_tokens, scratch_out;
+	int32_t has_moe;
 };
 
 /* Builds the views and the KV cache (max_seqs sequences of max_ctx positions). */
@@ -50,5 +51,10 @@ void fp4s_fwd_free(struct fp4s_fwd *f);
 /* Runs the batch; writes logits [n_out, vocab] for batch rows out_rows[0..n_out). */
 int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                  int32_t n_out, float *logits, struct fp4s_error *err);
+
+/* The same, returning only the argmax token of each row (greedy decoding without moving the
+ * logits off the device). */
+int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                        int32_t n_out, int32_t *tokens, struct fp4s_error *err);
 
 #endif

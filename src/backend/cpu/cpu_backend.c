@@ -82,6 +82,29 @@ static int cpu_read(struct fp4s_backend *be, void *host, const void *src, int64_
 	return FP4S_OK;
 }
 
+static int cpu_graph_run(struct fp4s_backend *be, int key,
+                         int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
+                         struct fp4s_error *err)
+{
+	return record(ctx, err);
+}
+
+static void cpu_graph_reset(struct fp4s_backend *be) {}
+
+static int cpu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
+                      int32_t *out, struct fp4s_error *err)
+{
+	for (int32_t i = 0; i < n; i++) {
+		const float *l = logits + (int64_t)i * vocab;
+		int64_t best = 0;
+		for (int64_t v = 1; v < vocab; v++)
+			if (l[v] > l[best])
+				best = v;
+		out[i] = (int32_t)best;
+	}
+	return FP4S_OK;
+}
+
 static int cpu_gather_rows(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
                            int64_t width, float *dst, struct fp4s_error *err)
 {
@@ -314,6 +337,9 @@ int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err)
 	be->begin = cpu_begin;
 	be->read = cpu_read;
 	be->gather_rows = cpu_gather_rows;
+	be->graph_run = cpu_graph_run;
+	be->graph_reset = cpu_graph_reset;
+	be->argmax = cpu_argmax;
 	be->embed = cpu_embed;
 	be->matmul = cpu_matmul;
 	be->rmsnorm = cpu_rmsnorm;

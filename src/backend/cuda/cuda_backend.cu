@@ -2,17 +2,18 @@
  * E2M1 + scales stay packed); activations are FP32 in device memory; the KV cache is FP32,
  * [layer][slot][pos][kv_width], one contiguous region per sequence slot.
  *
- * This is the first, correctness-first version: every op is a plain kernel checked against the
- * CPU reference (tests/ops/test_backend_ops.cu); matmuls go through fp4s_cuda_matmul
- * (gemv_cuda.h) when that is linked in, else through the simple warp-per-row kernel below;
- * the MoE router's top-k runs on the host (one small device-to-host copy per MoE layer).
- * Fusions, CUDA graphs and on-device sampling come on top of this. */
+ * Matmuls go through fp4s_cuda_matmul (gemv_cuda.h, bandwidth-bound decode kernels). The other
+ * ops are plain kernels checked end to end against the CPU reference (test_golden_cuda). A decode
+ * step of one token is captured once as a CUDA graph and replayed (graph_run); the MoE router's
+ * top-k still runs on the host (one small device-to-host copy per MoE layer), so MoE models run
+ * without the graph for now. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemv_cuda.h"
 #include "numerics/numerics.h"
 
 struct cuda_impl {
@@ -28,6 +29,12 @@ struct cuda_impl {
 	int64_t moe_cap_tokens, moe_cap_inter, moe_cap_hidden;
 	int32_t moe_cap_experts;
 	float *host_logits;
+	struct {
+		int key;
+		cudaGraphExec_t exec;
+	} graphs[8];
+	int32_t n_graphs;
+	int32_t *d_argmax;
 };
 
 static struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
@@ -51,36 +58,6 @@ static __device__ __forceinline__ float w_elem(int fmt, const void *data, const 
 		const uint32_t code = (((const uint8_t *)data)[i >> 1] >> ((i & 1) * 4)) & 15u;
 		return fp4s_e2m1_to_f32(code) * fp4s_e8m0_to_f32(scales[r * (K / 32) + c / 32]);
 	}
-	}
-}
-
-/* y[t, r] for up to 16 tokens: one warp per output row, lanes stride over K. */
-static __global__ void mm_simple_kernel(int fmt, const void *data, const uint8_t *scales, float ws2,
-                                        const float *bias, int64_t rows, int64_t K, const float *x,
-                                        int32_t M, float *y)
-{
-	const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-	const int lane = threadIdx.x & 31;
-	if (r >= rows)
-		return;
-	float acc[16];
-#pragma unroll
-	for (int t = 0; t < 16; t++)
-		acc[t] = 0.0f;
-	for (int64_t c = lane; c < K; c += 32) {
-		const float w = w_elem(fmt, data, scales, K, r, c);
-#pragma unroll
-		for (int t = 0; t < 16; t++)
-			if (t < M)
-				acc[t] += w * x[(int64_t)t * K + c];
-	}
-#pragma unroll
-	for (int t = 0; t < 16; t++) {
-		float v = acc[t];
-		for (int o = 16; o > 0; o >>= 1)
-			v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-		if (lane == 0 && t < M)
-			y[(int64_t)t * rows + r] = v * ws2 + (bias ? bias[r] : 0.0f);
 	}
 }
 
@@ -239,6 +216,33 @@ static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n,
 		y[i] = first ? a * x[i] : y[i] + a * x[i];
 }
 
+/* one block per row; ties resolve to the lowest index, as the CPU does */
+static __global__ void argmax_kernel(const float *logits, int64_t vocab, int32_t *out)
+{
+	__shared__ float bv[256];
+	__shared__ int32_t bi[256];
+	const float *l = logits + (int64_t)blockIdx.x * vocab;
+	float best = -INFINITY;
+	int32_t idx = 0x7FFFFFFF;
+	for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x)
+		if (l[v] > best || (l[v] == best && v < idx))
+			best = l[v], idx = (int32_t)v;
+	bv[threadIdx.x] = best;
+	bi[threadIdx.x] = idx;
+	__syncthreads();
+	for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+		if (threadIdx.x < o) {
+			const float b = bv[threadIdx.x + o];
+			const int32_t i = bi[threadIdx.x + o];
+			if (b > bv[threadIdx.x] || (b == bv[threadIdx.x] && i < bi[threadIdx.x]))
+				bv[threadIdx.x] = b, bi[threadIdx.x] = i;
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		out[blockIdx.x] = bi[0];
+}
+
 /* ---- host glue ---------------------------------------------------------------------------- */
 
 static int grid1(int64_t n) { return (int)(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096); }
@@ -323,10 +327,13 @@ static int cu_upload_f32(struct fp4s_backend *be, float **p, int64_t n, struct f
 	return rc;
 }
 
+static void cu_graph_reset(struct fp4s_backend *be);
+
 static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
                       int32_t max_ctx, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
+	cu_graph_reset(be);
 	cudaFree(c->kc);
 	cudaFree(c->vc);
 	c->kc = c->vc = NULL;
@@ -396,40 +403,18 @@ static int cu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const s
                     float *out, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
-	for (int32_t i = 0; i < b->n; i++)
-		if (b->tokens[i] < 0 || b->tokens[i] >= emb->rows)
-			return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
-			                      b->tokens[i], (long long)emb->rows);
 	const float ws2 = emb->fmt == FP4S_WF_NVFP4 ? emb->ws2 : 1.0f;
 	embed_kernel<<<b->n, 256, 0, c->s>>>((int)emb->fmt, emb->data, emb->scales, ws2, emb->cols, c->d_tok, out);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
 
-#ifdef FP4S_HAVE_GEMV
-#include "backend/cuda/gemv_cuda.h"
-#endif
-
 static int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w,
                      float *y, struct fp4s_error *err)
 {
-	struct cuda_impl *c = impl_of(be);
-	for (int64_t t0 = 0; t0 < n; t0 += 16) {
-		const int32_t m = (int32_t)(n - t0 < 16 ? n - t0 : 16);
-#ifdef FP4S_HAVE_GEMV
-		int rc = fp4s_cuda_matmul(w, x + t0 * w->cols, m, y + t0 * w->rows, c->s, err);
-		if (rc)
-			return rc;
-#else
-		const float ws2 = w->fmt == FP4S_WF_NVFP4 ? w->ws2 : 1.0f;
-		const int warps = 8;
-		mm_simple_kernel<<<(unsigned)((w->rows + warps - 1) / warps), warps * 32, 0, c->s>>>(
-			(int)w->fmt, w->data, w->scales, ws2, w->bias, w->rows, w->cols, x + t0 * w->cols, m,
-			y + t0 * w->rows);
-		FP4S_CUDA_TRY(err, cudaGetLastError());
-#endif
-	}
-	return FP4S_OK;
+	if (n > INT32_MAX)
+		return fp4s_error_set(err, FP4S_EINVAL, "matmul: %lld tokens", (long long)n);
+	return fp4s_cuda_matmul(w, x, (int32_t)n, y, impl_of(be)->s, err);
 }
 
 static void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
@@ -580,6 +565,63 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
 	return FP4S_OK;
 }
 
+static void cu_graph_reset(struct fp4s_backend *be)
+{
+	struct cuda_impl *c = impl_of(be);
+	for (int32_t i = 0; i < c->n_graphs; i++)
+		cudaGraphExecDestroy(c->graphs[i].exec);
+	c->n_graphs = 0;
+}
+
+static int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+                        void *ctx, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	for (int32_t i = 0; i < c->n_graphs; i++)
+		if (c->graphs[i].key == key) {
+			FP4S_CUDA_TRY(err, cudaGraphLaunch(c->graphs[i].exec, c->s));
+			return FP4S_OK;
+		}
+	if (c->n_graphs == 8)
+		return record(ctx, err); /* no room: run uncaptured */
+	/* relaxed: the kernels' first launches may set function attributes while capturing */
+	FP4S_CUDA_TRY(err, cudaStreamBeginCapture(c->s, cudaStreamCaptureModeRelaxed));
+	int rc = record(ctx, err);
+	cudaGraph_t g = NULL;
+	cudaError_t e = cudaStreamEndCapture(c->s, &g);
+	if (rc) {
+		if (g)
+			cudaGraphDestroy(g);
+		return rc;
+	}
+	if (e != cudaSuccess)
+		return fp4s_error_set(err, FP4S_ECUDA, "graph capture: %s", cudaGetErrorString(e));
+	cudaGraphExec_t exec;
+	e = cudaGraphInstantiate(&exec, g, 0);
+	cudaGraphDestroy(g);
+	if (e != cudaSuccess)
+		return fp4s_error_set(err, FP4S_ECUDA, "graph instantiate: %s", cudaGetErrorString(e));
+	c->graphs[c->n_graphs].key = key;
+	c->graphs[c->n_graphs++].exec = exec;
+	FP4S_CUDA_TRY(err, cudaGraphLaunch(exec, c->s));
+	return FP4S_OK;
+}
+
+static int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab, int32_t *out,
+                     struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	if (!c->d_argmax) {
+		int rc = dev_alloc(c, (void **)&c->d_argmax, 1024 * sizeof(int32_t), err);
+		if (rc)
+			return rc;
+	}
+	if (n > 1024)
+		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows", n);
+	argmax_kernel<<<n, 256, 0, c->s>>>(logits, vocab, c->d_argmax);
+	return cu_read(be, out, c->d_argmax, (int64_t)n * (int64_t)sizeof(int32_t), err);
+}
+
 static void cu_destroy(struct fp4s_backend *be)
 {
 	if (!be)
@@ -593,6 +635,8 @@ static void cu_destroy(struct fp4s_backend *be)
 		cudaFree(c->moe_logits), cudaFree(c->moe_h1), cudaFree(c->moe_h2), cudaFree(c->moe_a),
 			cudaFree(c->moe_o);
 		free(c->host_logits);
+		cudaFree(c->d_argmax);
+		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);
 		free(c);
@@ -634,6 +678,9 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->begin = cu_begin;
 	be->read = cu_read;
 	be->gather_rows = cu_gather_rows;
+	be->graph_run = cu_graph_run;
+	be->graph_reset = cu_graph_reset;
+	be->argmax = cu_argmax;
 	be->embed = cu_embed;
 	be->matmul = cu_matmul;
 	be->rmsnorm = cu_rmsnorm;
