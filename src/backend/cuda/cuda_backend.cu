@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "numerics/numerics.h"
@@ -35,6 +36,10 @@ struct cuda_impl {
 	} graphs[8];
 	int32_t n_graphs;
 	int32_t *d_argmax;
+	int32_t sm_count;
+	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
+	int64_t workn_floats;
+	int32_t splits1;
 };
 
 static struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
@@ -127,72 +132,6 @@ static __global__ void kv_write_kernel(float *kc, float *vc, const float *k, con
 	for (int32_t j = threadIdx.x; j < kvw; j += blockDim.x) {
 		kc[base + j] = k[(int64_t)i * kvw + j];
 		vc[base + j] = v[(int64_t)i * kvw + j];
-	}
-}
-
-static __device__ float block_reduce(float v, float *red, int is_max)
-{
-	for (int o = 16; o > 0; o >>= 1) {
-		const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
-		v = is_max ? fmaxf(v, w) : v + w;
-	}
-	__syncthreads();
-	if ((threadIdx.x & 31) == 0)
-		red[threadIdx.x / 32] = v;
-	__syncthreads();
-	if (threadIdx.x < 32) {
-		v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : (is_max ? -INFINITY : 0.0f);
-		for (int o = 16; o > 0; o >>= 1) {
-			const float w = __shfl_xor_sync(0xFFFFFFFFu, v, o);
-			v = is_max ? fmaxf(v, w) : v + w;
-		}
-		if (threadIdx.x == 0)
-			red[0] = v;
-	}
-	__syncthreads();
-	return red[0];
-}
-
-/* grid (tokens, heads): scores into shared memory, softmax (with the sink in the denominator),
- * then the weighted sum of values, one thread per output dim. */
-static __global__ void attention_kernel(const float *q, const float *kc, const float *vc,
-                                        const int32_t *pos, const int32_t *seq, int32_t layer,
-                                        int32_t max_seqs, int32_t max_ctx, int32_t nh, int32_t nkv,
-                                        int32_t d, int32_t window, const float *sinks, float scale,
-                                        float *out)
-{
-	extern __shared__ float sm[];
-	__shared__ float red[32];
-	float *qs = sm, *sc = sm + d;
-	const int32_t i = blockIdx.x, h = blockIdx.y, g = h / (nh / nkv), kvw = nkv * d;
-	const int32_t p = pos[i];
-	const int32_t start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-	const size_t seq_base = ((size_t)layer * max_seqs + seq[i]) * max_ctx;
-	for (int j = threadIdx.x; j < d; j += blockDim.x)
-		qs[j] = q[((int64_t)i * nh + h) * d + j];
-	__syncthreads();
-	float m = sinks ? sinks[h] : -INFINITY;
-	for (int32_t t = start + threadIdx.x; t <= p; t += blockDim.x) {
-		const float *kt = kc + (seq_base + t) * kvw + (size_t)g * d;
-		float acc = 0.0f;
-		for (int j = 0; j < d; j++)
-			acc += qs[j] * kt[j];
-		sc[t - start] = acc * scale;
-		m = fmaxf(m, acc * scale);
-	}
-	m = block_reduce(m, red, 1);
-	float sum = 0.0f;
-	for (int32_t t = start + threadIdx.x; t <= p; t += blockDim.x) {
-		const float e = expf(sc[t - start] - m);
-		sc[t - start] = e;
-		sum += e;
-	}
-	sum = block_reduce(sum, red, 0) + (sinks ? expf(sinks[h] - m) : 0.0f);
-	for (int j = threadIdx.x; j < d; j += blockDim.x) {
-		float acc = 0.0f;
-		for (int32_t t = start; t <= p; t++)
-			acc += sc[t - start] * vc[(seq_base + t) * kvw + (size_t)g * d + j];
-		out[((int64_t)i * nh + h) * d + j] = acc / sum;
 	}
 }
 
@@ -345,9 +284,6 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 		return fp4s_error_prefix(err, "kv cache (%d layers x %d seqs x %d positions): ", n_layers,
 		                         max_seqs, max_ctx);
 	c->n_layers = n_layers, c->kv_width = kv_width, c->max_seqs = max_seqs, c->max_ctx = max_ctx;
-	/* the attention kernel keeps a context's scores in shared memory */
-	const int smem = (max_ctx + 512) * (int)sizeof(float);
-	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	return FP4S_OK;
 }
 
@@ -438,6 +374,15 @@ static void cu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp
 		q, k, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
 }
 
+/* Key chunks per (token, KV head): enough blocks to cover the SMs twice, chunks of >= 64 keys. */
+static int32_t attn_splits(const struct cuda_impl *c, int32_t n, int32_t nkv, int32_t ctx)
+{
+	int32_t want = (2 * c->sm_count + n * nkv - 1) / (n * nkv);
+	int32_t most = (ctx + 63) / 64;
+	want = want < most ? want : most;
+	return want < 1 ? 1 : (want > 64 ? 64 : want);
+}
+
 static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
                         const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
                         float *out, struct fp4s_error *err)
@@ -448,12 +393,33 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
 	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, k, v, c->d_pos, c->d_seq, layer,
 	                                         c->max_seqs, c->max_ctx, kvw);
-	const int smem = (c->max_ctx + p->head_dim) * (int)sizeof(float);
-	attention_kernel<<<dim3((unsigned)b->n, (unsigned)p->n_heads), 128, smem, c->s>>>(
-		q, c->kc, c->vc, c->d_pos, c->d_seq, layer, c->max_seqs, c->max_ctx, p->n_heads,
-		p->n_kv_heads, p->head_dim, p->window, p->sinks, p->scale, out);
-	FP4S_CUDA_TRY(err, cudaGetLastError());
-	return FP4S_OK;
+	/* one-token steps use a split count fixed by the cache size and a buffer that never moves,
+	 * so a captured graph stays valid; other shapes size both to the batch */
+	int32_t splits;
+	float *work;
+	if (b->n == 1) {
+		const int64_t need = fp4s_cuda_attention_work_floats(1, p->n_heads, p->n_kv_heads, p->head_dim, 64);
+		if (!c->work1 && dev_alloc(c, (void **)&c->work1, (size_t)need * sizeof(float), err))
+			return err->code;
+		splits = attn_splits(c, 1, p->n_kv_heads, c->max_ctx);
+		work = c->work1;
+	} else {
+		splits = attn_splits(c, b->n, p->n_kv_heads, c->max_ctx);
+		const int64_t need = fp4s_cuda_attention_work_floats(b->n, p->n_heads, p->n_kv_heads, p->head_dim, splits);
+		if (need > c->workn_floats) {
+			cudaFree(c->workn);
+			c->workn = NULL;
+			c->workn_floats = 0;
+			if (dev_alloc(c, (void **)&c->workn, (size_t)need * sizeof(float), err))
+				return err->code;
+			c->workn_floats = need;
+		}
+		work = c->workn;
+	}
+	const size_t layer_off = (size_t)layer * c->max_seqs * c->max_ctx * kvw;
+	return fp4s_cuda_attention(q, c->kc + layer_off, c->vc + layer_off, c->d_pos, c->d_seq, b->n,
+	                           c->max_ctx, p->n_heads, p->n_kv_heads, p->head_dim, p->window,
+	                           p->sinks, p->scale, splits, work, out, c->s, err);
 }
 
 static void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
@@ -636,6 +602,7 @@ static void cu_destroy(struct fp4s_backend *be)
 			cudaFree(c->moe_o);
 		free(c->host_logits);
 		cudaFree(c->d_argmax);
+		cudaFree(c->work1), cudaFree(c->workn);
 		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);
@@ -661,6 +628,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 		return fp4s_error_set(err, FP4S_ENOMEM, "cuda backend: out of memory");
 	}
 	c->dev = dev;
+	cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, dev);
 	cudaError_t e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
 	if (e != cudaSuccess) {
 		free(be), free(c);
