@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 
 #define SRV_MAX_BODY (8u << 20) /* request bodies above this get 413 */
+#define SRV_READ_MAX (16u << 10) /* largest single body read (srv_read_body) */
 #define SRV_MAX_N 16            /* choices per request */
 #define SRV_MAX_MESSAGES 4096   /* chat messages per request */
 
@@ -163,8 +164,10 @@ int srv_harmony_feed(struct srv_harmony *h, const char *text, size_t len, int fi
                      struct fp4s_tok_text *content, struct fp4s_tok_text *reasoning);
 
 /* srv_http.c: civetweb glue */
+struct mg_connection;
 int srv_http_start(struct srv *s, char *msg, size_t msg_len);
 void srv_http_stop(struct srv *s);
+void srv_http_drop(struct mg_connection *c); /* shut the socket after an error reply */
 
 /* srv_api.c: the endpoints (struct mg_connection is civetweb's) */
 struct mg_connection;

@@ -27,6 +27,9 @@ void srv_send_json(struct mg_connection *c, int status, const char *body, size_t
 	char cl[32];
 	snprintf(cl, sizeof cl, "%zu", len);
 	mg_response_header_start(c, status);
+	/* a body we did not read (too large, too slow) must not be parsed as the next request */
+	if (status == 408 || status == 413)
+		mg_response_header_add(c, "Connection", "close", -1);
 	mg_response_header_add(c, "Content-Type", "application/json", -1);
 	mg_response_header_add(c, "Content-Length", cl, -1);
 	mg_response_header_send(c);
@@ -68,6 +71,7 @@ char *srv_read_body(struct mg_connection *c, struct srv *s, size_t *len)
 	if (cl > (long long)SRV_MAX_BODY) {
 		srv_send_error(c, s, 413, NULL, "the request body has %lld bytes; the limit is %u", cl,
 		               SRV_MAX_BODY);
+		srv_http_drop(c);
 		return NULL;
 	}
 	/* without Content-Length (chunked), read up to one byte past the limit */
@@ -77,27 +81,39 @@ char *srv_read_body(struct mg_connection *c, struct srv *s, size_t *len)
 		srv_send_error(c, s, 503, NULL, "out of memory");
 		return NULL;
 	}
-	/* mg_read waits up to request_timeout_ms per call, so a client trickling one byte at a time
-	 * could hold a worker forever; the whole body must arrive within the read timeout. */
+	/* civetweb's mg_read keeps reading until it has every byte asked for, waiting up to
+	 * request_timeout_ms for each piece, so one large read would let a client that trickles a byte
+	 * a second hold this worker for as many seconds as it promised bytes. We ask for small pieces
+	 * while data comes slowly (1 byte, checking the deadline after each) and double the size
+	 * while it comes fast, so a normal body still arrives in a few large reads.
+	 * TODO: a client that sends fast and then stalls can still hold one read of up to
+	 * SRV_READ_MAX bytes for SRV_READ_MAX * request_timeout; closing the socket from a watchdog
+	 * would bound that too, but civetweb does not expose the socket. */
 	const double deadline = srv_now() + s->o.read_timeout_s;
-	size_t n = 0;
+	size_t n = 0, piece = 1;
 	while (n < cap) {
-		int r = mg_read(c, buf + n, cap - n);
+		const double t = srv_now();
+		size_t want = cap - n < piece ? cap - n : piece;
+		int r = mg_read(c, buf + n, want);
 		if (r <= 0)
 			break;
 		n += (size_t)r;
-		if (srv_now() > deadline && n < cap) {
+		const double now = srv_now();
+		piece = now - t < 0.01 ? (piece < SRV_READ_MAX ? 2 * piece : piece) : 1;
+		if (now > deadline && n < cap) {
 			if (cl < 0)
 				break;
 			free(buf);
 			srv_send_error(c, s, 408, NULL, "the request body did not arrive within %g s",
 			               s->o.read_timeout_s);
+			srv_http_drop(c);
 			return NULL;
 		}
 	}
 	if (n > SRV_MAX_BODY) {
 		free(buf);
 		srv_send_error(c, s, 413, NULL, "the request body exceeds the limit of %u bytes", SRV_MAX_BODY);
+		srv_http_drop(c);
 		return NULL;
 	}
 	if (cl >= 0 && n < (size_t)cl) {

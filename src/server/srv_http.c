@@ -2,7 +2,11 @@
  * begin_request, which checks readiness and the API key before dispatching; errors civetweb
  * raises itself (a malformed request line, headers that arrive too slowly) are rewritten by the
  * http_error callback into OpenAI's error shape. */
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +95,41 @@ static int route(struct mg_connection *c, struct srv *s)
 method:
 	srv_send_error(c, s, 405, NULL, "method %s is not allowed on %.200s", ri->request_method, u);
 	return 1;
+}
+
+/* civetweb reads and discards the rest of a request body after the handler returns, however
+ * slowly it comes, so a client trickling the body it promised would keep the worker after our
+ * 408/413. civetweb does not expose the socket: find it by its peer address and shut it down;
+ * reads then end at once and the reply already queued is still delivered before the FIN. Only
+ * on these error paths, so the scan over descriptors costs nothing on normal requests. */
+void srv_http_drop(struct mg_connection *c)
+{
+	const struct mg_request_info *ri = mg_get_request_info(c);
+	struct rlimit rl;
+	int max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (int)rl.rlim_cur : 65536;
+	for (int fd = 3; fd < max; fd++) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		char addr[INET6_ADDRSTRLEN];
+		int port;
+		if (getpeername(fd, (struct sockaddr *)&ss, &sl))
+			continue;
+		if (ss.ss_family == AF_INET) {
+			const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+			inet_ntop(AF_INET, &a->sin_addr, addr, sizeof addr);
+			port = ntohs(a->sin_port);
+		} else if (ss.ss_family == AF_INET6) {
+			const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+			inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof addr);
+			port = ntohs(a->sin6_port);
+		} else {
+			continue;
+		}
+		if (port == ri->remote_port && !strcmp(addr, ri->remote_addr)) {
+			shutdown(fd, SHUT_RDWR);
+			return;
+		}
+	}
 }
 
 static int begin_request(struct mg_connection *c)

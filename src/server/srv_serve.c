@@ -8,6 +8,7 @@
  * semantics), then load (or generate the --demo model), then mark ready. Signals are blocked in
  * every thread and taken by the main thread with sigwait, so no handler runs inside civetweb or
  * the engine. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -221,21 +222,18 @@ static int parse(int argc, char **argv, struct srv_opts *o)
 
 static void rm_tree(const char *dir)
 {
-	/* the demo folder holds only files gen wrote (no subfolders) */
-	static const char *const names[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
-	                                    "generation_config.json", "model.safetensors",
-	                                    "model.safetensors.index.json", NULL};
+	/* the demo folder holds only the files gen wrote, no subfolders */
+	DIR *d = opendir(dir);
+	struct dirent *de;
 	char p[512];
-	for (int i = 0; names[i]; i++) {
-		snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+	while (d && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
 		unlink(p);
 	}
-	for (int i = 1; i < 100; i++) {
-		for (int n = 1; n < 100; n++) {
-			snprintf(p, sizeof p, "%s/model-%05d-of-%05d.safetensors", dir, i, n);
-			unlink(p);
-		}
-	}
+	if (d)
+		closedir(d);
 	if (rmdir(dir))
 		FP4S_WARN("could not remove the demo model folder %s", dir);
 }
