@@ -198,28 +198,29 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (auto &e : ev)
 		CK(cudaEventCreate(&e));
 	int next = 0;
-	auto iteration = [&](int m, int ksplit) {
+	auto iteration = [&](int m, int ksplit, int tile) {
+		struct fp4s_gemv_tune tune = {ksplit, tile, 0};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
-			if (fp4s_cuda_matmul_ex(&w, dx, m, dy + (size_t)j * yref.size(), ksplit, 0, 0, &err)) {
+			if (fp4s_cuda_matmul_ex(&w, dx, m, dy + (size_t)j * yref.size(), &tune, 0, &err)) {
 				fprintf(stderr, "%s\n", err.msg);
 				exit(1);
 			}
 		}
 	};
 	/* returns the iso median (and fills st, b2b) */
-	auto time_it = [&](int m, int ksplit, stats *st, float *b2b) {
+	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0) {
 		for (int i = 0; i < 5; i++)
-			iteration(m, ksplit);
+			iteration(m, ksplit, tile);
 		for (int i = 0; i < 60; i++) {
 			CK(cudaEventRecord(ev[2 * i]));
-			iteration(m, ksplit);
+			iteration(m, ksplit, tile);
 			CK(cudaEventRecord(ev[2 * i + 1]));
 		}
 		CK(cudaEventRecord(ev[120]));
 		for (int i = 0; i < 50; i++)
-			iteration(m, ksplit);
+			iteration(m, ksplit, tile);
 		CK(cudaEventRecord(ev[121]));
 		CK(cudaEventSynchronize(ev[121]));
 		std::vector<float> t;
@@ -246,6 +247,15 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 			printf("  %s%d %.2f/%.2f", ks ? "" : "auto", ks, tbs(st.median), tbs(b2b));
 		}
 		printf("  (TB/s iso/b2b)\n");
+		printf("tile sweep   %-14s %-6s      ", shp, fmtname(fmt));
+		const int mt[][2] = {{4, 2}, {4, 4}, {16, 4}, {16, 8}, {16, 16}};
+		for (auto &q : mt) {
+			stats st;
+			float b2b;
+			time_it(q[0], 0, &st, &b2b, q[1]);
+			printf("  M%d/t%d %.2f", q[0], q[1], tbs(b2b));
+		}
+		printf("  (TB/s b2b)\n");
 	}
 	for (int m : ms) {
 		stats st;

@@ -44,6 +44,7 @@ struct gcase {
 	int ksplit;   /* 0 = auto */
 	int generic;  /* force the generic kernel */
 	int x_off;    /* x pointer offset in floats (1 = misaligned: generic path) */
+	int tile;     /* tokens per pass, 0 = default */
 };
 
 /* Host weights in the format, plus device copies. */
@@ -112,9 +113,9 @@ static int make_weights(const struct gcase *c, struct hw *h)
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d%s%s)",
+	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d%s%s)",
 	         fmtname(c->fmt), (long long)c->rows, (long long)c->k, c->m,
-	         c->bias ? ",bias" : "", c->ksplit, c->generic ? ",generic" : "",
+	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->generic ? ",generic" : "",
 	         c->x_off ? ",misaligned-x" : "");
 	if (filter && !strstr(name, filter))
 		return 0;
@@ -161,7 +162,8 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(dy, ygpu, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
 
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	int rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, c->ksplit, c->generic, 0, &err);
+	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic};
+	int rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
 	if (!rc)
 		CK(cudaDeviceSynchronize());
 	int failed = 0;
@@ -241,6 +243,12 @@ int main(int argc, char **argv)
 		struct gcase c2 = {fmts[f], 64, 2880, 40, 0, 0, 0, 0};
 		run_case(&c2, filter);
 	}
+	/* token tiles smaller than M: several passes over the weights */
+	for (size_t f = 0; f < 3; f++)
+		for (int tile = 1; tile <= 16; tile *= 2) {
+			struct gcase c = {fmts[f], 130, 4096, 16, 1, 0, 0, 0, tile};
+			run_case(&c, filter);
+		}
 	/* every split-K setting, on a K with a ragged last round of chunks */
 	for (size_t f = 0; f < 3; f++)
 		for (int ks = 1; ks <= 8; ks++) {
@@ -277,7 +285,10 @@ int main(int argc, char **argv)
 		CHECK(fp4s_cuda_matmul(&w, d, 1, d + 512, 0, &err) == FP4S_EUNSUPPORTED);
 		w.fmt = FP4S_WF_BF16;
 		CHECK(fp4s_cuda_matmul(&w, d, 0, d + 512, 0, &err) == FP4S_OK);
-		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, 9, 0, 0, &err) == FP4S_EINVAL);
+		struct fp4s_gemv_tune bad = {9, 0, 0};
+		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad, 0, &err) == FP4S_EINVAL);
+		struct fp4s_gemv_tune bad_tile = {0, 17, 0};
+		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad_tile, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));
 	}
 	(void)n;

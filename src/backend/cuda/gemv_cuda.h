@@ -28,10 +28,15 @@ extern "C" {
 int fp4s_cuda_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
                      struct fp4s_error *err);
 
-/* Tuning and test hook: ksplit = warps that share one group of rows along K (0 = automatic,
- * 1..8); generic = 1 forces the slow generic kernel (the test uses it as a second opinion). */
+/* Tuning and test knobs; zeros mean automatic. */
+struct fp4s_gemv_tune {
+	int ksplit;   /* warps that share one group of rows along K, 1..8 */
+	int max_tile; /* most tokens per pass over the weights, 1..16 (more passes re-read W) */
+	int generic;  /* 1: the slow generic kernel (the test uses it as a second opinion) */
+};
+
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
-                        int ksplit, int generic, cudaStream_t s, struct fp4s_error *err);
+                        const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err);
 
 #ifdef __cplusplus
 }

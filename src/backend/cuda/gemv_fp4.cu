@@ -62,11 +62,14 @@ struct gemv_args {
 	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
 };
 
-/* Streaming loads: read once, so keep them out of L1 (x lives there). */
+/* Streaming loads: read once, so keep them out of L1 (x lives there). volatile keeps them where
+ * the source puts them: without it the compiler sank the next chunk's prefetch to the end of the
+ * loop body (shorter live ranges), so every iteration waited a full DRAM latency (measured: 1.3-1.5
+ * TB/s at M = 1, 2026-11-21). */
 static __device__ __forceinline__ uint4 ld_stream16(const void *p)
 {
 	uint4 v;
-	asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
 	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	    : "l"(p));
 	return v;
@@ -75,14 +78,14 @@ static __device__ __forceinline__ uint4 ld_stream16(const void *p)
 static __device__ __forceinline__ uint32_t ld_stream_u16(const void *p)
 {
 	unsigned short v;
-	asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+	asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
 	return v;
 }
 
 static __device__ __forceinline__ uint32_t ld_stream_u8(const void *p)
 {
 	uint32_t v;
-	asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+	asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
 	return v;
 }
 
@@ -258,7 +261,9 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 							const float2 s2 = e4m3x2_to_f2(cs[r]);
 							sc = j == 1 ? s2.x : s2.y;
 						} else {
-							sc = fp4s_e8m0_to_f32(cs[r]);
+							/* 2^(e-127): e = 0 is the FP32 subnormal 2^-127, 255 is NaN */
+							const uint32_t e = cs[r];
+							sc = __uint_as_float(e == 255 ? 0x7FC00000u : e ? e << 23 : 0x00400000u);
 						}
 #pragma unroll
 						for (int t = 0; t < MT; t++) {
@@ -397,6 +402,12 @@ __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 	}
 }
 
+/* Tokens per pass over the weights by default. Past L1's reach (x is M*K*4 bytes, read from L1
+ * R times less often than the weights) more tokens per pass stop paying. */
+#ifndef FP4S_GEMV_DEFAULT_TILE
+#define FP4S_GEMV_DEFAULT_TILE 16
+#endif
+
 /* Rows per group: more rows share each x load; fewer keep acc + psum (2*R*MT) in registers. */
 template <int MT>
 struct gemv_rows {
@@ -454,8 +465,11 @@ static int is_aligned(const void *p, size_t n)
 }
 
 extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
-                                   int ksplit, int generic, cudaStream_t s, struct fp4s_error *err)
+                                   const struct fp4s_gemv_tune *tune, cudaStream_t s,
+                                   struct fp4s_error *err)
 {
+	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
+	int tile = tune && tune->max_tile ? tune->max_tile : FP4S_GEMV_DEFAULT_TILE;
 	if (!w || !x || !y || !w->data)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: null pointer");
 	if (M < 0 || w->rows <= 0 || w->cols <= 0 || w->cols > (1 << 30))
@@ -463,6 +477,8 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 		                      (long long)w->rows, (long long)w->cols, (int)M);
 	if (ksplit < 0 || ksplit > 8)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: ksplit %d not in 0..8", ksplit);
+	if (tile < 1 || tile > 16)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: token tile %d not in 1..16", tile);
 	int fmt;
 	switch (w->fmt) {
 	case FP4S_WF_NVFP4: fmt = G_NVFP4; break;
@@ -493,8 +509,8 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	a.K = (int)K;
 	a.ksplit = 1;
 	a.post = fmt == G_NVFP4 ? w->ws2 : 1.0f;
-	for (int32_t t0 = 0; t0 < M; t0 += 16) {
-		a.M = M - t0 < 16 ? M - t0 : 16;
+	for (int32_t t0 = 0; t0 < M; t0 += tile) {
+		a.M = M - t0 < tile ? M - t0 : tile;
 		a.x = x + (size_t)t0 * K;
 		a.y = y + (size_t)t0 * w->rows;
 		cudaError_t e;
@@ -520,5 +536,5 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 extern "C" int fp4s_cuda_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                                 cudaStream_t s, struct fp4s_error *err)
 {
-	return fp4s_cuda_matmul_ex(w, x, M, y, 0, 0, s, err);
+	return fp4s_cuda_matmul_ex(w, x, M, y, NULL, s, err);
 }
