@@ -64,14 +64,61 @@ void srv_send_error(struct mg_connection *c, struct srv *s, int status, const ch
 		srv_metrics_http_error(&s->m, status);
 }
 
+/* civetweb's mg_read keeps reading until it has every byte asked for, waiting up to
+ * request_timeout_ms for each piece, so one large read would let a client that trickles a byte
+ * a second hold this worker for as many seconds as it promised bytes. We ask for small pieces
+ * while data comes slowly (1 byte, checking the deadline after each) and double the size while
+ * it comes fast, so a normal body still arrives in a few large reads. Returns bytes read (into
+ * buf when non-NULL, else discarded); *complete tells whether the body ended before the
+ * deadline. TODO: a client that sends fast and then stalls can still hold one read of up to
+ * SRV_READ_MAX bytes for SRV_READ_MAX * request_timeout. */
+static size_t read_bounded(struct mg_connection *c, char *buf, size_t cap, double deadline,
+                           int *complete)
+{
+	char sink[SRV_READ_MAX];
+	size_t n = 0, piece = 1;
+	*complete = 0;
+	while (n < cap) {
+		const double t = srv_now();
+		size_t want = cap - n < piece ? cap - n : piece;
+		int r = mg_read(c, buf ? buf + n : sink, want);
+		if (r <= 0) {
+			*complete = 1;
+			break;
+		}
+		n += (size_t)r;
+		const double now = srv_now();
+		piece = now - t < 0.01 ? (piece < SRV_READ_MAX ? 2 * piece : piece) : 1;
+		if (now > deadline)
+			break;
+	}
+	if (n == cap)
+		*complete = 1;
+	return n;
+}
+
+/* An error reply for a body we will not use: discard what is left of it within the read
+ * timeout, so that a fast client sees the reply; if it is still coming, shut the socket (civetweb
+ * would otherwise keep reading it after we return, however slowly it trickles). */
+static void refuse_body(struct mg_connection *c, struct srv *s, int status, double deadline,
+                        const char *msg)
+{
+	int complete = 0;
+	read_bounded(c, NULL, (size_t)-1 / 2, deadline, &complete);
+	srv_send_error(c, s, status, NULL, "%s", msg);
+	if (!complete)
+		srv_http_drop(c);
+}
+
 char *srv_read_body(struct mg_connection *c, struct srv *s, size_t *len)
 {
 	const struct mg_request_info *ri = mg_get_request_info(c);
 	const long long cl = ri->content_length;
+	const double deadline = srv_now() + s->o.read_timeout_s;
+	char msg[256];
 	if (cl > (long long)SRV_MAX_BODY) {
-		srv_send_error(c, s, 413, NULL, "the request body has %lld bytes; the limit is %u", cl,
-		               SRV_MAX_BODY);
-		srv_http_drop(c);
+		snprintf(msg, sizeof msg, "the request body has %lld bytes; the limit is %u", cl, SRV_MAX_BODY);
+		refuse_body(c, s, 413, deadline, msg);
 		return NULL;
 	}
 	/* without Content-Length (chunked), read up to one byte past the limit */
@@ -81,44 +128,23 @@ char *srv_read_body(struct mg_connection *c, struct srv *s, size_t *len)
 		srv_send_error(c, s, 503, NULL, "out of memory");
 		return NULL;
 	}
-	/* civetweb's mg_read keeps reading until it has every byte asked for, waiting up to
-	 * request_timeout_ms for each piece, so one large read would let a client that trickles a byte
-	 * a second hold this worker for as many seconds as it promised bytes. We ask for small pieces
-	 * while data comes slowly (1 byte, checking the deadline after each) and double the size
-	 * while it comes fast, so a normal body still arrives in a few large reads.
-	 * TODO: a client that sends fast and then stalls can still hold one read of up to
-	 * SRV_READ_MAX bytes for SRV_READ_MAX * request_timeout; closing the socket from a watchdog
-	 * would bound that too, but civetweb does not expose the socket. */
-	const double deadline = srv_now() + s->o.read_timeout_s;
-	size_t n = 0, piece = 1;
-	while (n < cap) {
-		const double t = srv_now();
-		size_t want = cap - n < piece ? cap - n : piece;
-		int r = mg_read(c, buf + n, want);
-		if (r <= 0)
-			break;
-		n += (size_t)r;
-		const double now = srv_now();
-		piece = now - t < 0.01 ? (piece < SRV_READ_MAX ? 2 * piece : piece) : 1;
-		if (now > deadline && n < cap) {
-			if (cl < 0)
-				break;
-			free(buf);
-			srv_send_error(c, s, 408, NULL, "the request body did not arrive within %g s",
-			               s->o.read_timeout_s);
-			srv_http_drop(c);
-			return NULL;
-		}
-	}
+	int complete;
+	size_t n = read_bounded(c, buf, cap, deadline, &complete);
 	if (n > SRV_MAX_BODY) {
 		free(buf);
-		srv_send_error(c, s, 413, NULL, "the request body exceeds the limit of %u bytes", SRV_MAX_BODY);
+		snprintf(msg, sizeof msg, "the request body exceeds the limit of %u bytes", SRV_MAX_BODY);
+		refuse_body(c, s, 413, deadline, msg);
+		return NULL;
+	}
+	if (!complete) {
+		free(buf);
+		srv_send_error(c, s, 408, NULL, "the request body did not arrive within %g s", s->o.read_timeout_s);
 		srv_http_drop(c);
 		return NULL;
 	}
 	if (cl >= 0 && n < (size_t)cl) {
 		free(buf);
-		srv_send_error(c, s, 408, NULL, "the request body ended after %zu of %lld bytes", n, cl);
+		srv_send_error(c, s, 400, NULL, "the request body ended after %zu of %lld bytes", n, cl);
 		return NULL;
 	}
 	buf[n] = 0;

@@ -178,6 +178,10 @@ int srv_http_start(struct srv *s, char *msg, size_t msg_len)
 		mg_exit_library();
 		return -1;
 	}
+	/* --port 0: the kernel picked one (tests run servers side by side); report it */
+	struct mg_server_port sp[2];
+	if (mg_get_server_ports(s->mg, 2, sp) > 0)
+		s->o.port = sp[0].port;
 	return 0;
 }
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# test_server.sh: `fp4serve serve` end to end on loopback with the --demo model (CPU backend):
+# the official openai npm client (if scripts/fetch-server-testdata.sh installed it), every bad
+# input over raw HTTP, a short load run (32 streaming clients, 8 s; the 60 s / 200-client run is
+# scripts/server-load.sh), API key from the environment and from a file, SIGTERM draining a
+# live stream. Needs node (skips with 77 without it) and curl.
+set -u
+bin=$1
+src=${FP4S_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+cache=${FP4S_CACHE_DIR:-$src/.cache}
+command -v node >/dev/null 2>&1 || { echo "skip: node not found"; exit 77; }
+command -v curl >/dev/null 2>&1 || { echo "skip: curl not found"; exit 77; }
+tmp=$(mktemp -d /tmp/fp4s-srv-XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+# start_server LOG ARGS...: starts a server on a free port; sets $port and $pid
+start_server() {
+	local log=$1
+	shift
+	"$bin" serve --demo --port 0 "$@" >"$log" 2>&1 &
+	pid=$!
+	pids+=("$pid")
+	port=
+	for _ in $(seq 1 300); do
+		port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | head -1 | sed 's/.*://')
+		[ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "server did not start:"; cat "$log"
+	return 1
+}
+
+# 1. main server: key from the environment, short read timeout for the slow-client cases
+key=test-key-$RANDOM$RANDOM
+FP4SERVE_API_KEY=$key start_server "$tmp/main.log" --read-timeout 3 --max-model-len 4096 --max-num-seqs 32 || exit 1
+main_pid=$pid main_port=$port
+curl -s "http://127.0.0.1:$port/v1/models" | grep -q '"code":401' && ok "FP4SERVE_API_KEY protects /v1/models" || bad "env key"
+curl -s -H "Authorization: Bearer $key" "http://127.0.0.1:$port/v1/models" | grep -q '"demo":true' \
+	&& ok "/v1/models says it is a random demo model" || bad "/v1/models demo flag"
+node "$src/tests/server/raw_http.mjs" "$port" "$key" 3 4096 || bad "raw_http.mjs"
+if [ -f "$cache/npm/openai/.done" ]; then
+	node "$src/tests/server/openai_client.mjs" "$cache/npm/openai" "$port" "$key" || bad "openai_client.mjs"
+else
+	echo "skip: openai npm client not installed (scripts/fetch-server-testdata.sh)"
+fi
+node "$src/tests/server/load.mjs" "$port" "$key" 32 "${FP4S_SERVER_LOAD_S:-8}" "$main_pid" || bad "load.mjs"
+kill -0 "$main_pid" 2>/dev/null && ok "server still running after all of it" || bad "server died"
+grep -qiE "AddressSanitizer|runtime error" "$tmp/main.log" && { bad "sanitizer report"; cat "$tmp/main.log"; }
+
+# 2. SIGTERM drains: a live stream gets its end ([DONE]), the server exits 0
+printf '%s\n' "  $key-file  " >"$tmp/keyfile"
+start_server "$tmp/drain.log" --api-key-file "$tmp/keyfile" --drain-timeout 2 --max-model-len 4096 || exit 1
+curl -sN -H "Authorization: Bearer $key-file" -H 'Content-Type: application/json' \
+	-d '{"prompt":"Once","max_tokens":4000,"ignore_eos":true,"stream":true}' \
+	"http://127.0.0.1:$port/v1/completions" >"$tmp/stream.out" 2>/dev/null &
+cpid=$!
+for _ in $(seq 1 100); do grep -q '^data: {' "$tmp/stream.out" && break; sleep 0.05; done
+curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/models" | grep -q 401 \
+	&& ok "--api-key-file protects /v1/models" || bad "key file"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+wait "$cpid"
+[ $rc = 0 ] && ok "SIGTERM: exit 0" || bad "SIGTERM exit $rc"
+tail -c 200 "$tmp/stream.out" | grep -q 'data: \[DONE\]' && ok "SIGTERM: the live stream ended with [DONE]" \
+	|| { bad "stream not finished"; tail -c 300 "$tmp/stream.out"; }
+grep -q '"finish_reason":"length"\|unavailable_error' "$tmp/stream.out" && ok "SIGTERM: the stream got a final event" || bad "no final event"
+grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/drain.log" && { bad "sanitizer report"; cat "$tmp/drain.log"; }
+
+# 3. gpt-oss demo: harmony chat format, reasoning_content field present
+start_server "$tmp/oss.log" --demo-preset tiny-gpt-oss --max-model-len 512 || exit 1
+out=$(curl -s -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"reasoning_effort":"low"}' \
+	"http://127.0.0.1:$port/v1/chat/completions")
+echo "$out" | grep -q '"reasoning_content"' && ok "gpt-oss: harmony response has reasoning_content" || bad "gpt-oss chat: $out"
+kill -TERM "$pid"; wait "$pid" && ok "gpt-oss server: clean exit" || bad "gpt-oss exit"
+grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/oss.log" && { bad "sanitizer report"; cat "$tmp/oss.log"; }
+
+# the main server drains too
+kill -TERM "$main_pid"; wait "$main_pid" && ok "main server: clean exit after the tests" || { bad "main server exit"; tail -20 "$tmp/main.log"; }
+grep -qiE "LeakSanitizer" "$tmp/main.log" && { bad "leaks"; grep -A20 LeakSanitizer "$tmp/main.log"; }
+[ $fail = 0 ] && echo "test_server: all passed" || echo "test_server: FAILED"
+exit $fail
