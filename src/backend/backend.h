@@ -68,6 +68,12 @@ struct fp4s_backend {
 	 * the views point into the mapped checkpoint). *p of n floats likewise. */
 	int (*upload_mat)(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4s_error *err);
 	int (*upload_f32)(struct fp4s_backend *be, float **p, int64_t n, struct fp4s_error *err);
+	/* Uploads parts[0..n) (one format, one K, one NVFP4 per-tensor scale) into one allocation,
+	 * rows in order, and points each part and *fused into it: one decode matmul then streams
+	 * q/k/v or gate/up in a single launch. FP4S_EUNSUPPORTED where that buys nothing (the CPU)
+	 * or the parts cannot share a launch; the caller then uploads them one by one. */
+	int (*upload_fused)(struct fp4s_backend *be, struct fp4s_mat **parts, int n, struct fp4s_mat *fused,
+	                    struct fp4s_error *err);
 	/* Start of a forward step: makes the batch's token/position/slot arrays visible to the ops
 	 * (copied to the device on a GPU). */
 	int (*begin)(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err);

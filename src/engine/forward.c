@@ -266,10 +266,23 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 		return rc;
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		struct fp4s_fwd_layer *L = &f->layers[l];
+		/* q/k/v and gate/up in one allocation each where the backend can stream them in one
+		 * matmul (same format and K, same NVFP4 per-tensor scale) */
+		struct fp4s_mat *qkv[] = {&L->q, &L->k, &L->v}, *gu[] = {&L->gate, &L->up};
+		rc = be->upload_fused(be, qkv, 3, &L->qkv, err);
+		if (rc && rc != FP4S_EUNSUPPORTED)
+			return fp4s_error_prefix(err, "layer %d: ", l);
+		L->fused_qkv = rc == FP4S_OK;
+		rc = L->gate.data ? be->upload_fused(be, gu, 2, &L->gate_up, err) : FP4S_EUNSUPPORTED;
+		if (rc && rc != FP4S_EUNSUPPORTED)
+			return fp4s_error_prefix(err, "layer %d: ", l);
+		L->fused_gu = rc == FP4S_OK;
 		struct fp4s_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->moe.router};
-		for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-			if (mats[i]->data && (rc = be->upload_mat(be, mats[i], err)))
+		for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+			const int done = (L->fused_qkv && i < 3) || (L->fused_gu && (i == 4 || i == 5));
+			if (mats[i]->data && !done && (rc = be->upload_mat(be, mats[i], err)))
 				return fp4s_error_prefix(err, "layer %d: ", l);
+		}
 		for (int32_t x = 0; L->is_moe && x < L->moe.n_experts; x++) {
 			struct fp4s_expert *ex = &L->experts[x];
 			struct fp4s_mat *em[] = {&ex->gate, &ex->up, &ex->gate_up, &ex->down};
@@ -289,7 +302,7 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 
 static void scratch_free(struct fp4s_fwd *f)
 {
-	float **bufs[] = {&f->h, &f->x, &f->q, &f->k, &f->v, &f->att, &f->g, &f->u, &f->y, &f->last, &f->logits};
+	float **bufs[] = {&f->h, &f->x, &f->q, &f->k, &f->v, &f->att, &f->g, &f->u, &f->y, &f->last, &f->logits, &f->fused};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
 		if (*bufs[i] && f->be)
 			f->be->free(f->be, *bufs[i]);
@@ -319,7 +332,8 @@ static int scratch_reserve(struct fp4s_fwd *f, int32_t n, int32_t n_out, int64_t
 		int64_t n;
 	} want[] = {{&f->h, n * H},     {&f->x, n * H},     {&f->q, n * qd},  {&f->k, n * kvd},
 	            {&f->v, n * kvd},   {&f->att, n * qd},  {&f->g, n * inter}, {&f->u, n * inter},
-	            {&f->y, n * H},     {&f->last, n_out * H}, {&f->logits, n_out * c->vocab}};
+	            {&f->y, n * H},     {&f->last, n_out * H}, {&f->logits, n_out * c->vocab},
+	            {&f->fused, qd + 2 * kvd > 2 * inter ? qd + 2 * kvd : 2 * inter}};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		int rc = f->be->alloc(f->be, (void **)want[i].p, want[i].n * (int64_t)sizeof(float), err);
 		if (rc) {
@@ -366,9 +380,17 @@ static int record_step(void *ctx, struct fp4s_error *err)
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		struct fp4s_fwd_layer *L = &f->layers[l];
 		be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
-		if ((rc = be->matmul(be, x, n, &L->q, q, err)) || (rc = be->matmul(be, x, n, &L->k, k, err)) ||
-		    (rc = be->matmul(be, x, n, &L->v, v, err)))
-			return rc;
+		if (n == 1 && L->fused_qkv) {
+			/* one token: q|k|v come out of one matmul, back to back */
+			if ((rc = be->matmul(be, x, 1, &L->qkv, f->fused, err)))
+				return rc;
+			q = f->fused, k = f->fused + nh * d, v = f->fused + (nh + nkv) * d;
+		} else {
+			q = f->q, k = f->k, v = f->v;
+			if ((rc = be->matmul(be, x, n, &L->q, q, err)) || (rc = be->matmul(be, x, n, &L->k, k, err)) ||
+			    (rc = be->matmul(be, x, n, &L->v, v, err)))
+				return rc;
+		}
 		if (L->q_norm) /* Qwen3: per-head RMSNorm over d, before RoPE */
 			be->rmsnorm(be, q, L->q_norm, n * nh, d, eps, f->norm_kind, q);
 		if (L->k_norm)
@@ -384,6 +406,12 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
 		if (L->is_moe) {
 			if ((rc = be->moe(be, &L->moe, x, n, y, err)))
+				return rc;
+		} else if (n == 1 && L->fused_gu) {
+			if ((rc = be->matmul(be, x, 1, &L->gate_up, f->fused, err)))
+				return rc;
+			be->swiglu(be, f->fused, f->fused + L->gate.rows, 1, L->gate.rows, g);
+			if ((rc = be->matmul(be, g, n, &L->down, y, err)))
 				return rc;
 		} else {
 			if ((rc = be->matmul(be, x, n, &L->gate, g, err)) ||

@@ -19,6 +19,8 @@ struct fp4s_fwd_layer {
 	int32_t window;
 	int32_t is_moe;
 	struct fp4s_mat gate, up, down;
+	struct fp4s_mat qkv, gate_up; /* fused views (rows concatenated) when the backend made them */
+	int32_t fused_qkv, fused_gu;
 	struct fp4s_moe_params moe;
 	struct fp4s_expert *experts;
 };
@@ -39,6 +41,7 @@ struct fp4s_fwd {
 	int32_t n_owned, cap_owned;
 	/* activation buffers in backend memory, sized for scratch_tokens tokens */
 	float *h, *x, *q, *k, *v, *att, *g, *u, *y, *last, *logits;
+	float *fused; /* one token's fused q|k|v or gate|up output */
 	int32_t scratch_tokens, scratch_out;
 	int32_t has_moe;
 };

@@ -74,15 +74,30 @@ static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *sc
 		out[(int64_t)i * K + c] = w_elem(fmt, data, scales, K, tok[i], c) * ws2;
 }
 
+/* One block per row, the row held in registers (float4 per thread, up to 4 each): a decode step
+ * normalizes a single 4096-wide row, so latency, not bandwidth, decides; one pass of wide loads
+ * with many threads in flight keeps it a few microseconds. */
+#define NORM_VEC 4
 static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t width, float eps,
                                       int zero_centred, float *y)
 {
 	__shared__ float red[32];
 	const float *xr = x + (int64_t)blockIdx.x * width;
 	float *yr = y + (int64_t)blockIdx.x * width;
+	const bool vec = (width & 3) == 0 && width <= (int64_t)blockDim.x * 4 * NORM_VEC;
+	float4 v[NORM_VEC];
 	float ss = 0.0f;
-	for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
-		ss += xr[i] * xr[i];
+	if (vec) {
+#pragma unroll
+		for (int r = 0; r < NORM_VEC; r++) {
+			const int64_t i = 4 * ((int64_t)threadIdx.x + (int64_t)r * blockDim.x);
+			v[r] = i < width ? *(const float4 *)(xr + i) : make_float4(0, 0, 0, 0);
+			ss += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+		}
+	} else {
+		for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+			ss += xr[i] * xr[i];
+	}
 	for (int o = 16; o > 0; o >>= 1)
 		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
 	if ((threadIdx.x & 31) == 0)
@@ -97,8 +112,21 @@ static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t wi
 	}
 	__syncthreads();
 	const float inv = 1.0f / sqrtf(red[0] / (float)width + eps);
-	for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
-		yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+	if (vec) {
+#pragma unroll
+		for (int r = 0; r < NORM_VEC; r++) {
+			const int64_t i = 4 * ((int64_t)threadIdx.x + (int64_t)r * blockDim.x);
+			if (i < width) {
+				const float4 wv = *(const float4 *)(w + i);
+				const float a = zero_centred ? 1.0f : 0.0f;
+				*(float4 *)(yr + i) = make_float4(v[r].x * inv * (a + wv.x), v[r].y * inv * (a + wv.y),
+				                                  v[r].z * inv * (a + wv.z), v[r].w * inv * (a + wv.w));
+			}
+		}
+	} else {
+		for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+			yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+	}
 }
 
 static __global__ void add_kernel(float *x, const float *y, int64_t n)
@@ -155,31 +183,56 @@ static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n,
 		y[i] = first ? a * x[i] : y[i] + a * x[i];
 }
 
-/* one block per row; ties resolve to the lowest index, as the CPU does */
-static __global__ void argmax_kernel(const float *logits, int64_t vocab, int32_t *out)
+/* Argmax in two stages, ties to the lowest index as on the CPU: ARGMAX_PARTS blocks per row each
+ * reduce a slice (a 128k vocabulary is 512 KB: one block alone would take ~200 us), then one
+ * block per row reduces the parts. */
+#define ARGMAX_PARTS 64
+static __device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float v, int32_t i)
 {
-	__shared__ float bv[256];
-	__shared__ int32_t bi[256];
-	const float *l = logits + (int64_t)blockIdx.x * vocab;
-	float best = -INFINITY;
-	int32_t idx = 0x7FFFFFFF;
-	for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x)
-		if (l[v] > best || (l[v] == best && v < idx))
-			best = l[v], idx = (int32_t)v;
-	bv[threadIdx.x] = best;
-	bi[threadIdx.x] = idx;
+	if (v > bv || (v == bv && i < bi))
+		bv = v, bi = i;
+}
+
+static __device__ void argmax_block(float &bv, int32_t &bi)
+{
+	__shared__ float sv[32];
+	__shared__ int32_t si[32];
+	for (int o = 16; o > 0; o >>= 1)
+		argmax_merge(bv, bi, __shfl_xor_sync(0xFFFFFFFFu, bv, o), __shfl_xor_sync(0xFFFFFFFFu, bi, o));
+	if ((threadIdx.x & 31) == 0)
+		sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
 	__syncthreads();
-	for (int o = blockDim.x / 2; o > 0; o >>= 1) {
-		if (threadIdx.x < o) {
-			const float b = bv[threadIdx.x + o];
-			const int32_t i = bi[threadIdx.x + o];
-			if (b > bv[threadIdx.x] || (b == bv[threadIdx.x] && i < bi[threadIdx.x]))
-				bv[threadIdx.x] = b, bi[threadIdx.x] = i;
-		}
-		__syncthreads();
+	if (threadIdx.x < 32) {
+		bv = threadIdx.x < blockDim.x / 32 ? sv[threadIdx.x] : -INFINITY;
+		bi = threadIdx.x < blockDim.x / 32 ? si[threadIdx.x] : 0x7FFFFFFF;
+		for (int o = 16; o > 0; o >>= 1)
+			argmax_merge(bv, bi, __shfl_xor_sync(0xFFFFFFFFu, bv, o), __shfl_xor_sync(0xFFFFFFFFu, bi, o));
 	}
+}
+
+static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, float *pv, int32_t *pi)
+{
+	const float *l = logits + (int64_t)blockIdx.y * vocab;
+	const int64_t per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
+	const int64_t b = (int64_t)blockIdx.x * per, e = b + per < vocab ? b + per : vocab;
+	float bv = -INFINITY;
+	int32_t bi = 0x7FFFFFFF;
+	for (int64_t v = b + threadIdx.x; v < e; v += blockDim.x)
+		argmax_merge(bv, bi, l[v], (int32_t)v);
+	argmax_block(bv, bi);
 	if (threadIdx.x == 0)
-		out[blockIdx.x] = bi[0];
+		pv[blockIdx.y * ARGMAX_PARTS + blockIdx.x] = bv, pi[blockIdx.y * ARGMAX_PARTS + blockIdx.x] = bi;
+}
+
+static __global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int32_t *out)
+{
+	float bv = -INFINITY;
+	int32_t bi = 0x7FFFFFFF;
+	for (int j = threadIdx.x; j < ARGMAX_PARTS; j += blockDim.x)
+		argmax_merge(bv, bi, pv[blockIdx.x * ARGMAX_PARTS + j], pi[blockIdx.x * ARGMAX_PARTS + j]);
+	argmax_block(bv, bi);
+	if (threadIdx.x == 0)
+		out[blockIdx.x] = bi == 0x7FFFFFFF ? 0 : bi;
 }
 
 /* ---- host glue ---------------------------------------------------------------------------- */
@@ -268,6 +321,75 @@ static int cu_upload_f32(struct fp4s_backend *be, float **p, int64_t n, struct f
 
 static void cu_graph_reset(struct fp4s_backend *be);
 
+static size_t mat_data_bytes(const struct fp4s_mat *m, size_t *scale_b)
+{
+	const size_t n = (size_t)m->rows * (size_t)m->cols;
+	*scale_b = 0;
+	switch (m->fmt) {
+	case FP4S_WF_F32: return n * 4;
+	case FP4S_WF_BF16:
+	case FP4S_WF_F16: return n * 2;
+	case FP4S_WF_NVFP4: *scale_b = n / 16; return n / 2;
+	case FP4S_WF_MXFP4: *scale_b = n / 32; return n / 2;
+	default: return 0;
+	}
+}
+
+static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int n, struct fp4s_mat *fused,
+                           struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	int64_t rows = 0;
+	int any_bias = 0;
+	for (int i = 0; i < n; i++) {
+		const struct fp4s_mat *m = parts[i];
+		if (!m->data || m->fmt != parts[0]->fmt || m->cols != parts[0]->cols ||
+		    (m->fmt == FP4S_WF_NVFP4 && m->ws2 != parts[0]->ws2))
+			return FP4S_EUNSUPPORTED;
+		rows += m->rows;
+		any_bias |= m->bias != NULL;
+	}
+	size_t sb0, db0 = mat_data_bytes(parts[0], &sb0);
+	if (!db0)
+		return FP4S_EUNSUPPORTED;
+	const size_t per_row_d = db0 / (size_t)parts[0]->rows, per_row_s = sb0 / (size_t)parts[0]->rows;
+	uint8_t *d = NULL, *sc = NULL;
+	float *bias = NULL;
+	int rc;
+	if ((rc = dev_alloc(c, (void **)&d, per_row_d * (size_t)rows, err)) || (rc = track(c, d, err)))
+		return rc;
+	if (per_row_s && ((rc = dev_alloc(c, (void **)&sc, per_row_s * (size_t)rows, err)) || (rc = track(c, sc, err))))
+		return rc;
+	if (any_bias && ((rc = dev_alloc(c, (void **)&bias, sizeof(float) * (size_t)rows, err)) ||
+	                 (rc = track(c, bias, err))))
+		return rc;
+	*fused = *parts[0];
+	fused->rows = rows;
+	fused->data = d, fused->scales = sc, fused->bias = bias;
+	int64_t r0 = 0;
+	for (int i = 0; i < n; i++) {
+		struct fp4s_mat *m = parts[i];
+		FP4S_CUDA_TRY(err, cudaMemcpy(d + per_row_d * (size_t)r0, m->data, per_row_d * (size_t)m->rows,
+		                              cudaMemcpyHostToDevice));
+		m->data = d + per_row_d * (size_t)r0;
+		if (per_row_s) {
+			FP4S_CUDA_TRY(err, cudaMemcpy(sc + per_row_s * (size_t)r0, m->scales,
+			                              per_row_s * (size_t)m->rows, cudaMemcpyHostToDevice));
+			m->scales = sc + per_row_s * (size_t)r0;
+		}
+		if (any_bias) {
+			if (m->bias)
+				FP4S_CUDA_TRY(err, cudaMemcpy(bias + r0, m->bias, sizeof(float) * (size_t)m->rows,
+				                              cudaMemcpyHostToDevice));
+			else
+				FP4S_CUDA_TRY(err, cudaMemset(bias + r0, 0, sizeof(float) * (size_t)m->rows));
+			m->bias = bias + r0;
+		}
+		r0 += m->rows;
+	}
+	return FP4S_OK;
+}
+
 static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
                       int32_t max_ctx, struct fp4s_error *err)
 {
@@ -353,11 +475,19 @@ static int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const s
 	return fp4s_cuda_matmul(w, x, (int32_t)n, y, impl_of(be)->s, err);
 }
 
+/* enough threads that a row fits in NORM_VEC float4 registers each, in whole warps */
+static int norm_threads(int64_t width)
+{
+	int64_t t = (width / 4 + NORM_VEC - 1) / NORM_VEC;
+	t = (t + 31) / 32 * 32;
+	return (int)(t < 32 ? 32 : (t > 1024 ? 1024 : t));
+}
+
 static void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows,
                        int64_t width, float eps, enum fp4s_norm_kind kind, float *y)
 {
 	if (rows > 0)
-		rmsnorm_kernel<<<(unsigned)rows, 256, 0, impl_of(be)->s>>>(x, w, width, eps,
+		rmsnorm_kernel<<<(unsigned)rows, norm_threads(width), 0, impl_of(be)->s>>>(x, w, width, eps,
 		                                                          kind == FP4S_NORM_ZERO_CENTRED, y);
 }
 
@@ -577,14 +707,18 @@ static int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, in
                      struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
+	if (n > 1024)
+		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows", n);
 	if (!c->d_argmax) {
-		int rc = dev_alloc(c, (void **)&c->d_argmax, 1024 * sizeof(int32_t), err);
+		/* [1024] results, then [1024 * PARTS] values and indices */
+		int rc = dev_alloc(c, (void **)&c->d_argmax, 1024 * (1 + 2 * ARGMAX_PARTS) * sizeof(int32_t), err);
 		if (rc)
 			return rc;
 	}
-	if (n > 1024)
-		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows", n);
-	argmax_kernel<<<n, 256, 0, c->s>>>(logits, vocab, c->d_argmax);
+	float *pv = (float *)(c->d_argmax + 1024);
+	int32_t *pi = c->d_argmax + 1024 + 1024 * ARGMAX_PARTS;
+	argmax_part_kernel<<<dim3(ARGMAX_PARTS, (unsigned)n), 256, 0, c->s>>>(logits, vocab, pv, pi);
+	argmax_final_kernel<<<n, 64, 0, c->s>>>(pv, pi, c->d_argmax);
 	return cu_read(be, out, c->d_argmax, (int64_t)n * (int64_t)sizeof(int32_t), err);
 }
 
@@ -643,6 +777,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->destroy = cu_destroy;
 	be->upload_mat = cu_upload_mat;
 	be->upload_f32 = cu_upload_f32;
+	be->upload_fused = cu_upload_fused;
 	be->begin = cu_begin;
 	be->read = cu_read;
 	be->gather_rows = cu_gather_rows;
