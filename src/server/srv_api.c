@@ -746,15 +746,14 @@ static void run_job(struct mg_connection *c, struct srv *s, struct api_req *a, s
 		struct srv_ev *e = srv_job_wait(j, srv_now() + 0.25, &done);
 		if (!e && done)
 			break;
-		if (!e) {
-			/* a slice passed: check the deadline and the drain */
-			if (!cancelled && (srv_now() > deadline || atomic_load(&s->abort_all))) {
-				timed_out = srv_now() > deadline;
-				srv_job_cancel(s, j);
-				cancelled = 1;
-			}
-			continue;
+		/* the deadline and the drain, checked whether or not tokens flow */
+		if (!cancelled && (srv_now() > deadline || atomic_load(&s->abort_all))) {
+			timed_out = srv_now() > deadline;
+			srv_job_cancel(s, j);
+			cancelled = 1;
 		}
+		if (!e)
+			continue;
 		struct choice *cc = &ch[e->index];
 		if (e->finish != FP4S_FINISH_NONE) {
 			cc->finish = e->finish;

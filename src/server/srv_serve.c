@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "model/cfg.h"
 #include "model/mwrite.h"
 #include "server/srv.h"
 #include "util/log.h"
@@ -260,6 +261,7 @@ static int load(struct srv *s, char *demo_dir)
 		/* the FP4 format the preset publishes in: MXFP4 for gpt-oss, NVFP4 otherwise */
 		if (fp4s_preset_default_format(&cfg) == FP4S_QF_MXFP4)
 			wo.format = FP4S_QF_MXFP4;
+		fp4s_config_free(&cfg);
 		FP4S_INFO("--demo: generating a random-weight %s model in %s", s->o.demo_preset, demo_dir);
 		if (fp4s_gen(s->o.demo_preset, demo_dir, &wo, &err)) {
 			FP4S_ERROR("--demo: %s", err.msg);
