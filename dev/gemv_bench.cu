@@ -198,8 +198,8 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (auto &e : ev)
 		CK(cudaEventCreate(&e));
 	int next = 0;
-	auto iteration = [&](int m, int ksplit, int tile) {
-		struct fp4s_gemv_tune tune = {ksplit, tile, 0};
+	auto iteration = [&](int m, int ksplit, int tile, int pf) {
+		struct fp4s_gemv_tune tune = {ksplit, tile, 0, pf};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
@@ -210,17 +210,17 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		}
 	};
 	/* returns the iso median (and fills st, b2b) */
-	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0) {
+	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0, int pf = 0) {
 		for (int i = 0; i < 5; i++)
-			iteration(m, ksplit, tile);
+			iteration(m, ksplit, tile, pf);
 		for (int i = 0; i < 60; i++) {
 			CK(cudaEventRecord(ev[2 * i]));
-			iteration(m, ksplit, tile);
+			iteration(m, ksplit, tile, pf);
 			CK(cudaEventRecord(ev[2 * i + 1]));
 		}
 		CK(cudaEventRecord(ev[120]));
 		for (int i = 0; i < 50; i++)
-			iteration(m, ksplit, tile);
+			iteration(m, ksplit, tile, pf);
 		CK(cudaEventRecord(ev[121]));
 		CK(cudaEventSynchronize(ev[121]));
 		std::vector<float> t;
@@ -238,15 +238,17 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	char shp[64];
 	snprintf(shp, sizeof shp, "%lldx%lld%s", (long long)rows, (long long)k, sh.nmat > 1 ? "x4" : "");
 	if (sweep) {
-		printf("ksplit sweep %-14s %-6s M=1:", shp, fmtname(fmt));
-		const int kss[] = {0, 1, 2, 3, 4, 6, 8};
-		for (int ks : kss) {
-			stats st;
-			float b2b;
-			time_it(1, ks, &st, &b2b);
-			printf("  %s%d %.2f/%.2f", ks ? "" : "auto", ks, tbs(st.median), tbs(b2b));
-		}
-		printf("  (TB/s iso/b2b)\n");
+		printf("sweep M=1 %-14s %-6s b2b TB/s ksplit(0=auto)/prefetch(-1=off):", shp, fmtname(fmt));
+		const int kss[] = {0, 1, 2, 4};
+		const int pfs[] = {-1, 2, 4, 8};
+		for (int ks : kss)
+			for (int pf : pfs) {
+				stats st;
+				float b2b;
+				time_it(1, ks, &st, &b2b, 0, pf);
+				printf(" %d/%d:%.2f", ks, pf, tbs(b2b));
+			}
+		printf("\n");
 		printf("tile sweep   %-14s %-6s      ", shp, fmtname(fmt));
 		const int mt[][2] = {{4, 2}, {4, 4}, {16, 4}, {16, 8}, {16, 16}};
 		for (auto &q : mt) {

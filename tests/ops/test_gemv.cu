@@ -45,6 +45,7 @@ struct gcase {
 	int generic;  /* force the generic kernel */
 	int x_off;    /* x pointer offset in floats (1 = misaligned: generic path) */
 	int tile;     /* tokens per pass, 0 = default */
+	int prefetch; /* L2 prefetch distance, 0 = default, < 0 = none */
 };
 
 /* Host weights in the format, plus device copies. */
@@ -113,9 +114,9 @@ static int make_weights(const struct gcase *c, struct hw *h)
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d%s%s)",
+	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d%s%s)",
 	         fmtname(c->fmt), (long long)c->rows, (long long)c->k, c->m,
-	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->generic ? ",generic" : "",
+	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->generic ? ",generic" : "",
 	         c->x_off ? ",misaligned-x" : "");
 	if (filter && !strstr(name, filter))
 		return 0;
@@ -162,7 +163,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(dy, ygpu, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
 
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic};
+	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch};
 	int rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
 	if (!rc)
 		CK(cudaDeviceSynchronize());
@@ -252,7 +253,8 @@ int main(int argc, char **argv)
 	/* every split-K setting, on a K with a ragged last round of chunks */
 	for (size_t f = 0; f < 3; f++)
 		for (int ks = 1; ks <= 8; ks++) {
-			struct gcase c = {fmts[f], 77, 2880, ks % 3 == 0 ? 4 : 1, ks & 1, ks, 0, 0};
+			struct gcase c = {fmts[f], 77, 2880, ks % 3 == 0 ? 4 : 1, ks & 1, ks, 0, 0, 0, 0};
+			c.prefetch = ks % 4 == 0 ? -1 : ks; /* none, and distances 1..7 */
 			run_case(&c, filter);
 		}
 	/* the generic kernel: forced, NVFP4 with K % 32 == 16, and a misaligned x */
@@ -285,9 +287,9 @@ int main(int argc, char **argv)
 		CHECK(fp4s_cuda_matmul(&w, d, 1, d + 512, 0, &err) == FP4S_EUNSUPPORTED);
 		w.fmt = FP4S_WF_BF16;
 		CHECK(fp4s_cuda_matmul(&w, d, 0, d + 512, 0, &err) == FP4S_OK);
-		struct fp4s_gemv_tune bad = {9, 0, 0};
+		struct fp4s_gemv_tune bad = {9, 0, 0, 0};
 		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad, 0, &err) == FP4S_EINVAL);
-		struct fp4s_gemv_tune bad_tile = {0, 17, 0};
+		struct fp4s_gemv_tune bad_tile = {0, 17, 0, 0};
 		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad_tile, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));
 	}

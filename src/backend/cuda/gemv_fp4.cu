@@ -60,6 +60,7 @@ struct gemv_args {
 	int M;      /* tokens in this tile, 1..16 */
 	int ksplit; /* warps per row group */
 	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
+	int pfdist; /* L2 prefetch distance in chunk rounds, 0 = none */
 };
 
 /* Streaming loads: read once, so keep them out of L1 (x lives there). volatile keeps them where
@@ -154,6 +155,22 @@ static __device__ __forceinline__ void dense_to_f32(const uint4 &v, float *d)
 	}
 }
 
+/* L2 prefetch of chunk c of every row (codes and scales): no register is written, so nothing
+ * can sink it, and the loads that follow hit L2 instead of DRAM. */
+template <int F, int R>
+static __device__ __forceinline__ void prefetch_chunk(const uint8_t *const wp[R],
+                                                      const uint8_t *const sp[R], int c)
+{
+#pragma unroll
+	for (int r = 0; r < R; r++) {
+		asm volatile("prefetch.global.L2 [%0];" ::"l"(wp[r] + (size_t)c * 16));
+		if (F == G_NVFP4)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(sp[r] + (size_t)c * 2));
+		else if (F == G_MXFP4)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(sp[r] + c));
+	}
+}
+
 template <int F, int R>
 static __device__ __forceinline__ void load_chunk(const uint8_t *const wp[R], const uint8_t *const sp[R],
                                                   int c, uint4 v[R], uint32_t s[R])
@@ -205,12 +222,21 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 
 	const int step = 32 * ksplit;
 	int c = ks * 32 + lane;
+	/* ptxas places the register loads of the next chunk after the current chunk's math (seen in
+	 * the SASS, whatever the source order), so DRAM latency is hidden by L2 prefetches running
+	 * a.pfdist rounds ahead instead; the first rounds are prefetched before anything waits. */
+	const int pf = a.pfdist;
+	for (int i = 0; i < pf; i++)
+		if (c + i * step < C)
+			prefetch_chunk<F, R>(wp, sp, c + i * step);
 	uint4 cur[R];
 	uint32_t cs[R];
 	if (c < C)
 		load_chunk<F, R>(wp, sp, c, cur, cs);
 	while (c < C) {
 		const int cn = c + step;
+		if (pf > 0 && c + pf * step < C)
+			prefetch_chunk<F, R>(wp, sp, c + pf * step);
 		uint4 nx[R];
 		uint32_t ns[R];
 #pragma unroll
@@ -404,6 +430,9 @@ __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 
 /* Tokens per pass over the weights by default. Past L1's reach (x is M*K*4 bytes, read from L1
  * R times less often than the weights) more tokens per pass stop paying. */
+#ifndef FP4S_GEMV_DEFAULT_PREFETCH
+#define FP4S_GEMV_DEFAULT_PREFETCH 4
+#endif
 #ifndef FP4S_GEMV_DEFAULT_TILE
 #define FP4S_GEMV_DEFAULT_TILE 16
 #endif
@@ -469,6 +498,8 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
                                    struct fp4s_error *err)
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
+	const int pfdist = tune && tune->prefetch ? (tune->prefetch < 0 ? 0 : tune->prefetch)
+	                                          : FP4S_GEMV_DEFAULT_PREFETCH;
 	int tile = tune && tune->max_tile ? tune->max_tile : FP4S_GEMV_DEFAULT_TILE;
 	if (!w || !x || !y || !w->data)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: null pointer");
@@ -509,6 +540,7 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	a.K = (int)K;
 	a.ksplit = 1;
 	a.post = fmt == G_NVFP4 ? w->ws2 : 1.0f;
+	a.pfdist = pfdist;
 	for (int32_t t0 = 0; t0 < M; t0 += tile) {
 		a.M = M - t0 < tile ? M - t0 : tile;
 		a.x = x + (size_t)t0 * K;
