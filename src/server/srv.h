@@ -170,6 +170,18 @@ void srv_http_stop(struct srv *s);
 void srv_http_drop(struct mg_connection *c); /* shut the socket after an error reply */
 
 /* srv_api.c: the endpoints (struct mg_connection is civetweb's) */
+/* What a parsed completion request asks for beyond the job itself. */
+struct srv_api_req {
+	int chat, stream, include_usage, continuous_usage;
+	int logprobs;     /* chat: bool; completions: the int (0..20) */
+	int top_logprobs; /* chat */
+	int harmony;      /* split analysis/final channels */
+	int32_t max_tokens; /* 0: not given */
+	char status_msg[1100];
+	int status;
+};
+
+
 struct mg_connection;
 int srv_api_completions(struct mg_connection *c, struct srv *s, int chat);
 int srv_api_tokenize(struct mg_connection *c, struct srv *s, int detok);
@@ -180,6 +192,13 @@ void srv_send_error(struct mg_connection *c, struct srv *s, int status, const ch
 /* Reads the whole body (at most SRV_MAX_BODY, within the read timeout). Returns the malloc'd
  * body or NULL after sending the error response. */
 char *srv_read_body(struct mg_connection *c, struct srv *s, size_t *len);
+
+/* A JSON string from bytes that may be invalid UTF-8 (U+FFFD for bad bytes); json_t is jansson's. */
+struct json_t;
+struct json_t *srv_jstr(const char *p, size_t n);
+
+/* srv_sse.c: runs a parsed job and writes the JSON response or the SSE stream (§5.5). */
+void srv_run_job(struct mg_connection *c, struct srv *s, struct srv_api_req *a, struct srv_job *j);
 
 /* srv_serve.c: `fp4serve serve` */
 int srv_serve_main(int argc, char **argv);
