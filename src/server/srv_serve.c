@@ -206,6 +206,10 @@ static int parse(int argc, char **argv, struct srv_opts *o)
 		serve_usage(stderr);
 		return 2;
 	}
+	if (o->model && o->demo) {
+		/* a model was given: serve it; --demo only fills in for a missing one */
+		o->demo = 0;
+	}
 	if (o->kv_cache_dtype && strcmp(o->kv_cache_dtype, "auto")) {
 		fprintf(stderr, "fp4serve serve: --kv-cache-dtype %s is not supported by this backend (auto only)\n",
 		        o->kv_cache_dtype);
