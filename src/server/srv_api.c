@@ -480,6 +480,10 @@ static int parse_request(struct srv *s, struct srv_api_req *a, json_t *root, str
 	if ((r = opt_int(a, root, "n", 1, SRV_MAX_N, &x)) < 0)
 		return -1;
 	j->n = r ? (int32_t)x : 1;
+	/* the scheduler admits a job only when all its sequences fit at once (srv_queue.c) */
+	if (j->n > 2 * s->o.max_num_seqs)
+		return FAIL(400, "'n' is %d; this server runs at most %d sequences per request (2 x --max-num-seqs)",
+		            j->n, 2 * s->o.max_num_seqs);
 	if ((r = opt_int(a, root, "best_of", 1, SRV_MAX_N, &x)) < 0)
 		return -1;
 	if (r && x > j->n)
