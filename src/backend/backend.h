@@ -26,6 +26,11 @@ struct fp4s_batch {
 	const int32_t *seq;
 };
 
+enum fp4s_kv_dtype {
+	FP4S_KV_F32 = 0,  /* exact: what the golden tests compare */
+	FP4S_KV_BF16 = 1, /* half the bytes per decode step; values rounded to BF16 when written */
+};
+
 struct fp4s_attn_params {
 	int32_t n_heads, n_kv_heads, head_dim;
 	int32_t window;      /* sliding window in keys including the current one; 0 = full */
@@ -59,7 +64,7 @@ struct fp4s_backend {
 	void *impl;
 	/* KV cache for n_layers x max_seqs sequences of up to max_ctx positions, kv_width = nkv*d */
 	int (*kv_init)(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
-	               int32_t max_ctx, struct fp4s_error *err);
+	               int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err);
 	void (*kv_clear)(struct fp4s_backend *be, int32_t seq);
 	int (*alloc)(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err);
 	void (*free)(struct fp4s_backend *be, void *p);

@@ -127,7 +127,19 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	if ((rc = o->backend && !strcmp(o->backend, "cuda") ? fp4s_backend_cuda_create(0, &e->be, err)
 	                                                     : fp4s_backend_cpu_create(&e->be, err)))
 		goto fail;
-	if ((rc = fp4s_fwd_init(&e->fwd, &e->model, e->be, e->max_seqs, e->max_ctx, err)))
+	enum fp4s_kv_dtype kv = strcmp(e->be->name, "cpu") ? FP4S_KV_BF16 : FP4S_KV_F32;
+	if (o->kv_cache_dtype && strcmp(o->kv_cache_dtype, "auto")) {
+		if (!strcmp(o->kv_cache_dtype, "fp32") || !strcmp(o->kv_cache_dtype, "float32"))
+			kv = FP4S_KV_F32;
+		else if (!strcmp(o->kv_cache_dtype, "bf16") || !strcmp(o->kv_cache_dtype, "bfloat16"))
+			kv = FP4S_KV_BF16;
+		else {
+			rc = fp4s_error_set(err, FP4S_EINVAL, "--kv-cache-dtype must be auto, fp32 or bf16, got '%s'",
+			                    o->kv_cache_dtype);
+			goto fail;
+		}
+	}
+	if ((rc = fp4s_fwd_init(&e->fwd, &e->model, e->be, e->max_seqs, e->max_ctx, kv, err)))
 		goto fail;
 	e->n_reqs = e->max_seqs * 4;
 	e->reqs = calloc((size_t)e->n_reqs, sizeof *e->reqs);

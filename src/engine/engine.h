@@ -27,6 +27,7 @@ struct fp4s_engine_opts {
 	int32_t max_seqs;      /* sequences in flight (KV slots); 0 = 4 */
 	int32_t max_ctx;       /* context length; 0 = min(max_position_embeddings, 4096) */
 	int32_t max_batch_tokens; /* tokens per forward (chunked prefill); 0 = 512 */
+	const char *kv_cache_dtype; /* "auto" (NULL: BF16 on the GPU, FP32 on the CPU), "fp32", "bf16" */
 };
 
 enum fp4s_finish {

@@ -179,7 +179,7 @@ static int layer_tensor(struct fp4s_fwd *f, const struct fp4s_weight *w, struct 
 }
 
 int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
-                  int32_t max_seqs, int32_t max_ctx, struct fp4s_error *err)
+                  int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype kv, struct fp4s_error *err)
 {
 	const struct fp4s_config *c = &m->cfg;
 	int rc;
@@ -297,7 +297,7 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 		    (L->sinks && (rc = be->upload_f32(be, &L->sinks, c->n_heads, err))))
 			return fp4s_error_prefix(err, "layer %d: ", l);
 	}
-	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, max_seqs, max_ctx, err);
+	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, max_seqs, max_ctx, kv, err);
 }
 
 static void scratch_free(struct fp4s_fwd *f)

@@ -48,7 +48,7 @@ struct fp4s_fwd {
 
 /* Builds the views and the KV cache (max_seqs sequences of max_ctx positions). */
 int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
-                  int32_t max_seqs, int32_t max_ctx, struct fp4s_error *err);
+                  int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype kv, struct fp4s_error *err);
 void fp4s_fwd_free(struct fp4s_fwd *f);
 
 /* Runs the batch; writes logits [n_out, vocab] for batch rows out_rows[0..n_out). */

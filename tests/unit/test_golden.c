@@ -62,8 +62,8 @@ static int make_backend(const char *name, struct fp4s_backend **be, struct fp4s_
 }
 
 /* Greedy tokens after prompt p on the named backend, one token per step. */
-static int greedy(struct fp4s_model *m, const char *backend, const int32_t *p, int32_t n, int32_t count,
-                  int32_t *out, float *gap_at_end)
+static int greedy(struct fp4s_model *m, const char *backend, enum fp4s_kv_dtype kv, const int32_t *p,
+                  int32_t n, int32_t count, int32_t *out, float *gap_at_end)
 {
 	struct fp4s_error err = {0};
 	struct fp4s_backend *be;
@@ -71,7 +71,7 @@ static int greedy(struct fp4s_model *m, const char *backend, const int32_t *p, i
 	const int64_t V = m->cfg.vocab;
 	if (make_backend(backend, &be, &err))
 		return -1;
-	if (fp4s_fwd_init(&f, m, be, 1, n + count + 1, &err)) {
+	if (fp4s_fwd_init(&f, m, be, 1, n + count + 1, kv, &err)) {
 		be->destroy(be);
 		return -1;
 	}
@@ -112,7 +112,7 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 		CHECK_MSG(0, "%s backend: %s", g_backend, err.msg);
 		return INFINITY;
 	}
-	if (fp4s_fwd_init(&f, m, be, (int32_t)json_array_size(prompts), 128, &err)) {
+	if (fp4s_fwd_init(&f, m, be, (int32_t)json_array_size(prompts), 128, FP4S_KV_F32, &err)) {
 		CHECK_MSG(0, "%s: forward init: %s", name, err.msg);
 		be->destroy(be);
 		return INFINITY;
@@ -188,18 +188,22 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 		float ga[64], gb[64];
 		for (int32_t i = 0; i < n && i < 64; i++)
 			p[i] = (int32_t)json_integer_value(json_array_get(pr, (size_t)i));
-		if (greedy(m, "cpu", p, n, 64, a, ga) || greedy(m, g_backend, p, n, 64, b, gb)) {
-			CHECK_MSG(0, "%s: greedy runs failed", name);
-		} else {
+		for (int kv = 0; kv < 2; kv++) {
+			/* FP32 KV, then BF16 KV (the CPU emulates the GPU's rounding exactly) */
+			const enum fp4s_kv_dtype kd = kv ? FP4S_KV_BF16 : FP4S_KV_F32;
+			if (greedy(m, "cpu", kd, p, n, 64, a, ga) || greedy(m, g_backend, kd, p, n, 64, b, gb)) {
+				CHECK_MSG(0, "%s: greedy runs failed", name);
+				continue;
+			}
 			int32_t first = -1;
 			for (int32_t i = 0; i < 64 && first < 0; i++)
 				if (a[i] != b[i])
 					first = i;
 			CHECK_MSG(first < 0 || ga[first] < 1e-4f * (1 + fabsf(ga[first])),
-			          "%s: %s greedy differs from the CPU's at token %d (CPU margin %.3g)", name,
-			          g_backend, first, first >= 0 ? ga[first] : 0.0f);
-			printf("%-22s %s greedy = CPU greedy for %d of 64 tokens\n", name, g_backend,
-			       first < 0 ? 64 : first);
+			          "%s: %s greedy (%s KV) differs from the CPU's at token %d (CPU margin %.3g)",
+			          name, g_backend, kv ? "BF16" : "FP32", first, first >= 0 ? ga[first] : 0.0f);
+			printf("%-22s %s greedy = CPU greedy for %d of 64 tokens (%s KV)\n", name, g_backend,
+			       first < 0 ? 64 : first, kv ? "BF16" : "FP32");
 		}
 	}
 	return worst;

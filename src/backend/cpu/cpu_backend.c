@@ -6,18 +6,22 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "numerics/numerics.h"
 
 struct cpu_impl {
 	float *k, *v;
 	int32_t n_layers, kv_width, max_seqs, max_ctx;
+	int kv_bf16; /* BF16 cache emulated: FP32 storage of BF16-rounded values, as the GPU keeps */
 };
 
 static struct cpu_impl *impl_of(struct fp4s_backend *be) { return (struct cpu_impl *)be->impl; }
 
 static int cpu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width,
-                       int32_t max_seqs, int32_t max_ctx, struct fp4s_error *err)
+                       int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype dtype,
+                       struct fp4s_error *err)
 {
 	struct cpu_impl *c = impl_of(be);
+	c->kv_bf16 = dtype == FP4S_KV_BF16;
 	free(c->k);
 	free(c->v);
 	c->k = c->v = NULL;
@@ -178,6 +182,11 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 		const size_t base = (((size_t)layer * c->max_seqs + b->seq[i]) * c->max_ctx + b->pos[i]) * kvw;
 		memcpy(c->k + base, k + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
 		memcpy(c->v + base, v + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
+		if (c->kv_bf16)
+			for (int32_t j = 0; j < kvw; j++) {
+				c->k[base + j] = fp4s_bf16_to_f32(fp4s_f32_to_bf16(c->k[base + j]));
+				c->v[base + j] = fp4s_bf16_to_f32(fp4s_f32_to_bf16(c->v[base + j]));
+			}
 	}
 	int failed = 0;
 	double work = 0;

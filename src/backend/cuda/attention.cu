@@ -4,9 +4,7 @@
  * Split-K ("flash decoding"): a token's keys [start, pos] are cut into `splits` chunks; one block
  * handles one (token, KV head, chunk) and all G = nh/nkv query heads that share that KV head, so
  * each K/V row is read once for the whole group. Inside a chunk the block walks tiles of 128 keys
- * with an online softmax: scores (one warp per key: a coalesced row load, G dot products reduced
- * with shuffles), then the running max/sum per head, then P.V with one thread per (head, dim)
- * output, V rows read coalesced across threads. Each block leaves (max, sum, unnormalized output)
+ * with an online softmax (see attn_partial_kernel). The cache holds FP32 or BF16. Each block leaves (max, sum, unnormalized output)
  * per head; a second kernel merges the chunks (and the sink, which joins the denominator as a
  * key with a zero value vector). A decode step has few tokens and heads, so the splits are what
  * fills the GPU; their count is fixed per call shape so the step can be replayed as a graph, and
@@ -16,12 +14,24 @@
 #include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/cuda_common.h"
 
+#include <cuda_bf16.h>
+
 #define ATT_TILE 128
 #define ATT_THREADS 128
-#define ATT_MAX_OUT 32 /* outputs (head, dim) per thread: G * d <= 32 * 128 */
+#define ATT_MAX_G 16
 
-static __global__ void attn_partial_kernel(const float *__restrict__ q, const float *__restrict__ kc,
-                                           const float *__restrict__ vc, const int32_t *pos,
+static __device__ __forceinline__ float kv_load(const float *p) { return *p; }
+static __device__ __forceinline__ float kv_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+
+/* Partial attention of one (token, KV head, key chunk) for the G query heads of the group.
+ *   scores: one warp per key, lanes over dims (coalesced row loads), G dot products reduced by
+ *           shuffles;
+ *   softmax: warp w handles heads w, w+4, ...: lanes over the tile's keys, shuffle max and sum;
+ *   P.V:    thread = (dim j, key lane kl): it walks keys kl, kl+KP, ... reading V[t][j] once for
+ *           all G heads (G accumulators), then the KP key lanes are summed through shared memory. */
+template <typename KV>
+static __global__ void attn_partial_kernel(const float *__restrict__ q, const KV *__restrict__ kc,
+                                           const KV *__restrict__ vc, const int32_t *pos,
                                            const int32_t *seq, int32_t max_ctx, int32_t nh,
                                            int32_t nkv, int32_t d, int32_t window, float scale,
                                            int32_t splits, float *__restrict__ work)
@@ -30,44 +40,47 @@ static __global__ void attn_partial_kernel(const float *__restrict__ q, const fl
 	const int32_t G = nh / nkv, kvw = nkv * d;
 	float *qs = sm;                 /* [G][d] */
 	float *sc = qs + G * d;         /* [G][ATT_TILE] */
-	float *st = sc + G * ATT_TILE;  /* [G]: m, l, alpha */
+	float *st = sc + G * ATT_TILE;  /* [3][G]: max, sum, rescale */
+	float *red = st + 3 * G;        /* [ATT_THREADS][G] partial outputs for the final sum */
 	const int32_t i = blockIdx.x, g0 = blockIdx.y, split = blockIdx.z;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
 	const int32_t p = pos[i];
 	const int32_t start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 	const int32_t len = p - start + 1, chunk = (len + splits - 1) / splits;
 	const int32_t c0 = start + split * chunk, c1 = min(p + 1, c0 + chunk);
-	const float *kbase = kc + (size_t)seq[i] * max_ctx * kvw + (size_t)g0 * d;
-	const float *vbase = vc + (size_t)seq[i] * max_ctx * kvw + (size_t)g0 * d;
+	const KV *kbase = kc + (size_t)seq[i] * max_ctx * kvw + (size_t)g0 * d;
+	const KV *vbase = vc + (size_t)seq[i] * max_ctx * kvw + (size_t)g0 * d;
+	/* P.V thread layout: KP key lanes of d dims (d <= 128 divides the block for 16/32/64/128) */
+	const int32_t KP = d < ATT_THREADS ? ATT_THREADS / d : 1;
+	const int32_t kl = threadIdx.x / d, j0 = threadIdx.x % d;
 	for (int32_t x = threadIdx.x; x < G * d; x += blockDim.x)
 		qs[x] = q[((int64_t)i * nh + (int64_t)g0 * G) * d + x] * scale;
 	for (int32_t g = threadIdx.x; g < G; g += blockDim.x) {
-		st[g] = -INFINITY;      /* running max */
-		st[G + g] = 0.0f;       /* running sum */
+		st[g] = -INFINITY;
+		st[G + g] = 0.0f;
 	}
-	float acc[ATT_MAX_OUT];
+	float acc[ATT_MAX_G][2]; /* [head][dim j0 and j0 + 128 for d = 256] */
 #pragma unroll
-	for (int r = 0; r < ATT_MAX_OUT; r++)
-		acc[r] = 0.0f;
+	for (int g = 0; g < ATT_MAX_G; g++)
+		acc[g][0] = acc[g][1] = 0.0f;
 	__syncthreads();
 	for (int32_t t0 = c0; t0 < c1; t0 += ATT_TILE) {
 		const int32_t tn = min(ATT_TILE, c1 - t0);
-		/* scores: warp per key */
 		for (int32_t t = warp; t < tn; t += ATT_THREADS / 32) {
-			const float *kt = kbase + (size_t)(t0 + t) * kvw;
-			float part[16];
+			const KV *kt = kbase + (size_t)(t0 + t) * kvw;
+			float part[ATT_MAX_G];
 #pragma unroll
-			for (int g = 0; g < 16; g++)
+			for (int g = 0; g < ATT_MAX_G; g++)
 				part[g] = 0.0f;
 			for (int32_t j = lane; j < d; j += 32) {
-				const float kv = kt[j];
+				const float kv = kv_load(kt + j);
 #pragma unroll
-				for (int g = 0; g < 16; g++)
+				for (int g = 0; g < ATT_MAX_G; g++)
 					if (g < G)
 						part[g] += qs[g * d + j] * kv;
 			}
 #pragma unroll
-			for (int g = 0; g < 16; g++) {
+			for (int g = 0; g < ATT_MAX_G; g++) {
 				if (g >= G)
 					break;
 				float v = part[g];
@@ -78,51 +91,81 @@ static __global__ void attn_partial_kernel(const float *__restrict__ q, const fl
 			}
 		}
 		__syncthreads();
-		/* online softmax bookkeeping: one thread per head */
-		for (int32_t g = threadIdx.x; g < G; g += blockDim.x) {
-			float m = st[g];
-			for (int32_t t = 0; t < tn; t++)
+		for (int32_t g = warp; g < G; g += ATT_THREADS / 32) {
+			float m = -INFINITY;
+			for (int32_t t = lane; t < tn; t += 32)
 				m = fmaxf(m, sc[g * ATT_TILE + t]);
-			const float alpha = expf(st[g] - m); /* 0 on the first tile (st = -inf) */
-			float l = st[G + g] * alpha;
-			for (int32_t t = 0; t < tn; t++) {
+			for (int o = 16; o > 0; o >>= 1)
+				m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+			m = fmaxf(m, st[g]);
+			float l = 0.0f;
+			for (int32_t t = lane; t < tn; t += 32) {
 				const float e = expf(sc[g * ATT_TILE + t] - m);
 				sc[g * ATT_TILE + t] = e;
 				l += e;
 			}
-			st[g] = m;
-			st[G + g] = l;
-			st[2 * G + g] = alpha;
+			for (int o = 16; o > 0; o >>= 1)
+				l += __shfl_xor_sync(0xFFFFFFFFu, l, o);
+			if (lane == 0) {
+				const float alpha = expf(st[g] - m); /* 0 on the first tile */
+				st[2 * G + g] = alpha;
+				st[G + g] = st[G + g] * alpha + l;
+				st[g] = m;
+			}
 		}
 		__syncthreads();
-		/* P.V: thread per (head, dim) output */
 #pragma unroll
-		for (int r = 0; r < ATT_MAX_OUT; r++) {
-			const int32_t o = threadIdx.x + r * ATT_THREADS;
-			if (o >= G * d)
-				break;
-			const int32_t g = o / d, j = o - g * d;
-			float a = acc[r] * st[2 * G + g];
-			const float *ps = sc + g * ATT_TILE;
-			for (int32_t t = 0; t < tn; t++)
-				a += ps[t] * vbase[(size_t)(t0 + t) * kvw + j];
-			acc[r] = a;
+		for (int g = 0; g < ATT_MAX_G; g++)
+			if (g < G) {
+				acc[g][0] *= st[2 * G + g];
+				acc[g][1] *= st[2 * G + g];
+			}
+		if (kl < KP) {
+			for (int32_t t = kl; t < tn; t += KP) {
+				const KV *vt = vbase + (size_t)(t0 + t) * kvw;
+				const float v0 = kv_load(vt + j0);
+				const float v1 = j0 + ATT_THREADS < d ? kv_load(vt + j0 + ATT_THREADS) : 0.0f;
+#pragma unroll
+				for (int g = 0; g < ATT_MAX_G; g++)
+					if (g < G) {
+						const float pr = sc[g * ATT_TILE + t];
+						acc[g][0] += pr * v0;
+						acc[g][1] += pr * v1;
+					}
+			}
 		}
 		__syncthreads();
 	}
-	/* leave (max, sum, outputs) for the merge; an empty chunk leaves max = -inf, sum = 0 */
+	/* (max, sum, outputs) for the merge; an empty chunk leaves max = -inf, sum = 0 */
 	float *w = work + ((((size_t)i * nkv + g0) * splits + split) * G) * (size_t)(d + 2);
 	for (int32_t g = threadIdx.x; g < G; g += blockDim.x) {
 		w[(size_t)g * (d + 2)] = st[g];
 		w[(size_t)g * (d + 2) + 1] = st[G + g];
 	}
-#pragma unroll
-	for (int r = 0; r < ATT_MAX_OUT; r++) {
-		const int32_t o = threadIdx.x + r * ATT_THREADS;
-		if (o >= G * d)
+	for (int half = 0; half < 2; half++) {
+		if (half == 1 && d <= ATT_THREADS)
 			break;
-		const int32_t g = o / d, j = o - g * d;
-		w[(size_t)g * (d + 2) + 2 + j] = acc[r];
+		/* sum the KP key lanes of each (head, dim) */
+		if (KP > 1) {
+#pragma unroll
+			for (int g = 0; g < ATT_MAX_G; g++)
+				if (g < G)
+					red[threadIdx.x * ATT_MAX_G + g] = acc[g][half];
+			__syncthreads();
+			if (kl == 0)
+				for (int32_t o = 1; o < KP; o++)
+#pragma unroll
+					for (int g = 0; g < ATT_MAX_G; g++)
+						if (g < G)
+							acc[g][half] += red[(o * d + j0) * ATT_MAX_G + g];
+			__syncthreads();
+		}
+		const int32_t j = j0 + half * ATT_THREADS;
+		if (kl == 0 && j < d)
+#pragma unroll
+			for (int g = 0; g < ATT_MAX_G; g++)
+				if (g < G)
+					w[(size_t)g * (d + 2) + 2 + j] = acc[g][half];
 	}
 }
 
@@ -157,24 +200,45 @@ extern "C" int64_t fp4s_cuda_attention_work_floats(int32_t n, int32_t nh, int32_
 extern "C" int fp4s_cuda_attention_smem(int32_t nh, int32_t nkv, int32_t d)
 {
 	const int32_t G = nh / nkv;
-	return (int)sizeof(float) * (G * d + G * ATT_TILE + 3 * G);
+	return (int)sizeof(float) * (G * d + G * ATT_TILE + 3 * G + ATT_THREADS * ATT_MAX_G);
 }
 
-extern "C" int fp4s_cuda_attention(const float *q, const float *kc, const float *vc, const int32_t *pos,
-                                   const int32_t *seq, int32_t n, int32_t max_ctx, int32_t nh,
-                                   int32_t nkv, int32_t d, int32_t window, const float *sinks,
-                                   float scale, int32_t splits, float *work, float *out,
-                                   cudaStream_t s, struct fp4s_error *err)
+extern "C" int fp4s_cuda_attention(const void *q_, const void *kc, const void *vc, int kv_bf16,
+                                   const int32_t *pos, const int32_t *seq, int32_t n, int32_t max_ctx,
+                                   int32_t nh, int32_t nkv, int32_t d, int32_t window,
+                                   const float *sinks, float scale, int32_t splits, float *work,
+                                   float *out, cudaStream_t s, struct fp4s_error *err)
 {
-	if (nkv <= 0 || nh % nkv || nh / nkv > 16 || (nh / nkv) * d > ATT_MAX_OUT * ATT_THREADS || splits < 1)
+	const float *q = (const float *)q_;
+	/* d: 16..256 with 128 % d == 0 or d == 256 (every model here: 64, 128, 256; tests 16, 32) */
+	const bool d_ok = d == 256 || (d >= 1 && d <= ATT_THREADS && ATT_THREADS % d == 0);
+	if (nkv <= 0 || nh % nkv || nh / nkv > ATT_MAX_G || !d_ok || splits < 1)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: %d query heads over %d KV heads of "
-		                      "dim %d (supported: up to 16 heads per KV head, 4096 outputs a group)",
-		                      nh, nkv, d);
+		                      "dim %d (supported: up to %d heads per KV head; dim 256 or a divisor of 128)",
+		                      nh, nkv, d, ATT_MAX_G);
 	const int smem = fp4s_cuda_attention_smem(nh, nkv, d);
-	attn_partial_kernel<<<dim3((unsigned)n, (unsigned)nkv, (unsigned)splits), ATT_THREADS, smem, s>>>(
-		q, kc, vc, pos, seq, max_ctx, nh, nkv, d, window, scale, splits, work);
+	const dim3 grid((unsigned)n, (unsigned)nkv, (unsigned)splits);
+	if (kv_bf16)
+		attn_partial_kernel<__nv_bfloat16><<<grid, ATT_THREADS, smem, s>>>(
+			q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos, seq, max_ctx, nh, nkv, d,
+			window, scale, splits, work);
+	else
+		attn_partial_kernel<float><<<grid, ATT_THREADS, smem, s>>>(
+			q, (const float *)kc, (const float *)vc, pos, seq, max_ctx, nh, nkv, d, window, scale,
+			splits, work);
 	attn_merge_kernel<<<dim3((unsigned)n, (unsigned)nh), d < 32 ? 32 : (d > 256 ? 256 : d), 0, s>>>(
 		work, nh, nkv, d, splits, sinks, out);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_attention_setup(struct fp4s_error *err)
+{
+	/* the largest shape: 16 heads x 256 dims of q, 16 x 128 scores, partial sums */
+	const int smem = fp4s_cuda_attention_smem(16 * 8, 8, 256);
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attn_partial_kernel<float>,
+	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attn_partial_kernel<__nv_bfloat16>,
+	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	return FP4S_OK;
 }

@@ -22,7 +22,8 @@ struct cuda_impl {
 	cudaStream_t s;
 	void **allocs; /* weights and scratch owned by the backend */
 	int32_t n_allocs, cap_allocs;
-	float *kc, *vc;
+	void *kc, *vc; /* FP32 or BF16 */
+	int kv_bf16;
 	int32_t n_layers, kv_width, max_seqs, max_ctx;
 	int32_t *d_tok, *d_pos, *d_seq;
 	int32_t batch_cap;
@@ -151,15 +152,22 @@ static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32
 	}
 }
 
-static __global__ void kv_write_kernel(float *kc, float *vc, const float *k, const float *v,
+static __global__ void kv_write_kernel(void *kc, void *vc, int bf16, const float *k, const float *v,
                                        const int32_t *pos, const int32_t *seq, int32_t layer,
                                        int32_t max_seqs, int32_t max_ctx, int32_t kvw)
 {
 	const int32_t i = blockIdx.x;
 	const size_t base = (((size_t)layer * max_seqs + seq[i]) * max_ctx + pos[i]) * kvw;
 	for (int32_t j = threadIdx.x; j < kvw; j += blockDim.x) {
-		kc[base + j] = k[(int64_t)i * kvw + j];
-		vc[base + j] = v[(int64_t)i * kvw + j];
+		const float kv = k[(int64_t)i * kvw + j], vv = v[(int64_t)i * kvw + j];
+		if (bf16) {
+			/* the same RNE rounding as the CPU's emulation */
+			((uint16_t *)kc)[base + j] = fp4s_f32_to_bf16(kv);
+			((uint16_t *)vc)[base + j] = fp4s_f32_to_bf16(vv);
+		} else {
+			((float *)kc)[base + j] = kv;
+			((float *)vc)[base + j] = vv;
+		}
 	}
 }
 
@@ -391,17 +399,20 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 }
 
 static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
-                      int32_t max_ctx, struct fp4s_error *err)
+                      int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
 	cu_graph_reset(be);
 	cudaFree(c->kc);
 	cudaFree(c->vc);
 	c->kc = c->vc = NULL;
-	const size_t n = (size_t)n_layers * max_seqs * max_ctx * kv_width;
-	int rc = dev_alloc(c, (void **)&c->kc, n * sizeof(float), err);
+	c->kv_bf16 = dtype == FP4S_KV_BF16;
+	const size_t n = (size_t)n_layers * max_seqs * max_ctx * kv_width, es = c->kv_bf16 ? 2 : 4;
+	int rc = fp4s_cuda_attention_setup(err);
 	if (!rc)
-		rc = dev_alloc(c, (void **)&c->vc, n * sizeof(float), err);
+		rc = dev_alloc(c, (void **)&c->kc, n * es, err);
+	if (!rc)
+		rc = dev_alloc(c, (void **)&c->vc, n * es, err);
 	if (rc)
 		return fp4s_error_prefix(err, "kv cache (%d layers x %d seqs x %d positions): ", n_layers,
 		                         max_seqs, max_ctx);
@@ -521,7 +532,7 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 	const int32_t kvw = p->n_kv_heads * p->head_dim;
 	if (!c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
-	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, k, v, c->d_pos, c->d_seq, layer,
+	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, c->kv_bf16, k, v, c->d_pos, c->d_seq, layer,
 	                                         c->max_seqs, c->max_ctx, kvw);
 	/* one-token steps use a split count fixed by the cache size and a buffer that never moves,
 	 * so a captured graph stays valid; other shapes size both to the batch */
@@ -546,8 +557,9 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		}
 		work = c->workn;
 	}
-	const size_t layer_off = (size_t)layer * c->max_seqs * c->max_ctx * kvw;
-	return fp4s_cuda_attention(q, c->kc + layer_off, c->vc + layer_off, c->d_pos, c->d_seq, b->n,
+	const size_t layer_off = (size_t)layer * c->max_seqs * c->max_ctx * kvw * (c->kv_bf16 ? 2 : 4);
+	return fp4s_cuda_attention(q, (const char *)c->kc + layer_off, (const char *)c->vc + layer_off,
+	                           c->kv_bf16, c->d_pos, c->d_seq, b->n,
 	                           c->max_ctx, p->n_heads, p->n_kv_heads, p->head_dim, p->window,
 	                           p->sinks, p->scale, splits, work, out, c->s, err);
 }
