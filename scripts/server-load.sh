@@ -14,6 +14,8 @@ secs=${2:-60}
 clients=${3:-200}
 shift $(($# < 3 ? $# : 3))
 command -v node >/dev/null 2>&1 || { echo "server-load: node not found"; exit 1; }
+# a sanitizer build: RSS is not a leak signal there (ASan quarantine); LeakSanitizer is
+ldd "$bin" 2>/dev/null | grep -q libasan && export FP4S_LOAD_NO_RSS=1
 log=$(mktemp /tmp/fp4s-load-XXXXXX.log)
 key=load-$RANDOM$RANDOM
 # 200 clients: one HTTP thread each plus slack; the KV slots (max-num-seqs) bound the batch

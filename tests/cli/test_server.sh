@@ -11,6 +11,7 @@ cache=${FP4S_CACHE_DIR:-$src/.cache}
 command -v node >/dev/null 2>&1 || { echo "skip: node not found"; exit 77; }
 command -v curl >/dev/null 2>&1 || { echo "skip: curl not found"; exit 77; }
 tmp=$(mktemp -d /tmp/fp4s-srv-XXXXXX)
+ldd "$bin" 2>/dev/null | grep -q libasan && export FP4S_LOAD_NO_RSS=1 # RSS means nothing under ASan
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
