@@ -305,8 +305,14 @@ static void *sched_main(void *arg)
 				/* An engine failure is not the client's fault: fail what is running (500),
 				 * keep serving. */
 				FP4S_ERROR("engine step failed: %s", err.msg);
-				for (int32_t a = 0; a < q.n_act; a++)
-					atomic_store(&q.act[a]->cancel, 1);
+				for (int32_t a = 0; a < q.n_act; a++) {
+					struct srv_job *j = q.act[a];
+					pthread_mutex_lock(&j->mu);
+					j->err_status = 500;
+					snprintf(j->err_msg, sizeof j->err_msg, "engine failure: %.480s", err.msg);
+					pthread_mutex_unlock(&j->mu);
+					atomic_store(&j->cancel, 1);
+				}
 				pthread_mutex_lock(&s->mu);
 				s->poke = 1;
 				pthread_mutex_unlock(&s->mu);

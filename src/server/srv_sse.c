@@ -290,8 +290,10 @@ void srv_run_job(struct mg_connection *c, struct srv *s, struct srv_api_req *a, 
 			char m[600];
 			snprintf(m, sizeof m, "%s", j->err_status ? j->err_msg : timed_out ? "the request timed out (--timeout)"
 			                                                                  : "the server is shutting down");
+			const int st = j->err_status ? j->err_status : 503;
 			ok = sse_send(c, json_pack("{s:{s:s,s:s,s:i}}", "error", "message", m, "type",
-			                           "unavailable_error", "code", 503));
+			                           st == 503 ? "unavailable_error" : st >= 500 ? "server_error"
+			                           : "invalid_request_error", "code", st));
 		} else if (a->include_usage) {
 			ok = sse_send(c, json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", id, "object", obj, "created",
 			                           created, "model", s->model_name, "choices", "usage",
