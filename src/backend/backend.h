@@ -57,6 +57,7 @@ struct fp4s_moe_params {
 	float swiglu_alpha, swiglu_limit;
 	int64_t hidden, inter;
 	const struct fp4s_expert *experts;
+	void *dev; /* the backend's own stacked copy of the experts, when upload_moe made one */
 };
 
 struct fp4s_backend {
@@ -79,6 +80,9 @@ struct fp4s_backend {
 	 * or the parts cannot share a launch; the caller then uploads them one by one. */
 	int (*upload_fused)(struct fp4s_backend *be, struct fp4s_mat **parts, int n, struct fp4s_mat *fused,
 	                    struct fp4s_error *err);
+	/* Uploads a MoE layer's experts in the backend's own layout (p->dev), so that routing and
+	 * expert matmuls stay on the device. FP4S_EUNSUPPORTED: upload the experts one by one. */
+	int (*upload_moe)(struct fp4s_backend *be, struct fp4s_moe_params *p, struct fp4s_error *err);
 	/* Start of a forward step: makes the batch's token/position/slot arrays visible to the ops
 	 * (copied to the device on a GPU). */
 	int (*begin)(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err);

@@ -277,13 +277,18 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 		if (rc && rc != FP4S_EUNSUPPORTED)
 			return fp4s_error_prefix(err, "layer %d: ", l);
 		L->fused_gu = rc == FP4S_OK;
-		struct fp4s_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->moe.router};
+		struct fp4s_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
 		for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
 			const int done = (L->fused_qkv && i < 3) || (L->fused_gu && (i == 4 || i == 5));
 			if (mats[i]->data && !done && (rc = be->upload_mat(be, mats[i], err)))
 				return fp4s_error_prefix(err, "layer %d: ", l);
 		}
-		for (int32_t x = 0; L->is_moe && x < L->moe.n_experts; x++) {
+		rc = L->is_moe ? be->upload_moe(be, &L->moe, err) : FP4S_EUNSUPPORTED;
+		if (rc && rc != FP4S_EUNSUPPORTED)
+			return fp4s_error_prefix(err, "layer %d experts: ", l);
+		if (L->is_moe && (rc = be->upload_mat(be, &L->moe.router, err)))
+			return fp4s_error_prefix(err, "layer %d router: ", l);
+		for (int32_t x = 0; L->is_moe && !L->moe.dev && x < L->moe.n_experts; x++) {
 			struct fp4s_expert *ex = &L->experts[x];
 			struct fp4s_mat *em[] = {&ex->gate, &ex->up, &ex->gate_up, &ex->down};
 			for (size_t i = 0; i < 4; i++)
@@ -297,6 +302,10 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 		    (L->sinks && (rc = be->upload_f32(be, &L->sinks, c->n_heads, err))))
 			return fp4s_error_prefix(err, "layer %d: ", l);
 	}
+	f->moe_on_device = f->has_moe;
+	for (int32_t l = 0; l < c->n_layers; l++)
+		if (f->layers[l].is_moe && !f->layers[l].moe.dev)
+			f->moe_on_device = 0;
 	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, max_seqs, max_ctx, kv, err);
 }
 
@@ -455,7 +464,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	struct step st = {f, b, out_rows, n_out};
 	/* A one-token step with one logits row is the same launch sequence every time: replay it as a
 	 * graph. MoE layers read the router's choice on the host, which a graph cannot do yet. */
-	const int graph = b->n == 1 && n_out == 1 && !f->has_moe && !getenv("FP4S_NO_GRAPH");
+	const int graph = b->n == 1 && n_out == 1 && (!f->has_moe || f->moe_on_device) && !getenv("FP4S_NO_GRAPH");
 	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
 	if (rc || n_out == 0)
 		return rc;

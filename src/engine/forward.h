@@ -44,6 +44,7 @@ struct fp4s_fwd {
 	float *fused; /* one token's fused q|k|v or gate|up output */
 	int32_t scratch_tokens, scratch_out;
 	int32_t has_moe;
+	int32_t moe_on_device; /* every MoE layer routes on the backend (no host round trip) */
 };
 
 /* Builds the views and the KV cache (max_seqs sequences of max_ctx positions). */

@@ -80,6 +80,11 @@ static int cpu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, in
 	return FP4S_EUNSUPPORTED;
 }
 
+static int cpu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, struct fp4s_error *err)
+{
+	return FP4S_EUNSUPPORTED;
+}
+
 static int cpu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err)
 {
 	return FP4S_OK;
@@ -350,6 +355,7 @@ int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err)
 	be->upload_mat = cpu_upload_mat;
 	be->upload_f32 = cpu_upload_f32;
 	be->upload_fused = cpu_upload_fused;
+	be->upload_moe = cpu_upload_moe;
 	be->begin = cpu_begin;
 	be->read = cpu_read;
 	be->gather_rows = cpu_gather_rows;

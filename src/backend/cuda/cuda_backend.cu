@@ -15,6 +15,7 @@
 #include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_cuda.h"
+#include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 
 struct cuda_impl {
@@ -41,6 +42,7 @@ struct cuda_impl {
 	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
 	int64_t workn_floats;
 	int32_t splits1;
+	struct cu_moe *moes;
 };
 
 static struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
@@ -398,6 +400,144 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 	return FP4S_OK;
 }
 
+/* A MoE layer on the device: gate|up (per expert: gate rows then up rows, or gpt-oss's
+ * interleaved gate_up) and down, each stacked over all experts, plus the step's buffers. */
+struct cu_moe {
+	struct fp4s_stacked gu, down;
+	int interleaved;
+	/* one-token buffers (fixed: graphs hold them) and growable ones for larger batches */
+	int32_t *idx1, *idxn;
+	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
+	int64_t cap_n;
+	struct cu_moe *next; /* all layers' records, freed with the backend */
+};
+
+/* Stacks one projection of every expert (parts[e], each a [rows, cols] view, in order) into one
+ * allocation; parts2 (may be NULL) are appended to each expert's block (gate then up). */
+static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *parts, const struct fp4s_mat *const *parts2,
+                         int32_t E, struct fp4s_stacked *out, struct fp4s_error *err)
+{
+	const struct fp4s_mat *m0 = parts[0];
+	size_t sb, db = mat_data_bytes(m0, &sb);
+	const int64_t rows = m0->rows + (parts2 ? parts2[0]->rows : 0);
+	int any_bias = 0, per_expert_ws2 = 0;
+	for (int32_t e = 0; e < E; e++) {
+		const struct fp4s_mat *ms[2] = {parts[e], parts2 ? parts2[e] : NULL};
+		for (int k = 0; k < 2; k++) {
+			if (!ms[k])
+				continue;
+			if (!ms[k]->data || ms[k]->fmt != m0->fmt || ms[k]->cols != m0->cols || ms[k]->rows != (k ? parts2[0] : m0)->rows)
+				return FP4S_EUNSUPPORTED;
+			any_bias |= ms[k]->bias != NULL;
+		}
+		if (m0->fmt == FP4S_WF_NVFP4) {
+			if (parts2 && parts2[e]->ws2 != parts[e]->ws2)
+				return FP4S_EUNSUPPORTED; /* gate and up of one expert must share a scale */
+			per_expert_ws2 |= parts[e]->ws2 != m0->ws2;
+		}
+	}
+	if (m0->fmt != FP4S_WF_NVFP4 && m0->fmt != FP4S_WF_MXFP4 && m0->fmt != FP4S_WF_BF16)
+		return FP4S_EUNSUPPORTED;
+	const size_t row_d = db / (size_t)m0->rows, row_s = sb / (size_t)m0->rows;
+	uint8_t *d = NULL, *sc = NULL;
+	float *bias = NULL, *ws2e = NULL;
+	int rc;
+	if ((rc = dev_alloc(c, (void **)&d, row_d * (size_t)rows * (size_t)E, err)) || (rc = track(c, d, err)))
+		return rc;
+	if (row_s && ((rc = dev_alloc(c, (void **)&sc, row_s * (size_t)rows * (size_t)E, err)) || (rc = track(c, sc, err))))
+		return rc;
+	if (any_bias && ((rc = dev_alloc(c, (void **)&bias, sizeof(float) * (size_t)rows * (size_t)E, err)) ||
+	                 (rc = track(c, bias, err))))
+		return rc;
+	for (int32_t e = 0; e < E; e++) {
+		int64_t r0 = 0;
+		const struct fp4s_mat *ms[2] = {parts[e], parts2 ? parts2[e] : NULL};
+		for (int k = 0; k < 2; k++) {
+			const struct fp4s_mat *m = ms[k];
+			if (!m)
+				continue;
+			const size_t at = (size_t)e * (size_t)rows + (size_t)r0;
+			FP4S_CUDA_TRY(err, cudaMemcpy(d + row_d * at, m->data, row_d * (size_t)m->rows, cudaMemcpyHostToDevice));
+			if (row_s)
+				FP4S_CUDA_TRY(err, cudaMemcpy(sc + row_s * at, m->scales, row_s * (size_t)m->rows,
+				                              cudaMemcpyHostToDevice));
+			if (any_bias) {
+				if (m->bias)
+					FP4S_CUDA_TRY(err, cudaMemcpy(bias + at, m->bias, sizeof(float) * (size_t)m->rows,
+					                              cudaMemcpyHostToDevice));
+				else
+					FP4S_CUDA_TRY(err, cudaMemset(bias + at, 0, sizeof(float) * (size_t)m->rows));
+			}
+			r0 += m->rows;
+		}
+	}
+	if (per_expert_ws2) {
+		float *h = (float *)malloc((size_t)E * sizeof(float));
+		if (!h)
+			return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
+		for (int32_t e = 0; e < E; e++)
+			h[e] = parts[e]->ws2;
+		rc = dev_alloc(c, (void **)&ws2e, (size_t)E * sizeof(float), err);
+		if (!rc)
+			rc = track(c, ws2e, err);
+		if (!rc && cudaMemcpy(ws2e, h, (size_t)E * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+			rc = fp4s_error_set(err, FP4S_ECUDA, "moe: copying per-expert scales failed");
+		free(h);
+		if (rc)
+			return rc;
+	}
+	out->fmt = m0->fmt;
+	out->rows = rows, out->cols = m0->cols;
+	out->data = d, out->scales = sc, out->bias = bias;
+	out->stride_data = (int64_t)(row_d * (size_t)rows);
+	out->stride_scales = (int64_t)(row_s * (size_t)rows);
+	out->ws2 = m0->ws2, out->ws2e = ws2e;
+	return FP4S_OK;
+}
+
+static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	const int32_t E = p->n_experts;
+	if (E <= 0 || E > 8192 || !p->experts || p->top_k > 64)
+		return FP4S_EUNSUPPORTED;
+	const struct fp4s_mat **a = (const struct fp4s_mat **)malloc(3 * (size_t)E * sizeof *a);
+	if (!a)
+		return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
+	const struct fp4s_mat **b = a + E, **dn = a + 2 * E;
+	const int inter = p->oai_swiglu;
+	for (int32_t e = 0; e < E; e++) {
+		a[e] = inter ? &p->experts[e].gate_up : &p->experts[e].gate;
+		b[e] = &p->experts[e].up;
+		dn[e] = &p->experts[e].down;
+	}
+	struct cu_moe *m = (struct cu_moe *)calloc(1, sizeof *m);
+	int rc = m ? FP4S_OK : fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
+	if (!rc)
+		rc = stack_experts(c, a, inter ? NULL : b, E, &m->gu, err);
+	if (!rc)
+		rc = stack_experts(c, dn, NULL, E, &m->down, err);
+	free(a);
+	const int64_t K = p->top_k, I = p->inter, H = p->hidden;
+	if (!rc && (m->gu.rows != 2 * I || m->down.rows != H || m->down.cols != I))
+		rc = FP4S_EUNSUPPORTED;
+	void **bufs[] = {(void **)&m->idx1, (void **)&m->w1, (void **)&m->h1, (void **)&m->a1, (void **)&m->o1, (void **)&m->lg1};
+	const size_t sizes[] = {(size_t)K * 4, (size_t)K * 4, (size_t)(K * 2 * I) * 4, (size_t)(K * I) * 4,
+	                        (size_t)(K * H) * 4, (size_t)E * 4};
+	for (int i = 0; !rc && i < 6; i++)
+		if (!(rc = dev_alloc(c, bufs[i], sizes[i], err)))
+			rc = track(c, *bufs[i], err);
+	if (rc) {
+		free(m); /* stacked weights stay tracked and are freed with the backend */
+		return rc;
+	}
+	m->interleaved = inter;
+	m->next = c->moes;
+	c->moes = m;
+	p->dev = m;
+	return FP4S_OK;
+}
+
 static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
                       int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err)
 {
@@ -608,10 +748,49 @@ static int moe_reserve(struct cuda_impl *c, int64_t n, int32_t E, int64_t I, int
 	return FP4S_OK;
 }
 
+static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, const float *x, int64_t n,
+                         float *y, struct fp4s_error *err)
+{
+	struct cu_moe *m = (struct cu_moe *)p->dev;
+	const int64_t K = p->top_k, I = p->inter, H = p->hidden, E = p->n_experts;
+	int32_t *idx = m->idx1;
+	float *w = m->w1, *h = m->h1, *a = m->a1, *o = m->o1, *lg = m->lg1;
+	int rc;
+	if (n > 1) {
+		/* larger batches: growable buffers (one-token steps keep theirs fixed for graphs) */
+		if (n > m->cap_n) {
+			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on), cudaFree(m->lgn);
+			m->idxn = NULL, m->wn = m->hn = m->an = m->on = m->lgn = NULL;
+			m->cap_n = 0;
+			if ((rc = dev_alloc(c, (void **)&m->idxn, (size_t)(n * K) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->wn, (size_t)(n * K) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->hn, (size_t)(n * K * 2 * I) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->an, (size_t)(n * K * I) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->on, (size_t)(n * K * H) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->lgn, (size_t)(n * E) * 4, err)))
+				return rc;
+			m->cap_n = n;
+		}
+		idx = m->idxn, w = m->wn, h = m->hn, a = m->an, o = m->on, lg = m->lgn;
+	}
+	const int32_t slots = (int32_t)(n * K);
+	if ((rc = fp4s_cuda_matmul(&p->router, x, (int32_t)n, lg, c->s, err)) ||
+	    (rc = fp4s_cuda_moe_route(lg, (int32_t)n, (int32_t)E, (int32_t)K,
+	                              p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, idx, w,
+	                              c->s, err)) ||
+	    (rc = fp4s_cuda_expert_matmul(&m->gu, idx, slots, x, (int32_t)K, H, h, c->s, err)) ||
+	    (rc = fp4s_cuda_moe_act(h, slots, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, a, c->s, err)) ||
+	    (rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err)))
+		return rc;
+	return fp4s_cuda_moe_combine(o, w, (int32_t)n, (int32_t)K, H, y, c->s, err);
+}
+
 static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
                   float *y, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
+	if (p->dev)
+		return moe_on_device(c, p, x, n, y, err);
 	const int32_t E = p->n_experts, K = p->top_k;
 	const int64_t H = p->hidden, I = p->inter;
 	if (K <= 0 || K > E || K > 64 || E > 4096)
@@ -749,6 +928,12 @@ static void cu_destroy(struct fp4s_backend *be)
 		free(c->host_logits);
 		cudaFree(c->d_argmax);
 		cudaFree(c->work1), cudaFree(c->workn);
+		for (struct cu_moe *m = c->moes, *nx; m; m = nx) {
+			nx = m->next;
+			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on),
+				cudaFree(m->lgn);
+			free(m);
+		}
 		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);
@@ -790,6 +975,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->upload_mat = cu_upload_mat;
 	be->upload_f32 = cu_upload_f32;
 	be->upload_fused = cu_upload_fused;
+	be->upload_moe = cu_upload_moe;
 	be->begin = cu_begin;
 	be->read = cu_read;
 	be->gather_rows = cu_gather_rows;

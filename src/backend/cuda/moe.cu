@@ -1,0 +1,227 @@
+/* moe.cu: routed experts on the device, with no host round trip (so MoE decode steps can be
+ * replayed as CUDA graphs):
+ *   route:   router logits [n, E] -> top-k expert ids and weights per token (Qwen3-MoE: softmax
+ *            over all experts, top-k, optional renormalization; gpt-oss: top-k of the logits,
+ *            softmax over the k), ties to the lower expert id as on the CPU;
+ *   matmul:  y[s] = W_{idx[s]} . x_row(s) for every selected slot s = token * k + j, experts
+ *            stacked in one allocation at a fixed stride, one launch for all slots;
+ *   combine: y[t] = sum_j w[t, j] * o[t * k + j] (expert biases were added by the matmul).
+ *
+ * The expert matmul streams only the selected experts' weights, one warp per output row: lanes
+ * take 16-byte chunks of the row (32 FP4 codes, 8 BF16) with the chunk's scale, so each warp load
+ * is 512 contiguous bytes, and the grid (rows x slots) holds thousands of warps, which is what
+ * keeps enough loads in flight at batch 1. */
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/moe_cuda.h"
+#include "numerics/numerics.h"
+
+static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_t E, int32_t K,
+                                        int kind, int norm, int32_t *__restrict__ idx,
+                                        float *__restrict__ w)
+{
+	extern __shared__ float pr[]; /* [E] */
+	__shared__ int32_t sel[64];
+	__shared__ float selv[64];
+	const float *l = logits + (int64_t)blockIdx.x * E;
+	if (kind == 0) {
+		/* softmax over all experts, in FP32 as transformers does */
+		if (threadIdx.x == 0) {
+			float m = -INFINITY, s = 0.0f;
+			for (int32_t e = 0; e < E; e++)
+				m = fmaxf(m, l[e]);
+			for (int32_t e = 0; e < E; e++)
+				s += pr[e] = expf(l[e] - m);
+			for (int32_t e = 0; e < E; e++)
+				pr[e] /= s;
+		}
+	} else {
+		for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+			pr[e] = l[e];
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		/* k rounds of argmax: k <= 8 in every model, E <= a few hundred */
+		for (int32_t j = 0; j < K; j++) {
+			int32_t best = -1;
+			for (int32_t e = 0; e < E; e++) {
+				bool taken = false;
+				for (int32_t q = 0; q < j; q++)
+					taken |= sel[q] == e;
+				if (!taken && (best < 0 || pr[e] > pr[best]))
+					best = e;
+			}
+			sel[j] = best;
+			selv[j] = pr[best];
+		}
+		if (kind == 0) {
+			float sum = 0.0f;
+			for (int32_t j = 0; j < K; j++)
+				sum += selv[j];
+			for (int32_t j = 0; j < K; j++)
+				w[blockIdx.x * K + j] = norm ? selv[j] / sum : selv[j];
+		} else {
+			const float m = selv[0];
+			float s = 0.0f;
+			for (int32_t j = 0; j < K; j++)
+				s += selv[j] = expf(selv[j] - m);
+			for (int32_t j = 0; j < K; j++)
+				w[blockIdx.x * K + j] = selv[j] / s;
+		}
+		for (int32_t j = 0; j < K; j++)
+			idx[blockIdx.x * K + j] = sel[j];
+	}
+}
+
+/* E2M1 code -> float via the FP16 bit trick (formats.md §2.2): value * 2^-14, exact */
+static __device__ __forceinline__ float e2m1_scaled(uint32_t code)
+{
+	const unsigned short h = (unsigned short)(((code & 8u) << 12) | ((code & 7u) << 9));
+	return __half2float(__ushort_as_half(h));
+}
+
+template <int FMT> /* FP4S_WF_NVFP4, FP4S_WF_MXFP4, FP4S_WF_BF16 */
+static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, const uint8_t *__restrict__ scales,
+                                            const float *__restrict__ bias, int64_t rows, int64_t K,
+                                            int64_t stride_data, int64_t stride_scales, float post,
+                                            const float *__restrict__ ws2e, const int32_t *__restrict__ idx, const float *__restrict__ x,
+                                            int32_t x_div, int64_t x_stride, float *__restrict__ y)
+{
+	const int32_t slot = blockIdx.y;
+	const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	const int lane = threadIdx.x & 31;
+	if (r >= rows)
+		return;
+	const int32_t e = idx[slot];
+	const float *xr = x + (int64_t)(slot / x_div) * x_stride;
+	const uint8_t *wd = data + (size_t)e * stride_data;
+	float acc = 0.0f;
+	if (FMT == FP4S_WF_BF16) {
+		const uint16_t *row = (const uint16_t *)wd + r * K;
+		for (int64_t c = (int64_t)lane * 8; c < K; c += 256) {
+			const uint4 v = __ldg((const uint4 *)(row + c));
+			const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				acc += __uint_as_float(wv[q] << 16) * xr[c + 2 * q];
+				acc += __uint_as_float(wv[q] & 0xFFFF0000u) * xr[c + 2 * q + 1];
+			}
+		}
+	} else {
+		const uint8_t *row = wd + r * (K / 2);
+		const uint8_t *sc = scales + (size_t)e * stride_scales;
+		for (int64_t c = (int64_t)lane * 32; c < K; c += 1024) {
+			const uint4 v = __ldg((const uint4 *)(row + c / 2));
+			const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+			float part[2] = {0.0f, 0.0f}; /* the chunk's two 16-blocks (NVFP4) */
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+#pragma unroll
+				for (int b = 0; b < 8; b++)
+					part[q / 2] += e2m1_scaled((wv[q] >> (4 * b)) & 15u) * xr[c + 8 * q + b];
+			if (FMT == FP4S_WF_NVFP4) {
+				const uint8_t *s = sc + r * (K / 16) + c / 16;
+				acc += part[0] * fp4s_e4m3_to_f32(s[0]) + part[1] * fp4s_e4m3_to_f32(s[1]);
+			} else {
+				acc += (part[0] + part[1]) * fp4s_e8m0_to_f32(sc[r * (K / 32) + c / 32]);
+			}
+		}
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+	if (lane == 0)
+		y[(int64_t)slot * rows + r] = acc * post * (ws2e ? ws2e[e] : 1.0f) + (bias ? bias[(size_t)e * rows + r] : 0.0f);
+}
+
+static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter, int interleaved,
+                                      float alpha, float limit, float *__restrict__ a)
+{
+	const int32_t slot = blockIdx.y;
+	const float *hs = h + (int64_t)slot * 2 * inter;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inter; i += (int64_t)gridDim.x * blockDim.x) {
+		float out;
+		if (interleaved) { /* gpt-oss: gate at even rows, up at odd; clamped SwiGLU */
+			const float g = fminf(hs[2 * i], limit), u = fminf(fmaxf(hs[2 * i + 1], -limit), limit);
+			out = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+		} else { /* gate half, then up half */
+			const float g = hs[i];
+			out = g / (1.0f + expf(-g)) * hs[inter + i];
+		}
+		a[(int64_t)slot * inter + i] = out;
+	}
+}
+
+static __global__ void moe_combine_kernel(const float *__restrict__ o, const float *__restrict__ w,
+                                          int32_t K, int64_t H, float *__restrict__ y)
+{
+	const int32_t t = blockIdx.y;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < H; i += (int64_t)gridDim.x * blockDim.x) {
+		float acc = 0.0f;
+		for (int32_t j = 0; j < K; j++)
+			acc += w[t * K + j] * o[((int64_t)t * K + j) * H + i];
+		y[(int64_t)t * H + i] = acc;
+	}
+}
+
+extern "C" int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, int kind,
+                                   int norm, int32_t *idx, float *w, cudaStream_t s,
+                                   struct fp4s_error *err)
+{
+	if (K < 1 || K > 64 || K > E || E > 8192)
+		return fp4s_error_set(err, FP4S_EINVAL, "moe: top-%d of %d experts", K, E);
+	moe_route_kernel<<<n, 128, (size_t)E * sizeof(float), s>>>(logits, E, K, kind, norm, idx, w);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
+                                       const float *x, int32_t x_div, int64_t x_stride, float *y,
+                                       cudaStream_t s, struct fp4s_error *err)
+{
+	const int warps = 8;
+	const dim3 grid((unsigned)((w->rows + warps - 1) / warps), (unsigned)n_slots);
+	const float post = w->fmt == FP4S_WF_NVFP4 && !w->ws2e ? w->ws2 * 16384.0f : 16384.0f;
+	if (w->cols % (w->fmt == FP4S_WF_BF16 ? 8 : 32))
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "expert matmul: K = %lld", (long long)w->cols);
+	switch (w->fmt) {
+	case FP4S_WF_NVFP4:
+		expert_matmul_kernel<FP4S_WF_NVFP4><<<grid, warps * 32, 0, s>>>(
+			(const uint8_t *)w->data, w->scales, w->bias, w->rows, w->cols, w->stride_data,
+			w->stride_scales, post, w->ws2e, idx, x, x_div, x_stride, y);
+		break;
+	case FP4S_WF_MXFP4:
+		expert_matmul_kernel<FP4S_WF_MXFP4><<<grid, warps * 32, 0, s>>>(
+			(const uint8_t *)w->data, w->scales, w->bias, w->rows, w->cols, w->stride_data,
+			w->stride_scales, post, NULL, idx, x, x_div, x_stride, y);
+		break;
+	case FP4S_WF_BF16:
+		expert_matmul_kernel<FP4S_WF_BF16><<<grid, warps * 32, 0, s>>>(
+			(const uint8_t *)w->data, w->scales, w->bias, w->rows, w->cols, w->stride_data,
+			w->stride_scales, 1.0f, NULL, idx, x, x_div, x_stride, y);
+		break;
+	default:
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "expert matmul: weight format %d", (int)w->fmt);
+	}
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int interleaved,
+                                 float alpha, float limit, float *a, cudaStream_t s,
+                                 struct fp4s_error *err)
+{
+	moe_act_kernel<<<dim3((unsigned)((inter + 255) / 256), (unsigned)n_slots), 256, 0, s>>>(
+		h, inter, interleaved, alpha, limit, a);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_moe_combine(const float *o, const float *w, int32_t n, int32_t K, int64_t H,
+                                     float *y, cudaStream_t s, struct fp4s_error *err)
+{
+	moe_combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s>>>(o, w, K, H, y);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}

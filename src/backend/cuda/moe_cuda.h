@@ -1,0 +1,48 @@
+/* moe_cuda.h: routed experts on the device (see moe.cu). */
+#ifndef FP4S_MOE_CUDA_H
+#define FP4S_MOE_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One projection of all experts, stacked in one device allocation: expert e's [rows, cols]
+ * weights start stride_data bytes after expert e-1's (scales: stride_scales bytes; bias: rows
+ * floats). NVFP4 experts must share ws2. */
+struct fp4s_stacked {
+	enum fp4s_wformat fmt;
+	int64_t rows, cols;
+	const void *data;
+	const uint8_t *scales;
+	const float *bias;
+	int64_t stride_data, stride_scales;
+	float ws2;          /* NVFP4 per-tensor scale shared by all experts, or */
+	const float *ws2e;  /* NVFP4 per-expert scales [E] (device), when not NULL */
+};
+
+/* kind 0: softmax over all experts then top-k (renormalized when norm); kind 1: top-k of the
+ * logits, softmax over the k. idx/w are [n, K] device arrays. */
+int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, int kind, int norm,
+                        int32_t *idx, float *w, cudaStream_t s, struct fp4s_error *err);
+/* y[slot] = W_{idx[slot]} . x[(slot / x_div) * x_stride] (+ bias) for slot < n_slots */
+int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
+                            const float *x, int32_t x_div, int64_t x_stride, float *y,
+                            cudaStream_t s, struct fp4s_error *err);
+/* a[slot] = SwiGLU of h[slot] ([2 * inter]: halves, or interleaved gpt-oss rows, clamped) */
+int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int interleaved, float alpha,
+                      float limit, float *a, cudaStream_t s, struct fp4s_error *err);
+/* y[t] = sum_j w[t, j] * o[t * K + j] */
+int fp4s_cuda_moe_combine(const float *o, const float *w, int32_t n, int32_t K, int64_t H, float *y,
+                          cudaStream_t s, struct fp4s_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
