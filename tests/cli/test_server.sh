@@ -79,10 +79,18 @@ grep -q '"finish_reason":"length"\|unavailable_error' "$tmp/stream.out" && ok "S
 grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/drain.log" && { bad "sanitizer report"; cat "$tmp/drain.log"; }
 
 # 3. gpt-oss demo: harmony chat format, reasoning_content field present
-start_server "$tmp/oss.log" --demo-preset tiny-gpt-oss --max-model-len 512 || exit 1
+# (with a 1 s --timeout: a long generation is cut and answered 503 / an error event)
+start_server "$tmp/oss.log" --demo-preset tiny-gpt-oss --max-model-len 4096 --timeout 1 || exit 1
 out=$(curl -s -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"reasoning_effort":"low"}' \
 	"http://127.0.0.1:$port/v1/chat/completions")
 echo "$out" | grep -q '"reasoning_content"' && ok "gpt-oss: harmony response has reasoning_content" || bad "gpt-oss chat: $out"
+out=$(curl -s -w ' %{http_code}' -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":4000,"ignore_eos":true}' \
+	"http://127.0.0.1:$port/v1/completions")
+echo "$out" | grep -q 'timed out.* 503$' && ok "--timeout: a long request is cut with 503" || bad "timeout: ${out:0:200}"
+out=$(curl -sN -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":4000,"ignore_eos":true,"stream":true}' \
+	"http://127.0.0.1:$port/v1/completions")
+echo "$out" | tail -c 300 | grep -q 'timed out' && echo "$out" | tail -c 20 | grep -q 'data: \[DONE\]' \
+	&& ok "--timeout: a long stream ends with an error event and [DONE]" || bad "stream timeout: $(echo "$out" | tail -c 200)"
 kill -TERM "$pid"; wait "$pid" && ok "gpt-oss server: clean exit" || bad "gpt-oss exit"
 grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/oss.log" && { bad "sanitizer report"; cat "$tmp/oss.log"; }
 
