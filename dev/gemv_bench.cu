@@ -198,8 +198,8 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (auto &e : ev)
 		CK(cudaEventCreate(&e));
 	int next = 0;
-	auto iteration = [&](int m, int ksplit, int tile, int pf) {
-		struct fp4s_gemv_tune tune = {ksplit, tile, 0, pf};
+	auto iteration = [&](int m, int ksplit, int tile, int pf, int rpg) {
+		struct fp4s_gemv_tune tune = {ksplit, tile, 0, pf, rpg};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
@@ -210,17 +210,17 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		}
 	};
 	/* returns the iso median (and fills st, b2b) */
-	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0, int pf = 0) {
+	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0, int pf = 0, int rpg = 0) {
 		for (int i = 0; i < 5; i++)
-			iteration(m, ksplit, tile, pf);
+			iteration(m, ksplit, tile, pf, rpg);
 		for (int i = 0; i < 60; i++) {
 			CK(cudaEventRecord(ev[2 * i]));
-			iteration(m, ksplit, tile, pf);
+			iteration(m, ksplit, tile, pf, rpg);
 			CK(cudaEventRecord(ev[2 * i + 1]));
 		}
 		CK(cudaEventRecord(ev[120]));
 		for (int i = 0; i < 50; i++)
-			iteration(m, ksplit, tile, pf);
+			iteration(m, ksplit, tile, pf, rpg);
 		CK(cudaEventRecord(ev[121]));
 		CK(cudaEventSynchronize(ev[121]));
 		std::vector<float> t;
@@ -238,26 +238,16 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	char shp[64];
 	snprintf(shp, sizeof shp, "%lldx%lld%s", (long long)rows, (long long)k, sh.nmat > 1 ? "x4" : "");
 	if (sweep) {
-		printf("sweep M=1 %-14s %-6s b2b TB/s ksplit(0=auto)/prefetch(-1=off):", shp, fmtname(fmt));
-		const int kss[] = {0, 1, 2, 4};
-		const int pfs[] = {-1, 2, 4, 8};
-		for (int ks : kss)
-			for (int pf : pfs) {
-				stats st;
-				float b2b;
-				time_it(1, ks, &st, &b2b, 0, pf);
-				printf(" %d/%d:%.2f", ks, pf, tbs(b2b));
-			}
-		printf("\n");
-		printf("tile sweep   %-14s %-6s      ", shp, fmtname(fmt));
-		const int mt[][2] = {{4, 2}, {4, 4}, {16, 4}, {16, 8}, {16, 16}};
-		for (auto &q : mt) {
+		printf("sweep %-14s %-6s b2b TB/s M/rows-per-group/ksplit(0=auto):", shp, fmtname(fmt));
+		const int sw[][3] = {{1, 4, 0}, {1, 4, 1}, {1, 4, 2}, {1, 2, 0}, {1, 2, 1}, {1, 2, 2},
+		                     {4, 4, 0}, {4, 2, 0}, {16, 4, 0}, {16, 2, 0}};
+		for (auto &q : sw) {
 			stats st;
 			float b2b;
-			time_it(q[0], 0, &st, &b2b, q[1]);
-			printf("  M%d/t%d %.2f", q[0], q[1], tbs(b2b));
+			time_it(q[0], q[2], &st, &b2b, 0, 0, q[1]);
+			printf(" %d/%d/%d:%.2f", q[0], q[1], q[2], tbs(b2b));
 		}
-		printf("  (TB/s b2b)\n");
+		printf("\n");
 	}
 	for (int m : ms) {
 		stats st;
@@ -292,6 +282,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+	const char *only = argc > 2 ? argv[2] : NULL; /* a shape name: for profiling one kernel */
 	cudaDeviceProp p;
 	CK(cudaGetDeviceProperties(&p, 0));
 	int sm_clock = 0, mem_clock = 0, drv = 0, rt = 0;
@@ -316,7 +307,7 @@ int main(int argc, char **argv)
 	std::vector<result> out;
 	int failed = 0;
 	for (const shape &sh : shapes) {
-		if (quick && sh.rows == 128256)
+		if ((quick && sh.rows == 128256) || (only && strcmp(only, sh.name)))
 			continue;
 		for (int f = 0; f < FP4S_WF_COUNT; f++)
 			if (sh.formats & (1 << f))

@@ -46,6 +46,7 @@ struct gcase {
 	int x_off;    /* x pointer offset in floats (1 = misaligned: generic path) */
 	int tile;     /* tokens per pass, 0 = default */
 	int prefetch; /* L2 prefetch distance, 0 = default, < 0 = none */
+	int rpg;      /* rows per group, 0 = default */
 };
 
 /* Host weights in the format, plus device copies. */
@@ -114,9 +115,9 @@ static int make_weights(const struct gcase *c, struct hw *h)
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d%s%s)",
+	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d,rpg=%d%s%s)",
 	         fmtname(c->fmt), (long long)c->rows, (long long)c->k, c->m,
-	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->generic ? ",generic" : "",
+	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->rpg, c->generic ? ",generic" : "",
 	         c->x_off ? ",misaligned-x" : "");
 	if (filter && !strstr(name, filter))
 		return 0;
@@ -163,7 +164,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(dy, ygpu, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
 
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch};
+	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch, c->rpg};
 	int rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
 	if (!rc)
 		CK(cudaDeviceSynchronize());
@@ -237,6 +238,14 @@ int main(int argc, char **argv)
 				run_case(&c, filter);
 				n++;
 			}
+	/* rows per group 2 on the main shapes */
+	for (size_t f = 0; f < 3; f++)
+		for (int m = 1; m <= 4; m++) {
+			struct gcase c = {fmts[f], 4096, 4096, m, m & 1, 0, 0, 0, 0, 0, 2};
+			run_case(&c, filter);
+			struct gcase c2 = {fmts[f], 333, 14336, m, 0, 0, 0, 0, 0, 0, 2};
+			run_case(&c2, filter);
+		}
 	/* M > 16: 16-token tiles */
 	for (size_t f = 0; f < 3; f++) {
 		struct gcase c = {fmts[f], 300, 4096, 17, 1, 0, 0, 0};
@@ -255,6 +264,9 @@ int main(int argc, char **argv)
 		for (int ks = 1; ks <= 8; ks++) {
 			struct gcase c = {fmts[f], 77, 2880, ks % 3 == 0 ? 4 : 1, ks & 1, ks, 0, 0, 0, 0};
 			c.prefetch = ks % 4 == 0 ? -1 : ks; /* none, and distances 1..7 */
+			run_case(&c, filter);
+			c.rpg = 2; /* two rows per group */
+			c.m = ks % 3 == 0 ? 3 : 2;
 			run_case(&c, filter);
 		}
 	/* the generic kernel: forced, NVFP4 with K % 32 == 16, and a misaligned x */
@@ -287,9 +299,12 @@ int main(int argc, char **argv)
 		CHECK(fp4s_cuda_matmul(&w, d, 1, d + 512, 0, &err) == FP4S_EUNSUPPORTED);
 		w.fmt = FP4S_WF_BF16;
 		CHECK(fp4s_cuda_matmul(&w, d, 0, d + 512, 0, &err) == FP4S_OK);
-		struct fp4s_gemv_tune bad = {9, 0, 0, 0};
+		struct fp4s_gemv_tune bad = {9, 0, 0, 0, 0};
 		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad, 0, &err) == FP4S_EINVAL);
-		struct fp4s_gemv_tune bad_tile = {0, 17, 0, 0};
+		struct fp4s_gemv_tune bad_tile = {0, 17, 0, 0, 0};
+		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad_tile, 0, &err) == FP4S_EINVAL);
+		bad_tile.max_tile = 0;
+		bad_tile.rows = 3;
 		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad_tile, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));
 	}

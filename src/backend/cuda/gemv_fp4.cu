@@ -431,28 +431,35 @@ __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 /* Tokens per pass over the weights by default. Past L1's reach (x is M*K*4 bytes, read from L1
  * R times less often than the weights) more tokens per pass stop paying. */
 #ifndef FP4S_GEMV_DEFAULT_PREFETCH
-#define FP4S_GEMV_DEFAULT_PREFETCH 4
+#define FP4S_GEMV_DEFAULT_PREFETCH 0 /* measured: prefetching lost 5-15% (2026-11-21) */
 #endif
-#ifndef FP4S_GEMV_DEFAULT_TILE
-#define FP4S_GEMV_DEFAULT_TILE 16
+#ifndef FP4S_GEMV_DEFAULT_ROWS
+#define FP4S_GEMV_DEFAULT_ROWS 4
+#endif
+#ifndef FP4S_GEMV_DEFAULT_TILE_FP4
+#define FP4S_GEMV_DEFAULT_TILE_FP4 4
 #endif
 
-/* Rows per group: more rows share each x load; fewer keep acc + psum (2*R*MT) in registers. */
+/* Rows per group: more rows share each x load and each lane's loop overhead; fewer leave more
+ * registers free, so more warps fit on an SM to hide latency. acc + psum are 2*R*MT registers. */
 template <int MT>
 struct gemv_rows {
 	static constexpr int R = MT <= 4 ? 4 : 2;
 };
 
-template <int F, int MT>
-static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit_req)
+template <int F, int MT, int R>
+static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req)
 {
-	constexpr int R = gemv_rows<MT>::R;
 	const int C = a.K / gemv_fmt_traits<F>::EPC;
 	const int64_t nrg = (a.rows + R - 1) / R;
 	int S = ksplit_req;
 	if (S <= 0) {
-		/* aim for >= 2048 warps in the grid; never more warps on a row than 32-lane chunk rounds */
-		S = (int)((2048 + nrg - 1) / nrg);
+		/* Split K when rows are few (aim for >= 1024 warps: 8 per SM) or rows are long (a lane
+		 * should not walk more than 8 chunks alone); measured on the H100 2026-11-21 (sweep in
+		 * dev/gemv_bench: more splitting than this lost 5-25% to the cross-warp reduction). */
+		const int by_rows = (int)((1024 + nrg - 1) / nrg);
+		const int by_len = (C + 255) / 256;
+		S = by_rows > by_len ? by_rows : by_len;
 		const int cap = (C + 31) / 32;
 		S = S > cap ? cap : S;
 	}
@@ -467,18 +474,26 @@ static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit_req)
 	return cudaGetLastError();
 }
 
+template <int F, int MT>
+static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit, int rows)
+{
+	if (MT <= 4 && rows == 2)
+		return launch_fast_r<F, MT, 2>(a, s, ksplit);
+	return launch_fast_r<F, MT, gemv_rows<MT>::R>(a, s, ksplit);
+}
+
 template <int F>
-static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit)
+static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit, int rows)
 {
 	if (a.M <= 1)
-		return launch_fast_mt<F, 1>(a, s, ksplit);
+		return launch_fast_mt<F, 1>(a, s, ksplit, rows);
 	if (a.M <= 2)
-		return launch_fast_mt<F, 2>(a, s, ksplit);
+		return launch_fast_mt<F, 2>(a, s, ksplit, rows);
 	if (a.M <= 4)
-		return launch_fast_mt<F, 4>(a, s, ksplit);
+		return launch_fast_mt<F, 4>(a, s, ksplit, rows);
 	if (a.M <= 8)
-		return launch_fast_mt<F, 8>(a, s, ksplit);
-	return launch_fast_mt<F, 16>(a, s, ksplit);
+		return launch_fast_mt<F, 8>(a, s, ksplit, rows);
+	return launch_fast_mt<F, 16>(a, s, ksplit, rows);
 }
 
 /* model.h has no extern "C" block, so its fp4s_wformat_name cannot be called from C++ here. */
@@ -498,9 +513,13 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
                                    struct fp4s_error *err)
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
+	const int rows = tune && tune->rows ? tune->rows : FP4S_GEMV_DEFAULT_ROWS;
 	const int pfdist = tune && tune->prefetch ? (tune->prefetch < 0 ? 0 : tune->prefetch)
 	                                          : FP4S_GEMV_DEFAULT_PREFETCH;
-	int tile = tune && tune->max_tile ? tune->max_tile : FP4S_GEMV_DEFAULT_TILE;
+	/* FP4 passes of 4 tokens: at M = 16 four M = 4 passes beat one 16-token pass 1.6x (x no longer
+	 * fits L1); dense BF16 is the other way round (lm_head 1.31 ms vs 1.52 ms), 2026-11-21. */
+	int tile = tune && tune->max_tile ? tune->max_tile
+	         : (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4) ? FP4S_GEMV_DEFAULT_TILE_FP4 : 16;
 	if (!w || !x || !y || !w->data)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: null pointer");
 	if (M < 0 || w->rows <= 0 || w->cols <= 0 || w->cols > (1 << 30))
@@ -508,6 +527,8 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 		                      (long long)w->rows, (long long)w->cols, (int)M);
 	if (ksplit < 0 || ksplit > 8)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: ksplit %d not in 0..8", ksplit);
+	if (rows != 2 && rows != 4)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: rows per group %d is not 2 or 4", rows);
 	if (tile < 1 || tile > 16)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: token tile %d not in 1..16", tile);
 	int fmt;
@@ -553,11 +574,11 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 			e = cudaGetLastError();
 		} else {
 			switch (fmt) {
-			case G_NVFP4: e = launch_fast<G_NVFP4>(a, s, ksplit); break;
-			case G_MXFP4: e = launch_fast<G_MXFP4>(a, s, ksplit); break;
-			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit); break;
-			case G_F16: e = launch_fast<G_F16>(a, s, ksplit); break;
-			default: e = launch_fast<G_F32>(a, s, ksplit); break;
+			case G_NVFP4: e = launch_fast<G_NVFP4>(a, s, ksplit, rows); break;
+			case G_MXFP4: e = launch_fast<G_MXFP4>(a, s, ksplit, rows); break;
+			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit, rows); break;
+			case G_F16: e = launch_fast<G_F16>(a, s, ksplit, rows); break;
+			default: e = launch_fast<G_F32>(a, s, ksplit, rows); break;
 			}
 		}
 		FP4S_CUDA_TRY(err, e);
