@@ -655,13 +655,15 @@ static void cu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp
 		q, k, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
 }
 
-/* Key chunks per (token, KV head): enough blocks to cover the SMs twice, chunks of >= 64 keys. */
+/* Key chunks per (token, KV head): a decode step has one token and a handful of KV heads, so
+ * the chunks are what puts enough warps in flight: ~8 blocks per SM, chunks of >= 32 keys. */
+#define ATT_MAX_SPLITS 128
 static int32_t attn_splits(const struct cuda_impl *c, int32_t n, int32_t nkv, int32_t ctx)
 {
-	int32_t want = (2 * c->sm_count + n * nkv - 1) / (n * nkv);
-	int32_t most = (ctx + 63) / 64;
+	int32_t want = (8 * c->sm_count + n * nkv - 1) / (n * nkv);
+	int32_t most = (ctx + 31) / 32;
 	want = want < most ? want : most;
-	return want < 1 ? 1 : (want > 64 ? 64 : want);
+	return want < 1 ? 1 : (want > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : want);
 }
 
 static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
@@ -679,7 +681,8 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 	int32_t splits;
 	float *work;
 	if (b->n == 1) {
-		const int64_t need = fp4s_cuda_attention_work_floats(1, p->n_heads, p->n_kv_heads, p->head_dim, 64);
+		const int64_t need = fp4s_cuda_attention_work_floats(1, p->n_heads, p->n_kv_heads, p->head_dim,
+		                                                     ATT_MAX_SPLITS);
 		if (!c->work1 && dev_alloc(c, (void **)&c->work1, (size_t)need * sizeof(float), err))
 			return err->code;
 		splits = attn_splits(c, 1, p->n_kv_heads, c->max_ctx);

@@ -7,10 +7,11 @@
  *            stacked in one allocation at a fixed stride, one launch for all slots;
  *   combine: y[t] = sum_j w[t, j] * o[t * k + j] (expert biases were added by the matmul).
  *
- * The expert matmul streams only the selected experts' weights, one warp per output row: lanes
- * take 16-byte chunks of the row (32 FP4 codes, 8 BF16) with the chunk's scale, so each warp load
- * is 512 contiguous bytes, and the grid (rows x slots) holds thousands of warps, which is what
- * keeps enough loads in flight at batch 1. */
+ * The expert matmul streams only the selected experts' weights. A warp owns 4 output rows; lanes
+ * take 16-byte chunks along K (32 FP4 codes or 8 BF16, each warp load 512 contiguous bytes a row),
+ * load the matching activations once as float4s and use them for all 4 rows, with the 4 rows'
+ * weight loads issued before any arithmetic. The grid (row groups x selected experts) holds
+ * thousands of warps, which keeps enough loads in flight at batch 1. */
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -82,57 +83,78 @@ static __device__ __forceinline__ float e2m1_scaled(uint32_t code)
 	return __half2float(__ushort_as_half(h));
 }
 
+#define EXP_ROWS 4 /* rows per warp: one x chunk in registers feeds them all */
+
 template <int FMT> /* FP4S_WF_NVFP4, FP4S_WF_MXFP4, FP4S_WF_BF16 */
 static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, const uint8_t *__restrict__ scales,
                                             const float *__restrict__ bias, int64_t rows, int64_t K,
                                             int64_t stride_data, int64_t stride_scales, float post,
-                                            const float *__restrict__ ws2e, const int32_t *__restrict__ idx, const float *__restrict__ x,
-                                            int32_t x_div, int64_t x_stride, float *__restrict__ y)
+                                            const float *__restrict__ ws2e, const int32_t *__restrict__ idx,
+                                            const float *__restrict__ x, int32_t x_div, int64_t x_stride,
+                                            float *__restrict__ y)
 {
 	const int32_t slot = blockIdx.y;
-	const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+	const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * EXP_ROWS;
 	const int lane = threadIdx.x & 31;
-	if (r >= rows)
+	if (r0 >= rows)
 		return;
 	const int32_t e = idx[slot];
 	const float *xr = x + (int64_t)(slot / x_div) * x_stride;
 	const uint8_t *wd = data + (size_t)e * stride_data;
-	float acc = 0.0f;
-	if (FMT == FP4S_WF_BF16) {
-		const uint16_t *row = (const uint16_t *)wd + r * K;
-		for (int64_t c = (int64_t)lane * 8; c < K; c += 256) {
-			const uint4 v = __ldg((const uint4 *)(row + c));
-			const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+	const uint8_t *sc = scales ? scales + (size_t)e * stride_scales : NULL;
+	constexpr int EPC = FMT == FP4S_WF_BF16 ? 8 : 32; /* elements per 16-byte chunk */
+	float acc[EXP_ROWS];
 #pragma unroll
-			for (int q = 0; q < 4; q++) {
-				acc += __uint_as_float(wv[q] << 16) * xr[c + 2 * q];
-				acc += __uint_as_float(wv[q] & 0xFFFF0000u) * xr[c + 2 * q + 1];
-			}
+	for (int q = 0; q < EXP_ROWS; q++)
+		acc[q] = 0.0f;
+	for (int64_t c = (int64_t)lane * EPC; c < K; c += 32 * EPC) {
+		float xv[EPC];
+#pragma unroll
+		for (int v = 0; v < EPC / 4; v++) {
+			const float4 f = __ldg((const float4 *)(xr + c) + v);
+			xv[4 * v] = f.x, xv[4 * v + 1] = f.y, xv[4 * v + 2] = f.z, xv[4 * v + 3] = f.w;
 		}
-	} else {
-		const uint8_t *row = wd + r * (K / 2);
-		const uint8_t *sc = scales + (size_t)e * stride_scales;
-		for (int64_t c = (int64_t)lane * 32; c < K; c += 1024) {
-			const uint4 v = __ldg((const uint4 *)(row + c / 2));
-			const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-			float part[2] = {0.0f, 0.0f}; /* the chunk's two 16-blocks (NVFP4) */
+		uint4 wv[EXP_ROWS];
 #pragma unroll
-			for (int q = 0; q < 4; q++)
+		for (int q = 0; q < EXP_ROWS; q++) { /* all rows' loads in flight before any math */
+			const int64_t r = r0 + q < rows ? r0 + q : rows - 1;
+			wv[q] = FMT == FP4S_WF_BF16 ? __ldg((const uint4 *)((const uint16_t *)wd + r * K + c))
+			                            : __ldg((const uint4 *)(wd + r * (K / 2) + c / 2));
+		}
 #pragma unroll
-				for (int b = 0; b < 8; b++)
-					part[q / 2] += e2m1_scaled((wv[q] >> (4 * b)) & 15u) * xr[c + 8 * q + b];
-			if (FMT == FP4S_WF_NVFP4) {
-				const uint8_t *s = sc + r * (K / 16) + c / 16;
-				acc += part[0] * fp4s_e4m3_to_f32(s[0]) + part[1] * fp4s_e4m3_to_f32(s[1]);
+		for (int q = 0; q < EXP_ROWS; q++) {
+			const int64_t r = r0 + q < rows ? r0 + q : rows - 1;
+			const uint32_t w4[4] = {wv[q].x, wv[q].y, wv[q].z, wv[q].w};
+			if (FMT == FP4S_WF_BF16) {
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					acc[q] += __uint_as_float(w4[u] << 16) * xv[2 * u] +
+					          __uint_as_float(w4[u] & 0xFFFF0000u) * xv[2 * u + 1];
 			} else {
-				acc += (part[0] + part[1]) * fp4s_e8m0_to_f32(sc[r * (K / 32) + c / 32]);
+				float part[2] = {0.0f, 0.0f};
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+#pragma unroll
+					for (int b = 0; b < 8; b++)
+						part[u / 2] += e2m1_scaled((w4[u] >> (4 * b)) & 15u) * xv[8 * u + b];
+				if (FMT == FP4S_WF_NVFP4) {
+					const uint8_t *s = sc + r * (K / 16) + c / 16;
+					acc[q] += part[0] * fp4s_e4m3_to_f32(s[0]) + part[1] * fp4s_e4m3_to_f32(s[1]);
+				} else {
+					acc[q] += (part[0] + part[1]) * fp4s_e8m0_to_f32(sc[r * (K / 32) + c / 32]);
+				}
 			}
 		}
 	}
-	for (int o = 16; o > 0; o >>= 1)
-		acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
-	if (lane == 0)
-		y[(int64_t)slot * rows + r] = acc * post * (ws2e ? ws2e[e] : 1.0f) + (bias ? bias[(size_t)e * rows + r] : 0.0f);
+#pragma unroll
+	for (int q = 0; q < EXP_ROWS; q++) {
+		float v = acc[q];
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+		const int64_t r = r0 + q;
+		if (lane == 0 && r < rows)
+			y[(int64_t)slot * rows + r] = v * post * (ws2e ? ws2e[e] : 1.0f) + (bias ? bias[(size_t)e * rows + r] : 0.0f);
+	}
 }
 
 static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter, int interleaved,
@@ -181,9 +203,11 @@ extern "C" int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32
                                        cudaStream_t s, struct fp4s_error *err)
 {
 	const int warps = 8;
-	const dim3 grid((unsigned)((w->rows + warps - 1) / warps), (unsigned)n_slots);
+	const int64_t per_block = (int64_t)warps * EXP_ROWS;
+	const dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)n_slots);
 	const float post = w->fmt == FP4S_WF_NVFP4 && !w->ws2e ? w->ws2 * 16384.0f : 16384.0f;
-	if (w->cols % (w->fmt == FP4S_WF_BF16 ? 8 : 32))
+	/* 16-byte chunks of weights and activations: K a multiple of the chunk, x rows aligned */
+	if (w->cols % (w->fmt == FP4S_WF_BF16 ? 8 : 32) || x_stride % 4 || ((uintptr_t)x & 15))
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "expert matmul: K = %lld", (long long)w->cols);
 	switch (w->fmt) {
 	case FP4S_WF_NVFP4:
