@@ -63,7 +63,7 @@ int cmd_bench(int argc, char **argv)
 		{"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	static const char usage[] =
-		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend cpu|cuda] [--json]\n"
+		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend auto|cuda|cpu] [--json]\n"
 		"  -p N      prompt tokens for the prefill figure (default 512; 0 skips)\n"
 		"  -n N      tokens decoded one at a time (default 128; 0 skips)\n"
 		"  --ctx N   context already in the cache before decoding (default 0)\n"
@@ -105,7 +105,7 @@ int cmd_bench(int argc, char **argv)
 	struct fp4s_model_stats st;
 	fp4s_model_stats(&m->cfg, m->w, m->n, &st);
 	double ceiling = 0;
-	if (eo.backend && !strcmp(eo.backend, "cuda")) {
+	if (strcmp(fp4s_engine_backend_name(e), "cpu")) {
 		if (fp4s_cuda_copy_bandwidth(0, &ceiling, &err))
 			fprintf(stderr, "fp4serve bench: %s\n", err.msg);
 	} else {
@@ -164,7 +164,7 @@ int cmd_bench(int argc, char **argv)
 		const double kv = fp4s_kv_bytes(&m->cfg, prompt_len + tg / 2);
 		const double bytes = st.bytes_per_token + kv;
 		const double gbs = tg_s > 0 ? bytes / tg_s / 1e9 : 0;
-		const char *be = eo.backend ? eo.backend : "cpu";
+		const char *be = fp4s_engine_backend_name(e);
 		if (json) {
 			printf("{\"model\":\"%s\",\"backend\":\"%s\",\"arch\":\"%s\",\"load_s\":%.3f,"
 			       "\"prompt_tokens\":%d,\"pp_tok_s\":%.2f,\"ctx\":%d,\"gen_tokens\":%d,"

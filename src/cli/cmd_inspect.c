@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_device.h"
 #include "cli/cli.h"
 #include "model/model.h"
 #include "model/mwrite.h"
@@ -20,13 +21,14 @@ static void inspect_usage(FILE *f)
 	           "                        [--context N] [--brief]\n\n"
 	           "Prints the architecture, parameters (total, active per token), bytes by format,\n"
 	           "bytes read per decode token (performance.md §3.1), the roofline tok/s at the given\n"
-	           "bandwidth (default %.0f GB/s, the measured H100 copy ceiling, until the GPU\n"
-	           "measurement is wired in) and the tensor list (omitted with --brief).\n",
+	           "bandwidth (default: the copy bandwidth measured on GPU 0 when there is one, else\n"
+	           "%.0f GB/s, our H100's measured copy ceiling) and the tensor list (omitted with\n"
+	           "--brief).\n",
 	        DEFAULT_BW_GBS);
 }
 
 static void print_summary(const struct fp4s_config *c, const struct fp4s_weight *w, int32_t n,
-                          double bw, int64_t ctx, int brief, int bw_given)
+                          double bw, int64_t ctx, int brief, const char *bw_source)
 {
 	struct fp4s_model_stats s;
 	fp4s_model_stats(c, w, n, &s);
@@ -52,8 +54,8 @@ static void print_summary(const struct fp4s_config *c, const struct fp4s_weight 
 	if (ctx)
 		printf(" + %.3f GB KV cache at context %lld", kv / 1e9, (long long)ctx);
 	printf("\n");
-	printf("roofline    %.0f tok/s at %.0f GB/s%s\n", bw * 1e9 / (s.bytes_per_token + kv), bw,
-	       bw_given ? "" : " (default: measured H100 copy ceiling; GPU measurement not wired yet)");
+	printf("roofline    %.0f tok/s at %.0f GB/s (%s)\n", bw * 1e9 / (s.bytes_per_token + kv), bw,
+	       bw_source);
 	if (brief)
 		return;
 	printf("tensors     %d\n", n);
@@ -103,6 +105,23 @@ int cmd_inspect(int argc, char **argv)
 		return 2;
 	}
 	struct fp4s_error err = {0};
+	/* the roofline's bandwidth: given, else measured on the GPU, else our H100's figure */
+	static char bw_note[400];
+	const char *bw_source = "--bandwidth";
+	if (!bw_given) {
+		double gbs = 0;
+		struct fp4s_error e2 = {0};
+		if (fp4s_cuda_device_count(&e2) > 0 && fp4s_cuda_copy_bandwidth(0, &gbs, &e2) == 0 && gbs > 0) {
+			struct fp4s_cuda_device_info info;
+			bw = gbs;
+			const int named = fp4s_cuda_device_query(0, &info, &e2) == 0;
+			snprintf(bw_note, sizeof bw_note, "copy bandwidth measured on GPU 0%s%.200s",
+			         named ? ", " : "", named ? info.name : "");
+			bw_source = bw_note;
+		} else {
+			bw_source = "no GPU: the copy ceiling measured on our H100";
+		}
+	}
 	if (preset) {
 		struct fp4s_config cfg;
 		if (fp4s_preset_config(preset, NULL, &cfg, &err)) {
@@ -124,7 +143,7 @@ int cmd_inspect(int argc, char **argv)
 			return 1;
 		}
 		printf("model       preset %s (%s, planned; no files)\n", preset, fp4s_qformat_name(f));
-		print_summary(&cfg, w, n, bw, ctx, brief, bw_given);
+		print_summary(&cfg, w, n, bw, ctx, brief, bw_source);
 		free(specs);
 		free(w);
 		fp4s_config_free(&cfg);
@@ -153,7 +172,7 @@ int cmd_inspect(int argc, char **argv)
 	} else {
 		printf("quant       none\n");
 	}
-	print_summary(&m.cfg, m.w, m.n, bw, ctx, brief, bw_given);
+	print_summary(&m.cfg, m.w, m.n, bw, ctx, brief, bw_source);
 	fp4s_model_close(&m);
 	return 0;
 }

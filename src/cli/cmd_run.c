@@ -26,7 +26,7 @@ struct gen_opts {
 
 enum {
 	OPT_TOKENIZER = 256, OPT_TEMP, OPT_TOP_P, OPT_TOP_K, OPT_MIN_P, OPT_SEED, OPT_REP, OPT_PRES,
-	OPT_FREQ, OPT_BACKEND, OPT_CTX, OPT_STOP, OPT_SYSTEM, OPT_IGNORE_EOS, OPT_BATCH,
+	OPT_FREQ, OPT_BACKEND, OPT_CTX, OPT_STOP, OPT_SYSTEM, OPT_IGNORE_EOS, OPT_BATCH, OPT_KV,
 };
 
 static const struct option gen_options[] = {
@@ -42,6 +42,7 @@ static const struct option gen_options[] = {
 	{"stop", required_argument, 0, OPT_STOP},    {"system", required_argument, 0, OPT_SYSTEM},
 	{"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
 	{"max-num-batched-tokens", required_argument, 0, OPT_BATCH},
+	{"kv-cache-dtype", required_argument, 0, OPT_KV},
 	{"verbose", no_argument, 0, 'v'},            {"help", no_argument, 0, 'h'},
 	{0, 0, 0, 0},
 };
@@ -57,7 +58,8 @@ static const char *const gen_help =
 	"      --stop TEXT           stop string (repeatable, up to 8); --ignore-eos\n"
 	"      --system TEXT         system message (chat)\n"
 	"      --ctx N               context length (default: the model's, at most 4096); perplexity chunk\n"
-	"      --backend cpu|cuda    (default cpu)\n"
+	"      --backend auto|cuda|cpu  (default auto: the GPU when there is one)\n"
+	"      --kv-cache-dtype auto|bf16|fp32  (default auto: BF16 on the GPU, FP32 on the CPU)\n"
 	"  -v, --verbose             log timings per stage\n";
 
 static int num(const char *s, double lo, double hi, const char *name, double *out)
@@ -126,6 +128,7 @@ static int parse_gen(int argc, char **argv, const char *usage, struct gen_opts *
 			g->req.sampling.frequency_penalty = (float)v;
 			break;
 		case OPT_BACKEND: g->eng.backend = optarg; break;
+		case OPT_KV: g->eng.kv_cache_dtype = optarg; break;
 		case OPT_CTX:
 			if (num(optarg, 2, 1 << 20, "ctx", &v)) return 2;
 			g->ctx = g->eng.max_ctx = (int32_t)v;

@@ -74,9 +74,9 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	if (!e)
 		return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 	*out = NULL;
-	if (o->backend && strcmp(o->backend, "cpu") != 0 && strcmp(o->backend, "cuda") != 0) {
+	if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda") && strcmp(o->backend, "auto")) {
 		free(e);
-		return fp4s_error_set(err, FP4S_EINVAL, "unknown backend '%s' (cpu or cuda)", o->backend);
+		return fp4s_error_set(err, FP4S_EINVAL, "unknown backend '%s' (auto, cpu or cuda)", o->backend);
 	}
 	rc = ends_with(o->model, ".bin") ? fp4s_llama2c_open(o->model, &e->model, err)
 	                                 : fp4s_model_open(o->model, &e->model, err);
@@ -124,8 +124,19 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
 	if (e->max_batch < e->max_seqs)
 		e->max_batch = e->max_seqs;
-	if ((rc = o->backend && !strcmp(o->backend, "cuda") ? fp4s_backend_cuda_create(0, &e->be, err)
-	                                                     : fp4s_backend_cpu_create(&e->be, err)))
+	/* auto (the default): the GPU when there is one, else the CPU */
+	if (!o->backend || !strcmp(o->backend, "auto")) {
+		struct fp4s_error e2 = {0};
+		rc = fp4s_backend_cuda_create(0, &e->be, &e2);
+		if (rc == FP4S_ENODEV)
+			rc = fp4s_backend_cpu_create(&e->be, err);
+		else if (rc)
+			*err = e2;
+	} else {
+		rc = !strcmp(o->backend, "cuda") ? fp4s_backend_cuda_create(0, &e->be, err)
+		                                 : fp4s_backend_cpu_create(&e->be, err);
+	}
+	if (rc)
 		goto fail;
 	enum fp4s_kv_dtype kv = strcmp(e->be->name, "cpu") ? FP4S_KV_BF16 : FP4S_KV_F32;
 	if (o->kv_cache_dtype && strcmp(o->kv_cache_dtype, "auto")) {
@@ -200,6 +211,7 @@ const struct fp4s_model *fp4s_engine_model(const struct fp4s_engine *e) { return
 struct fp4s_tokenizer *fp4s_engine_tokenizer(struct fp4s_engine *e) { return e->tok; }
 int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e) { return e->max_ctx; }
 struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e) { return &e->fwd; }
+const char *fp4s_engine_backend_name(const struct fp4s_engine *e) { return e->be->name; }
 
 int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *rq, int64_t *id,
                        struct fp4s_error *err)

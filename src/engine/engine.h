@@ -23,7 +23,7 @@
 struct fp4s_engine_opts {
 	const char *model;     /* Hugging Face folder, or a llama2.c .bin file */
 	const char *tokenizer; /* NULL: from the model folder */
-	const char *backend;   /* "cpu" (default); "cuda" once that backend exists */
+	const char *backend;   /* "auto" (NULL: the GPU when there is one), "cuda" or "cpu" */
 	int32_t max_seqs;      /* sequences in flight (KV slots); 0 = 4 */
 	int32_t max_ctx;       /* context length; 0 = min(max_position_embeddings, 4096) */
 	int32_t max_batch_tokens; /* tokens per forward (chunked prefill); 0 = 512 */
@@ -71,6 +71,8 @@ int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e);
 /* The forward pass itself, for benchmarks that drive batches directly (KV slot 0..max_seqs-1;
  * do not mix with requests in flight). */
 struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e);
+/* "cpu" or "cuda": the backend the engine runs on */
+const char *fp4s_engine_backend_name(const struct fp4s_engine *e);
 
 /* Queues a request. Errors (FP4S_EINVAL) name the problem: empty prompt, a prompt that does not
  * fit the context, token ids outside the vocabulary, bad sampling parameters. */
