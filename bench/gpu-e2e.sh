@@ -14,8 +14,8 @@ for m in $models; do
   dir=/tmp/fp4s-$preset-$fmt
   [ -d "$dir" ] || "$bin" gen --preset "$preset" --format "$fmt" "$dir" > /dev/null 2>&1
   echo "== $preset ($fmt)" | tee -a "$out/e2e.txt"
-  { /usr/bin/time -f "start to first token: %e s (fp4serve run, 1 new token, cold process)" \
-      "$bin" run -m "$dir" -p "Hello" -n 1 --temperature 0 > /dev/null; } 2>&1 | tail -1 | tee -a "$out/e2e.txt"
+  TIMEFORMAT="start to first token: %R s (fp4serve run, 1 new token, whole process, page cache warm)"
+  { time "$bin" run -m "$dir" -p "Hello" -n 1 --temperature 0 > /dev/null 2>&1; } 2>&1 | tee -a "$out/e2e.txt"
   "$bin" bench -m "$dir" -p 512 -n 128 --reps 3 2>&1 | tail -5 | tee -a "$out/e2e.txt"
   "$bin" bench -m "$dir" -p 0 --ctx 4096 -n 64 --reps 2 2>&1 | tail -3 | tee -a "$out/e2e.txt"
 done
