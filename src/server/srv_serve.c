@@ -38,7 +38,7 @@
 	X("np", 0, 1, 261, "N                same as --max-num-seqs") \
 	X("max-num-batched-tokens", 0, 1, 262, "N  tokens per forward pass (default 512)") \
 	X("gpu-memory-utilization", 0, 1, 263, "F  GPU memory share for weights + KV (CUDA backend; ignored on CPU)") \
-	X("kv-cache-dtype", 0, 1, 264, "T  KV-cache type: auto (the only one the CPU backend has)") \
+	X("kv-cache-dtype", 0, 1, 264, "T  KV-cache type: auto (BF16 on the GPU, FP32 on the CPU), fp32, bf16") \
 	X("api-key", 0, 1, 265, "KEY        require 'Authorization: Bearer KEY' (all but /health, /metrics)") \
 	X("api-key-file", 0, 1, 266, "FILE  read the key from the file's first line") \
 	X("chat-template", 0, 1, 267, "FILE|NAME  chat format: a Jinja file, or llama3, llama3.1, chatml, qwen3, harmony") \
@@ -50,7 +50,7 @@
 	X("disable-metrics", 0, 0, 273, "   no /metrics endpoint") \
 	X("demo", 0, 0, 274, "              no model: generate and serve a tiny random-weight model") \
 	X("demo-preset", 0, 1, 275, "NAME  preset for --demo (default tiny-llama3)") \
-	X("backend", 0, 1, 276, "cpu|cuda   (default cpu)") \
+	X("backend", 0, 1, 276, "auto|cuda|cpu  compute backend (default: the engine's choice)") \
 	X("drain-timeout", 0, 1, 277, "S    on SIGTERM, how long in-flight requests may finish (default 30)") \
 	X("help", 'h', 0, 'h', "             this text")
 
@@ -210,11 +210,6 @@ static int parse(int argc, char **argv, struct srv_opts *o)
 		/* a model was given: serve it; --demo only fills in for a missing one */
 		o->demo = 0;
 	}
-	if (o->kv_cache_dtype && strcmp(o->kv_cache_dtype, "auto")) {
-		fprintf(stderr, "fp4serve serve: --kv-cache-dtype %s is not supported by this backend (auto only)\n",
-		        o->kv_cache_dtype);
-		return 2;
-	}
 	if (!o->api_key) {
 		const char *e = getenv("FP4SERVE_API_KEY");
 		if (e && *e)
@@ -278,7 +273,8 @@ static int load(struct srv *s, char *demo_dir)
 	struct fp4s_engine_opts eo = {.model = s->o.model, .tokenizer = s->o.tokenizer,
 	                              .backend = s->o.backend, .max_seqs = s->o.max_num_seqs,
 	                              .max_ctx = s->o.max_model_len,
-	                              .max_batch_tokens = s->o.max_batch_tokens};
+	                              .max_batch_tokens = s->o.max_batch_tokens,
+	                              .kv_cache_dtype = s->o.kv_cache_dtype};
 	const double t0 = srv_now();
 	if (fp4s_engine_open(&eo, &s->eng, &err)) {
 		FP4S_ERROR("%s", err.msg);
