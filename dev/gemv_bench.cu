@@ -198,8 +198,8 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (auto &e : ev)
 		CK(cudaEventCreate(&e));
 	int next = 0;
-	auto iteration = [&](int m, int ksplit, int tile, int pf, int rpg) {
-		struct fp4s_gemv_tune tune = {ksplit, tile, 0, pf, rpg};
+	auto iteration = [&](int m, int ksplit, int tile, int pf, int rpg, int st) {
+		struct fp4s_gemv_tune tune = {ksplit, tile, 0, pf, rpg, st};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
@@ -210,17 +210,18 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		}
 	};
 	/* returns the iso median (and fills st, b2b) */
-	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0, int pf = 0, int rpg = 0) {
+	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0, int pf = 0, int rpg = 0,
+	                   int stg = 0) {
 		for (int i = 0; i < 5; i++)
-			iteration(m, ksplit, tile, pf, rpg);
+			iteration(m, ksplit, tile, pf, rpg, stg);
 		for (int i = 0; i < 60; i++) {
 			CK(cudaEventRecord(ev[2 * i]));
-			iteration(m, ksplit, tile, pf, rpg);
+			iteration(m, ksplit, tile, pf, rpg, stg);
 			CK(cudaEventRecord(ev[2 * i + 1]));
 		}
 		CK(cudaEventRecord(ev[120]));
 		for (int i = 0; i < 50; i++)
-			iteration(m, ksplit, tile, pf, rpg);
+			iteration(m, ksplit, tile, pf, rpg, stg);
 		CK(cudaEventRecord(ev[121]));
 		CK(cudaEventSynchronize(ev[121]));
 		std::vector<float> t;
@@ -238,30 +239,31 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	char shp[64];
 	snprintf(shp, sizeof shp, "%lldx%lld%s", (long long)rows, (long long)k, sh.nmat > 1 ? "x4" : "");
 	if (sweep) {
-		printf("sweep %-14s %-6s b2b TB/s M/rows-per-group/ksplit(0=auto):", shp, fmtname(fmt));
-		const int sw[][3] = {{1, 4, 0}, {1, 4, 1}, {1, 4, 2}, {1, 2, 0}, {1, 2, 1}, {1, 2, 2},
-		                     {4, 4, 0}, {4, 2, 0}, {16, 4, 0}, {16, 2, 0}};
+		printf("sweep %-14s %-6s b2b TB/s M/rows/stages(1=registers):", shp, fmtname(fmt));
+		const int sw[][3] = {{1, 4, 2}, {1, 4, 4}, {1, 8, 1}, {1, 8, 2}, {1, 8, 3}, {1, 8, 4},
+		                     {1, 2, 3}, {4, 2, 3}, {16, 2, 3}};
 		for (auto &q : sw) {
 			stats st;
 			float b2b;
-			time_it(q[0], q[2], &st, &b2b, 0, 0, q[1]);
+			time_it(q[0], 0, &st, &b2b, 0, 0, q[1], q[2]);
 			printf(" %d/%d/%d:%.2f", q[0], q[1], q[2], tbs(b2b));
 		}
 		printf("\n");
 	}
+	/* the register-prefetch kernel (stages 1) and the cp.async ring (4 rows, 3 stages) */
 	for (int m : ms) {
-		stats st;
-		float b2b;
-		time_it(m, 0, &st, &b2b);
+		stats st, st2;
+		float b2b, b2b2;
+		time_it(m, 0, &st, &b2b, 0, 0, 4, 1);
+		time_it(m, 0, &st2, &b2b2, 0, 0, 4, 3);
 		result r;
 		snprintf(r.line, sizeof r.line,
-		         "%-16s %-6s %3d %8.1f %8.1f %8.1f %7.2f %6.1f%% %8.1f %7.2f %6.1f%%%s", shp,
-		         fmtname(fmt), m, st.median * 1e3, st.min * 1e3, st.max * 1e3,
-		         tbs(st.median), 100 * tbs(st.median) * 1e3 / ceiling, b2b * 1e3, tbs(b2b),
-		         100 * tbs(b2b) * 1e3 / ceiling,
+		         "%-16s %-6s %3d | %7.1f %7.1f %5.2f %5.1f%% | %7.1f %7.1f %5.2f %5.1f%%%s", shp,
+		         fmtname(fmt), m, st.median * 1e3, b2b * 1e3, tbs(b2b), 100 * tbs(b2b) * 1e3 / ceiling,
+		         st2.median * 1e3, b2b2 * 1e3, tbs(b2b2), 100 * tbs(b2b2) * 1e3 / ceiling,
 		         iter_b * (size_t)nmats / (size_t)sh.nmat < 3 * (size_t)p.l2CacheSize ? " (L2!)" : "");
 		out.push_back(r);
-		fprintf(stderr, "%s\n", r.line);
+		fprintf(stderr, "%s  [iso TB/s %.2f / %.2f]\n", r.line, tbs(st.median), tbs(st2.median));
 	}
 	for (auto &e : ev)
 		CK(cudaEventDestroy(e));
@@ -313,8 +315,10 @@ int main(int argc, char **argv)
 			if (sh.formats & (1 << f))
 				run(sh, (enum fp4s_wformat)f, p, ceiling, !quick && f != FP4S_WF_BF16, out, &failed);
 	}
-	printf("\n%-16s %-6s %3s %8s %8s %8s %7s %7s %8s %7s %7s\n", "rows x K", "format", "M", "iso us",
-	       "min us", "max us", "TB/s", "% copy", "b2b us", "TB/s", "% copy");
+	printf("\n%-16s %-6s %3s | %-32s | %-32s\n", "", "", "", "registers (rows 4, stages 1)",
+	       "cp.async (rows 4, stages 3)");
+	printf("%-16s %-6s %3s | %7s %7s %5s %6s | %7s %7s %5s %6s\n", "rows x K", "format", "M",
+	       "iso us", "b2b us", "TB/s", "%copy", "iso us", "b2b us", "TB/s", "%copy");
 	for (auto &r : out)
 		printf("%s\n", r.line);
 	if (failed)

@@ -47,6 +47,7 @@ struct gcase {
 	int tile;     /* tokens per pass, 0 = default */
 	int prefetch; /* L2 prefetch distance, 0 = default, < 0 = none */
 	int rpg;      /* rows per group, 0 = default */
+	int stages;   /* cp.async stages, 0 = default, 1 = register path */
 };
 
 /* Host weights in the format, plus device copies. */
@@ -115,9 +116,9 @@ static int make_weights(const struct gcase *c, struct hw *h)
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d,rpg=%d%s%s)",
+	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d,rpg=%d,st=%d%s%s)",
 	         fmtname(c->fmt), (long long)c->rows, (long long)c->k, c->m,
-	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->rpg, c->generic ? ",generic" : "",
+	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->rpg, c->stages, c->generic ? ",generic" : "",
 	         c->x_off ? ",misaligned-x" : "");
 	if (filter && !strstr(name, filter))
 		return 0;
@@ -164,7 +165,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(dy, ygpu, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
 
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch, c->rpg};
+	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch, c->rpg, c->stages};
 	int rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
 	if (!rc)
 		CK(cudaDeviceSynchronize());
@@ -246,6 +247,22 @@ int main(int argc, char **argv)
 			struct gcase c2 = {fmts[f], 333, 14336, m, 0, 0, 0, 0, 0, 0, 2};
 			run_case(&c2, filter);
 		}
+	/* both kernels (register path st=1, cp.async ring st=2..4), rows per group 2/4/8, with row
+	 * counts whose scale arrays are and are not whole 4-byte words (the latter fall back) */
+	{
+		const int64_t sh2[][2] = {{4096, 4096}, {333, 14336}, {5760, 2880}, {77, 2880}, {2, 64}};
+		for (size_t f = 0; f < 5; f++)
+			for (size_t si = 0; si < 5; si++)
+				for (int st = 1; st <= 4; st++)
+					for (int rpg = 2; rpg <= 8; rpg *= 2) {
+						const int m = (st + rpg) % 3 == 0 ? 3 : (rpg == 8 ? 1 : 2);
+						if (f >= 3 && si < 2)
+							continue;
+						struct gcase c = {fmts[f], sh2[si][0], sh2[si][1], m, (int)(si & 1),
+						                  st == 4 ? 2 : 0, 0, 0, 0, 0, rpg, st};
+						run_case(&c, filter);
+					}
+	}
 	/* M > 16: 16-token tiles */
 	for (size_t f = 0; f < 3; f++) {
 		struct gcase c = {fmts[f], 300, 4096, 17, 1, 0, 0, 0};
@@ -299,9 +316,9 @@ int main(int argc, char **argv)
 		CHECK(fp4s_cuda_matmul(&w, d, 1, d + 512, 0, &err) == FP4S_EUNSUPPORTED);
 		w.fmt = FP4S_WF_BF16;
 		CHECK(fp4s_cuda_matmul(&w, d, 0, d + 512, 0, &err) == FP4S_OK);
-		struct fp4s_gemv_tune bad = {9, 0, 0, 0, 0};
+		struct fp4s_gemv_tune bad = {9, 0, 0, 0, 0, 0};
 		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad, 0, &err) == FP4S_EINVAL);
-		struct fp4s_gemv_tune bad_tile = {0, 17, 0, 0, 0};
+		struct fp4s_gemv_tune bad_tile = {0, 17, 0, 0, 0, 0};
 		CHECK(fp4s_cuda_matmul_ex(&w, d, 1, d + 512, &bad_tile, 0, &err) == FP4S_EINVAL);
 		bad_tile.max_tile = 0;
 		bad_tile.rows = 3;

@@ -34,7 +34,8 @@ struct fp4s_gemv_tune {
 	int max_tile; /* most tokens per pass over the weights, 1..16 (more passes re-read W) */
 	int generic;  /* 1: the slow generic kernel (the test uses it as a second opinion) */
 	int prefetch; /* L2 prefetch distance in 32-lane chunk rounds; < 0 = none */
-	int rows;     /* rows per warp group for M <= 4: 2 or 4 */
+	int rows;     /* rows per warp group for M <= 4: 2 or 4 (8: M = 1 only) */
+	int stages;   /* >= 2: weights staged through shared memory by cp.async, this deep; 1 = not */
 };
 
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,

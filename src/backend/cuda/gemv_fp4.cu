@@ -185,6 +185,152 @@ static __device__ __forceinline__ void load_chunk(const uint8_t *const wp[R], co
 	}
 }
 
+/* One 16-byte chunk of R rows (codes cur, scale bytes cs) against x: acc[r][t] += ... */
+template <int F, int R, int MT>
+static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const uint32_t cs[R],
+                                                     const float *const xt[MT], int c,
+                                                     float acc[R][MT])
+{
+	constexpr int EPC = gemv_fmt_traits<F>::EPC;
+	if (gemv_fmt_traits<F>::FP4) {
+		float ps[R][MT];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+#pragma unroll
+			for (int t = 0; t < MT; t++)
+				ps[r][t] = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			float d[R][8];
+#pragma unroll
+			for (int r = 0; r < R; r++)
+				e2m1x8_to_f32(word_of(cur[r], j), d[r]);
+#pragma unroll
+			for (int t = 0; t < MT; t++) {
+				const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * 32 + 8 * j);
+				const float4 u = __ldg(xp), v = __ldg(xp + 1);
+#pragma unroll
+				for (int r = 0; r < R; r++) {
+					float p = ps[r][t];
+					p = fmaf(u.x, d[r][0], p);
+					p = fmaf(u.y, d[r][1], p);
+					p = fmaf(u.z, d[r][2], p);
+					p = fmaf(u.w, d[r][3], p);
+					p = fmaf(v.x, d[r][4], p);
+					p = fmaf(v.y, d[r][5], p);
+					p = fmaf(v.z, d[r][6], p);
+					p = fmaf(v.w, d[r][7], p);
+					ps[r][t] = p;
+				}
+			}
+			/* end of a scale block: 16 elements (2 words) NVFP4, 32 (4 words) MXFP4 */
+			if ((F == G_NVFP4 && (j & 1)) || (F == G_MXFP4 && j == 3)) {
+#pragma unroll
+				for (int r = 0; r < R; r++) {
+					float sc;
+					if (F == G_NVFP4) {
+						const float2 s2 = e4m3x2_to_f2(cs[r]);
+						sc = j == 1 ? s2.x : s2.y;
+					} else {
+						/* 2^(e-127): e = 0 is the FP32 subnormal 2^-127, 255 is NaN */
+						const uint32_t e = cs[r];
+						sc = __uint_as_float(e == 255 ? 0x7FC00000u : e ? e << 23 : 0x00400000u);
+					}
+#pragma unroll
+					for (int t = 0; t < MT; t++) {
+						acc[r][t] = fmaf(ps[r][t], sc, acc[r][t]);
+						ps[r][t] = 0.0f;
+					}
+				}
+			}
+		}
+	} else {
+		float d[R][EPC];
+#pragma unroll
+		for (int r = 0; r < R; r++)
+			dense_to_f32<F>(cur[r], d[r]);
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * EPC);
+			float xv[EPC];
+#pragma unroll
+			for (int q = 0; q < EPC / 4; q++) {
+				const float4 u = __ldg(xp + q);
+				xv[4 * q] = u.x;
+				xv[4 * q + 1] = u.y;
+				xv[4 * q + 2] = u.z;
+				xv[4 * q + 3] = u.w;
+			}
+#pragma unroll
+			for (int r = 0; r < R; r++)
+#pragma unroll
+				for (int e = 0; e < EPC; e++)
+					acc[r][t] = fmaf(xv[e], d[r][e], acc[r][t]);
+		}
+	}
+}
+
+/* Reduce: across the warp by shuffles, then across the ksplit warps of the group; store with
+ * the epilogue factors and bias. Every thread of the CTA must call it (barrier inside). */
+template <int F, int R, int MT>
+static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv_args &a, int64_t row0)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int ksplit = a.ksplit;
+	const int ngrp = blockDim.x / (32 * ksplit);
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			float v = acc[r][t];
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+			acc[r][t] = v;
+		}
+	constexpr int NV = R * MT;
+	static_assert(NV <= 32, "one lane per (row, token) result");
+	float mine = 0.0f;
+#pragma unroll
+	for (int r = 0; r < R; r++)
+#pragma unroll
+		for (int t = 0; t < MT; t++)
+			if (lane == r * MT + t)
+				mine = acc[r][t];
+	int out_i = -1;
+	int64_t out_row0 = row0;
+	if (ksplit == 1) {
+		out_i = lane < NV ? lane : -1;
+	} else {
+		__shared__ float red[8][32];
+		if (lane < NV)
+			red[warp][lane] = mine;
+		__syncthreads();
+		const int tid = threadIdx.x;
+		if (tid < ngrp * NV) {
+			const int g = tid / NV;
+			out_i = tid % NV;
+			float s = 0.0f;
+			for (int k = 0; k < ksplit; k++)
+				s += red[g * ksplit + k][out_i];
+			mine = s;
+			out_row0 = ((int64_t)blockIdx.x * ngrp + g) * R;
+		}
+	}
+	if (out_i >= 0) {
+		const int r = out_i / MT, t = out_i % MT;
+		const int64_t row = out_row0 + r;
+		if (row < a.rows && t < a.M) {
+			/* the CPU reference computes dot * post + bias as two roundings; FP4's 2^14 is exact */
+			float v = gemv_fmt_traits<F>::FP4 ? mine * 16384.0f : mine;
+			v = __fmul_rn(v, a.post);
+			if (a.bias)
+				v = __fadd_rn(v, a.bias[row]);
+			a.y[(size_t)t * a.rows + row] = v;
+		}
+	}
+}
+
 template <int F, int R, int MT>
 __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 {
@@ -247,82 +393,7 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 		if (cn < C) /* the next chunk's loads are in flight while this one is computed */
 			load_chunk<F, R>(wp, sp, cn, nx, ns);
 
-		if (gemv_fmt_traits<F>::FP4) {
-			float ps[R][MT];
-#pragma unroll
-			for (int r = 0; r < R; r++)
-#pragma unroll
-				for (int t = 0; t < MT; t++)
-					ps[r][t] = 0.0f;
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				float d[R][8];
-#pragma unroll
-				for (int r = 0; r < R; r++)
-					e2m1x8_to_f32(word_of(cur[r], j), d[r]);
-#pragma unroll
-				for (int t = 0; t < MT; t++) {
-					const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * 32 + 8 * j);
-					const float4 u = __ldg(xp), v = __ldg(xp + 1);
-#pragma unroll
-					for (int r = 0; r < R; r++) {
-						float p = ps[r][t];
-						p = fmaf(u.x, d[r][0], p);
-						p = fmaf(u.y, d[r][1], p);
-						p = fmaf(u.z, d[r][2], p);
-						p = fmaf(u.w, d[r][3], p);
-						p = fmaf(v.x, d[r][4], p);
-						p = fmaf(v.y, d[r][5], p);
-						p = fmaf(v.z, d[r][6], p);
-						p = fmaf(v.w, d[r][7], p);
-						ps[r][t] = p;
-					}
-				}
-				/* end of a scale block: 16 elements (2 words) NVFP4, 32 (4 words) MXFP4 */
-				if ((F == G_NVFP4 && (j & 1)) || (F == G_MXFP4 && j == 3)) {
-#pragma unroll
-					for (int r = 0; r < R; r++) {
-						float sc;
-						if (F == G_NVFP4) {
-							const float2 s2 = e4m3x2_to_f2(cs[r]);
-							sc = j == 1 ? s2.x : s2.y;
-						} else {
-							/* 2^(e-127): e = 0 is the FP32 subnormal 2^-127, 255 is NaN */
-							const uint32_t e = cs[r];
-							sc = __uint_as_float(e == 255 ? 0x7FC00000u : e ? e << 23 : 0x00400000u);
-						}
-#pragma unroll
-						for (int t = 0; t < MT; t++) {
-							acc[r][t] = fmaf(ps[r][t], sc, acc[r][t]);
-							ps[r][t] = 0.0f;
-						}
-					}
-				}
-			}
-		} else {
-			float d[R][EPC];
-#pragma unroll
-			for (int r = 0; r < R; r++)
-				dense_to_f32<F>(cur[r], d[r]);
-#pragma unroll
-			for (int t = 0; t < MT; t++) {
-				const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * EPC);
-				float xv[EPC];
-#pragma unroll
-				for (int q = 0; q < EPC / 4; q++) {
-					const float4 u = __ldg(xp + q);
-					xv[4 * q] = u.x;
-					xv[4 * q + 1] = u.y;
-					xv[4 * q + 2] = u.z;
-					xv[4 * q + 3] = u.w;
-				}
-#pragma unroll
-				for (int r = 0; r < R; r++)
-#pragma unroll
-					for (int e = 0; e < EPC; e++)
-						acc[r][t] = fmaf(xv[e], d[r][e], acc[r][t]);
-			}
-		}
+		compute_chunk<F, R, MT>(cur, cs, xt, c, acc);
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			cur[r] = nx[r];
@@ -331,58 +402,121 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 		c = cn;
 	}
 
-	/* Reduce: across the warp by shuffles, then across the ksplit warps of the group. */
+	reduce_store<F, R, MT>(acc, a, row0);
+}
+
+/* The same work split as gemv_fast, but the weight stream goes through a per-warp ring of ST
+ * shared-memory stages filled by cp.async (LDGSTS), ST-1 chunk rounds ahead. ncu on gemv_fast
+ * (14336x4096 NVFP4, M = 1) showed 5.3 of ~7 cycles between issues stalled on long scoreboard
+ * with 23% of warp slots occupied: the register prefetch was placed after the math by ptxas, so
+ * each round waited on DRAM. Asynchronous copies hold no registers, cannot be sunk, and let the
+ * prefetch depth grow without costing occupancy. Each lane copies and later reads back only its
+ * own bytes, so cp.async.wait_group alone orders them (no barrier). Scales are copied as the
+ * aligned 4-byte word holding the chunk's byte(s) (cp.async moves 4, 8 or 16 bytes), which needs
+ * the scale array's size to be a multiple of 4 (checked by the host). */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+}
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src));
+}
+static __device__ __forceinline__ void cp_async_commit()
+{
+	asm volatile("cp.async.commit_group;");
+}
+template <int N>
+static __device__ __forceinline__ void cp_async_wait()
+{
+	asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+template <int F, int R, int MT, int ST>
+__global__ void __launch_bounds__(256) gemv_async(gemv_args a)
+{
+	constexpr int EPC = gemv_fmt_traits<F>::EPC;
+	constexpr bool FP4 = gemv_fmt_traits<F>::FP4;
+	/* per warp and stage: R rows x 32 lanes x 16 code bytes, then R x 32 scale words */
+	constexpr int STAGE_BYTES = R * 32 * 16 + (FP4 ? R * 32 * 4 : 0);
+	extern __shared__ __align__(16) uint8_t smem[];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int ksplit = a.ksplit;
+	const int grp = warp / ksplit, ks = warp % ksplit;
+	const int ngrp = blockDim.x / (32 * ksplit);
+	const int64_t row0 = ((int64_t)blockIdx.x * ngrp + grp) * R;
+	const int C = a.K / EPC;
+	const size_t rb = F == G_F32 ? (size_t)a.K * 4 : FP4 ? (size_t)a.K / 2 : (size_t)a.K * 2;
+	const size_t sb = F == G_NVFP4 ? (size_t)a.K / 16 : (size_t)a.K / 32;
+	const uint8_t *wp[R];
+	size_t so[R]; /* byte offset of the row's scales */
 #pragma unroll
-	for (int r = 0; r < R; r++)
+	for (int r = 0; r < R; r++) {
+		const int64_t rr = row0 + r < a.rows ? row0 + r : a.rows - 1;
+		wp[r] = a.data + (size_t)rr * rb;
+		so[r] = (size_t)rr * sb;
+	}
+	const float *xt[MT];
 #pragma unroll
-		for (int t = 0; t < MT; t++) {
-			float v = acc[r][t];
+	for (int t = 0; t < MT; t++)
+		xt[t] = a.x + (size_t)(t < a.M ? t : a.M - 1) * a.K;
+	uint8_t *wbuf = smem + (size_t)warp * ST * STAGE_BYTES;
+	const uint32_t wbase = (uint32_t)__cvta_generic_to_shared(wbuf);
+
+	auto issue = [&](int cc, int stage) {
+		if (cc < C) {
+			const uint32_t st = wbase + stage * STAGE_BYTES;
 #pragma unroll
-			for (int o = 16; o > 0; o >>= 1)
-				v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-			acc[r][t] = v;
+			for (int r = 0; r < R; r++) {
+				cp_async16(st + (r * 32 + lane) * 16, wp[r] + (size_t)cc * 16);
+				if (FP4) {
+					const size_t o = so[r] + (F == G_NVFP4 ? (size_t)cc * 2 : (size_t)cc);
+					cp_async4(st + R * 512 + (r * 32 + lane) * 4, a.scales + (o & ~(size_t)3));
+				}
+			}
 		}
-	constexpr int NV = R * MT;
-	static_assert(NV <= 32, "one lane per (row, token) result");
-	float mine = 0.0f;
+		cp_async_commit(); /* empty groups keep the wait count uniform */
+	};
+
+	float acc[R][MT];
 #pragma unroll
 	for (int r = 0; r < R; r++)
 #pragma unroll
 		for (int t = 0; t < MT; t++)
-			if (lane == r * MT + t)
-				mine = acc[r][t];
-	int out_i = -1;
-	int64_t out_row0 = row0;
-	if (ksplit == 1) {
-		out_i = lane < NV ? lane : -1;
-	} else {
-		__shared__ float red[8][32];
-		if (lane < NV)
-			red[warp][lane] = mine;
-		__syncthreads();
-		const int tid = threadIdx.x;
-		if (tid < ngrp * NV) {
-			const int g = tid / NV;
-			out_i = tid % NV;
-			float s = 0.0f;
-			for (int k = 0; k < ksplit; k++)
-				s += red[g * ksplit + k][out_i];
-			mine = s;
-			out_row0 = ((int64_t)blockIdx.x * ngrp + g) * R;
+			acc[r][t] = 0.0f;
+
+	const int step = 32 * ksplit;
+	const int c0 = ks * 32 + lane;
+#pragma unroll
+	for (int i = 0; i < ST - 1; i++)
+		issue(c0 + i * step, i);
+	int stage = 0;
+	for (int c = c0; c < C; c += step) {
+		issue(c + (ST - 1) * step, (stage + ST - 1) % ST);
+		cp_async_wait<ST - 1>();
+		const uint8_t *sbuf = wbuf + stage * STAGE_BYTES;
+		uint4 cur[R];
+		uint32_t cs[R];
+#pragma unroll
+		for (int r = 0; r < R; r++) {
+			cur[r] = *reinterpret_cast<const uint4 *>(sbuf + (r * 32 + lane) * 16);
+			if (FP4) {
+				const uint32_t wv = *reinterpret_cast<const uint32_t *>(sbuf + R * 512 + (r * 32 + lane) * 4);
+				const size_t o = so[r] + (F == G_NVFP4 ? (size_t)c * 2 : (size_t)c);
+				cs[r] = wv >> (8 * (o & 3)); /* low bits: the chunk's scale byte(s) */
+				if (F == G_MXFP4)
+					cs[r] &= 0xFF;
+				else
+					cs[r] &= 0xFFFF;
+			} else {
+				cs[r] = 0;
+			}
 		}
+		compute_chunk<F, R, MT>(cur, cs, xt, c, acc);
+		stage = stage + 1 == ST ? 0 : stage + 1;
 	}
-	if (out_i >= 0) {
-		const int r = out_i / MT, t = out_i % MT;
-		const int64_t row = out_row0 + r;
-		if (row < a.rows && t < a.M) {
-			/* the CPU reference computes dot * post + bias as two roundings; FP4's 2^14 is exact */
-			float v = gemv_fmt_traits<F>::FP4 ? mine * 16384.0f : mine;
-			v = __fmul_rn(v, a.post);
-			if (a.bias)
-				v = __fadd_rn(v, a.bias[row]);
-			a.y[(size_t)t * a.rows + row] = v;
-		}
-	}
+	cp_async_wait<0>();
+	reduce_store<F, R, MT>(acc, a, row0);
 }
 
 /* Any shape, any alignment: one CTA per (row, token), elements decoded one at a time with the
@@ -433,6 +567,9 @@ __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 #ifndef FP4S_GEMV_DEFAULT_PREFETCH
 #define FP4S_GEMV_DEFAULT_PREFETCH 0 /* measured: prefetching lost 5-15% (2026-11-21) */
 #endif
+#ifndef FP4S_GEMV_DEFAULT_STAGES
+#define FP4S_GEMV_DEFAULT_STAGES 0
+#endif
 #ifndef FP4S_GEMV_DEFAULT_ROWS
 #define FP4S_GEMV_DEFAULT_ROWS 4
 #endif
@@ -447,8 +584,21 @@ struct gemv_rows {
 	static constexpr int R = MT <= 4 ? 4 : 2;
 };
 
+template <int F, int R, int MT, int ST>
+static cudaError_t launch_async(gemv_args a, int64_t grid, dim3 block, size_t smem, cudaStream_t s)
+{
+	if (smem > 48 * 1024) {
+		cudaError_t e = cudaFuncSetAttribute(gemv_async<F, R, MT, ST>,
+		                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		if (e != cudaSuccess)
+			return e;
+	}
+	gemv_async<F, R, MT, ST><<<(unsigned)grid, block, smem, s>>>(a);
+	return cudaGetLastError();
+}
+
 template <int F, int MT, int R>
-static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req)
+static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, int stages)
 {
 	const int C = a.K / gemv_fmt_traits<F>::EPC;
 	const int64_t nrg = (a.rows + R - 1) / R;
@@ -470,30 +620,54 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req)
 	const int64_t grid = (nrg + ngrp - 1) / ngrp;
 	if (grid > 0x7FFFFFFF)
 		return cudaErrorInvalidConfiguration;
+	if (stages >= 2) {
+		/* cp.async ring: bytes per warp as in gemv_async */
+		const int stage_bytes = R * 32 * 16 + (gemv_fmt_traits<F>::FP4 ? R * 32 * 4 : 0);
+		const size_t smem = (size_t)(block.x / 32) * (size_t)stages * stage_bytes;
+		cudaError_t e;
+		switch (stages) {
+		case 2:
+			e = launch_async<F, R, MT, 2>(a, grid, block, smem, s);
+			break;
+		case 3:
+			e = launch_async<F, R, MT, 3>(a, grid, block, smem, s);
+			break;
+		default:
+			e = launch_async<F, R, MT, 4>(a, grid, block, smem, s);
+			break;
+		}
+		return e;
+	}
 	gemv_fast<F, R, MT><<<(unsigned)grid, block, 0, s>>>(a);
 	return cudaGetLastError();
 }
 
 template <int F, int MT>
-static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit, int rows)
+static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit, int rows, int stages)
 {
-	if (MT <= 4 && rows == 2)
-		return launch_fast_r<F, MT, 2>(a, s, ksplit);
-	return launch_fast_r<F, MT, gemv_rows<MT>::R>(a, s, ksplit);
+	if constexpr (MT <= 4) {
+		if (rows == 2)
+			return launch_fast_r<F, MT, 2>(a, s, ksplit, stages);
+	}
+	if constexpr (MT == 1) {
+		if (rows == 8)
+			return launch_fast_r<F, MT, 8>(a, s, ksplit, stages);
+	}
+	return launch_fast_r<F, MT, gemv_rows<MT>::R>(a, s, ksplit, stages);
 }
 
 template <int F>
-static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit, int rows)
+static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit, int rows, int stages)
 {
 	if (a.M <= 1)
-		return launch_fast_mt<F, 1>(a, s, ksplit, rows);
+		return launch_fast_mt<F, 1>(a, s, ksplit, rows, stages);
 	if (a.M <= 2)
-		return launch_fast_mt<F, 2>(a, s, ksplit, rows);
+		return launch_fast_mt<F, 2>(a, s, ksplit, rows, stages);
 	if (a.M <= 4)
-		return launch_fast_mt<F, 4>(a, s, ksplit, rows);
+		return launch_fast_mt<F, 4>(a, s, ksplit, rows, stages);
 	if (a.M <= 8)
-		return launch_fast_mt<F, 8>(a, s, ksplit, rows);
-	return launch_fast_mt<F, 16>(a, s, ksplit, rows);
+		return launch_fast_mt<F, 8>(a, s, ksplit, rows, stages);
+	return launch_fast_mt<F, 16>(a, s, ksplit, rows, stages);
 }
 
 /* model.h has no extern "C" block, so its fp4s_wformat_name cannot be called from C++ here. */
@@ -514,6 +688,7 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
 	const int rows = tune && tune->rows ? tune->rows : FP4S_GEMV_DEFAULT_ROWS;
+	int stages = tune && tune->stages ? tune->stages : FP4S_GEMV_DEFAULT_STAGES;
 	const int pfdist = tune && tune->prefetch ? (tune->prefetch < 0 ? 0 : tune->prefetch)
 	                                          : FP4S_GEMV_DEFAULT_PREFETCH;
 	/* FP4 passes of 4 tokens: at M = 16 four M = 4 passes beat one 16-token pass 1.6x (x no longer
@@ -527,8 +702,10 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 		                      (long long)w->rows, (long long)w->cols, (int)M);
 	if (ksplit < 0 || ksplit > 8)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: ksplit %d not in 0..8", ksplit);
-	if (rows != 2 && rows != 4)
-		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: rows per group %d is not 2 or 4", rows);
+	if (rows != 2 && rows != 4 && rows != 8)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: rows per group %d is not 2, 4 or 8", rows);
+	if (stages < 0 || stages > 4)
+		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: %d stages not in 0..4", stages);
 	if (tile < 1 || tile > 16)
 		return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: token tile %d not in 1..16", tile);
 	int fmt;
@@ -551,6 +728,11 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	if (M == 0)
 		return FP4S_OK;
 	const int epc = fmt <= G_MXFP4 ? 32 : fmt == G_F32 ? 4 : 8;
+	const int fp4 = fmt == G_NVFP4 || fmt == G_MXFP4;
+	/* the cp.async path copies scale words: the scale array must be whole 4-byte words */
+	if (stages >= 2 && fp4 &&
+	    (!is_aligned(w->scales, 4) || (w->rows * (K / (fmt == G_NVFP4 ? 16 : 32))) % 4))
+		stages = 1;
 	const int fast = !generic && K % epc == 0 && is_aligned(w->data, 16) && is_aligned(x, 16) &&
 	                 (fmt != G_NVFP4 || is_aligned(w->scales, 2));
 	gemv_args a;
@@ -574,11 +756,11 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 			e = cudaGetLastError();
 		} else {
 			switch (fmt) {
-			case G_NVFP4: e = launch_fast<G_NVFP4>(a, s, ksplit, rows); break;
-			case G_MXFP4: e = launch_fast<G_MXFP4>(a, s, ksplit, rows); break;
-			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit, rows); break;
-			case G_F16: e = launch_fast<G_F16>(a, s, ksplit, rows); break;
-			default: e = launch_fast<G_F32>(a, s, ksplit, rows); break;
+			case G_NVFP4: e = launch_fast<G_NVFP4>(a, s, ksplit, rows, stages); break;
+			case G_MXFP4: e = launch_fast<G_MXFP4>(a, s, ksplit, rows, stages); break;
+			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit, rows, stages); break;
+			case G_F16: e = launch_fast<G_F16>(a, s, ksplit, rows, stages); break;
+			default: e = launch_fast<G_F32>(a, s, ksplit, rows, stages); break;
 			}
 		}
 		FP4S_CUDA_TRY(err, e);
