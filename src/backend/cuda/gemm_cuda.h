@@ -1,0 +1,54 @@
+/* gemm_cuda.h: prefill matmul on the GPU, y[M, rows] = x[M, K] . W^T * ws2 (+ bias), for M >= 16
+ * tokens, on tensor cores (W4A16: weights decoded to BF16 in shared memory, BF16 MMA, FP32 sums).
+ *
+ * W is a struct fp4s_mat (backend/cpu/cpu_ops.h) with device pointers in the checkpoint layout:
+ * NVFP4 packed E2M1 [rows, K/2] + E4M3 [rows, K/16] + ws2; MXFP4 packed E2M1 + E8M0 [rows, K/32];
+ * BF16 [rows, K] (through cuBLAS). x [M, K] and y [M, rows] are FP32 device arrays that must not
+ * overlap; bias is a device float[rows] or NULL.
+ *
+ * Numerics: the FP4 x scale products are exact in BF16 (formats.md §3.4), so the weights lose
+ * nothing; the activations are rounded FP32 -> BF16 (RNE) once, which is the W4A16 contract and
+ * the only difference from the FP32 CPU reference fp4s_cpu_matmul besides summation order: expect
+ * a relative L2 error of ~2e-3 against it (tests allow 5e-3).
+ *
+ * Shapes: K must be a multiple of 32 (NVFP4 too: the kernel takes 32 codes per load); anything
+ * else is FP4S_EUNSUPPORTED and the caller should use fp4s_cuda_matmul (gemv_cuda.h). Any M >= 0,
+ * any rows. x must be 4-byte aligned (a 16-byte aligned x takes the vector conversion path). */
+#ifndef FP4S_GEMM_CUDA_H
+#define FP4S_GEMM_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Enqueues the matmul on stream s. The BF16 copy of x lives in stream-ordered scratch
+ * (cudaMallocAsync/cudaFreeAsync on s); pass your own through fp4s_cuda_gemm_ex to avoid that. */
+int fp4s_cuda_gemm(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
+                   struct fp4s_error *err);
+
+/* Bytes of scratch fp4s_cuda_gemm_ex needs for M tokens of width K (the BF16 activations). */
+size_t fp4s_cuda_gemm_workspace_bytes(int32_t M, int64_t K);
+
+/* Tuning and test knobs; zeros mean automatic. */
+struct fp4s_gemm_tune {
+	int bm; /* token rows per block tile: 64 or 128 */
+};
+
+/* As fp4s_cuda_gemm; ws (16-byte aligned, >= fp4s_cuda_gemm_workspace_bytes) may be NULL, and
+ * tune may be NULL. */
+int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, void *ws,
+                      size_t ws_bytes, const struct fp4s_gemm_tune *tune, cudaStream_t s,
+                      struct fp4s_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,425 @@
+/* gemm_fp4.cu: W4A16 tensor-core GEMM for prefill (M >= 16 tokens) on GPUs without FP4 MMA
+ * (Hopper, Ampere): y[M, N] = x[M, K] . W[N, K]^T * ws2 + bias.
+ *
+ * Two launches:
+ *  1. x FP32 -> BF16 (RNE) into scratch, once, so that the GEMM's activation tiles are plain
+ *     16-byte cp.async copies and each activation byte crossing L2 is half as many as in FP32.
+ *  2. The GEMM. Block tile BM tokens x 128 weight rows x 64 K, 256 threads = 8 warps laid 2 (M) x
+ *     4 (N); a warp owns BM/2 x 32 outputs in FP32 registers and issues mma.sync m16n8k16 BF16.
+ *     Per K step each thread loads 16 bytes of packed E2M1 (32 codes of one weight row) plus
+ *     their scale byte(s) into registers one step ahead, and after the MMAs of the current step
+ *     decodes them to BF16 (a 256-entry shared table maps a byte = 2 codes to a BF16 pair; one
+ *     BF16x2 multiply applies the block scale, exact by formats.md §3.4) into the other shared
+ *     stage. Activation tiles arrive by cp.async into the same double buffer. Both shared tiles
+ *     are [rows][64] BF16 (128-byte rows) with the 16-byte chunk index XORed by (row & 7), so the
+ *     ldmatrix reads (8 rows, same chunk) and the decode stores hit 8 distinct bank groups.
+ *     The per-tensor FP32 ws2 and the bias are applied to the FP32 sums in the epilogue.
+ * BF16 weights (lm_head, gpt-oss attention) go to cuBLAS after the same conversion of x. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm_cuda.h"
+
+namespace {
+
+constexpr int BN = 128;     /* weight rows per block */
+constexpr int BK = 64;      /* K per pipeline step: 128-byte BF16 rows in shared memory */
+constexpr int THREADS = 256;
+constexpr int FMT_NV = 0, FMT_MX = 1;
+
+template <int BM>
+struct tile_cfg {
+	static constexpr int A_BYTES = BM * BK * 2;
+	static constexpr int W_BYTES = BN * BK * 2;
+	static constexpr int STAGE = A_BYTES + W_BYTES;
+	static constexpr int LUT_OFF = 2 * STAGE;
+	static constexpr int SMEM = 2 * STAGE + 256 * 4;
+	static constexpr int WM = BM / 2; /* tokens per warp */
+	static constexpr int MT = WM / 16; /* m16 tiles per warp */
+};
+
+/* Byte offset of 16-byte chunk c (0..7) of row r in a [rows][64] BF16 tile, XOR-swizzled. */
+__device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+	/* src_bytes = 0 zero-fills the chunk (rows past M, K past the end) without reading src */
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+	             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+	             : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+	             "{%8,%9}, {%0,%1,%2,%3};\n"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* BF16 bit patterns of the 16 E2M1 codes (bit 3 = sign); code 8 is -0. */
+__device__ __forceinline__ uint32_t e2m1_bf16_bits(uint32_t c)
+{
+	/* magnitude eem: 0 -> 0, 1 -> 0.5 (0x3F00), else 2^(ee-1) x 1.m: exponent field ee + 126 */
+	const uint32_t m = c & 7;
+	const uint32_t v = m == 0 ? 0u : m == 1 ? 0x3F00u : (((m >> 1) + 126u) << 7) | ((m & 1) << 6);
+	return v | ((c & 8) << 12);
+}
+
+/* A block scale as a BF16 pair (both halves equal). E4M3 and E8M0 values are exact in BF16. */
+template <int FMT>
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t s)
+{
+	uint32_t b;
+	if (FMT == FMT_NV) {
+		__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)s, __NV_E4M3);
+		__nv_bfloat16 v = __float2bfloat16_rn(__half2float(__half(h)));
+		b = *reinterpret_cast<uint16_t *>(&v);
+	} else {
+		/* 2^(e-127): the exponent field itself; e = 0 is the subnormal 2^-127 */
+		b = s ? (s & 0xFF) << 7 : 0x0040;
+	}
+	return b | (b << 16);
+}
+
+/* Decodes one thread's 32 codes (one weight row, 32 consecutive k) into 4 swizzled chunks. */
+template <int FMT>
+__device__ __forceinline__ void store_w(uint8_t *sw, const uint32_t *lut, int r, int half, uint4 q, uint32_t s)
+{
+	uint32_t sc[2];
+	if (FMT == FMT_NV) {
+		sc[0] = scale_bf16x2<FMT>(s & 0xFF); /* codes 0..15 */
+		sc[1] = scale_bf16x2<FMT>(s >> 8);   /* codes 16..31 */
+	} else {
+		sc[0] = sc[1] = scale_bf16x2<FMT>(s);
+	}
+	const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const __nv_bfloat162 s2 = *reinterpret_cast<const __nv_bfloat162 *>(&sc[j >> 1]);
+		uint32_t o[4];
+#pragma unroll
+		for (int b = 0; b < 4; b++) {
+			uint32_t pair = lut[(words[j] >> (8 * b)) & 0xFF];
+			__nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&pair), s2);
+			o[b] = *reinterpret_cast<uint32_t *>(&v);
+		}
+		*reinterpret_cast<uint4 *>(sw + swz(r, half * 4 + j)) = make_uint4(o[0], o[1], o[2], o[3]);
+	}
+}
+
+template <int BM, int FMT>
+__global__ void __launch_bounds__(THREADS, 2)
+gemm_w4a16_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__restrict__ wq,
+                  const uint8_t *__restrict__ wsc, float ws2, const float *__restrict__ bias,
+                  float *__restrict__ y, int M, int N, int K, int y_vec2)
+{
+	using C = tile_cfg<BM>;
+	extern __shared__ __align__(128) uint8_t smem[];
+	uint32_t *lut = reinterpret_cast<uint32_t *>(smem + C::LUT_OFF);
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int wm = warp >> 2, wn = warp & 3;
+	const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+	const int nk = (K + BK - 1) / BK;
+
+	/* byte b -> BF16 pair {code(b & 15), code(b >> 4)}: the low nibble is element 2i (§4.7),
+	 * which lands in the low half, i.e. the lower address, as the MMA expects */
+	lut[tid] = e2m1_bf16_bits(tid & 15) | (e2m1_bf16_bits(tid >> 4) << 16);
+
+	/* weight loader role: one row, one half (32 codes) of the 64-wide K step */
+	const int wr = tid >> 1, wh = tid & 1;
+	const bool wrow_ok = n0 + wr < N;
+	const uint8_t *wq_row = wq + (size_t)(wrow_ok ? n0 + wr : 0) * (size_t)(K / 2) + wh * 16;
+	const uint8_t *ws_row = FMT == FMT_NV ? wsc + (size_t)(wrow_ok ? n0 + wr : 0) * (size_t)(K / 16) + wh * 2
+	                                      : wsc + (size_t)(wrow_ok ? n0 + wr : 0) * (size_t)(K / 32) + wh;
+	uint4 wreg = make_uint4(0, 0, 0, 0);
+	uint32_t sreg = 0;
+	auto load_w = [&](int kt) {
+		if (wrow_ok && kt * BK + wh * 32 < K) {
+			wreg = __ldg(reinterpret_cast<const uint4 *>(wq_row + (size_t)kt * 32));
+			sreg = FMT == FMT_NV ? (uint32_t)__ldg(reinterpret_cast<const uint16_t *>(ws_row + (size_t)kt * 4))
+			                     : (uint32_t)__ldg(ws_row + (size_t)kt * 2);
+		} else {
+			wreg = make_uint4(0, 0, 0, 0); /* zero codes decode to zeros whatever the scale */
+			sreg = 0;
+		}
+	};
+	/* activation tile: BM rows x 8 chunks of 16 bytes, BM / 32 chunks per thread */
+	auto load_a = [&](int stage, int kt) {
+		uint8_t *sa = smem + stage * C::STAGE;
+#pragma unroll
+		for (int i = 0; i < BM / 32; i++) {
+			const int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
+			const int k = kt * BK + ch * 8;
+			const bool ok = m0 + r < M && k < K;
+			const __nv_bfloat16 *src = ok ? xb + (size_t)(m0 + r) * K + k : xb;
+			cp_async16(smem_u32(sa + swz(r, ch)), src, ok ? 16 : 0);
+		}
+		cp_async_commit();
+	};
+
+	float acc[C::MT][4][4];
+#pragma unroll
+	for (int i = 0; i < C::MT; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[i][j][e] = 0.0f;
+
+	load_a(0, 0);
+	load_w(0);
+	__syncthreads(); /* the table */
+	store_w<FMT>(smem + C::A_BYTES, lut, wr, wh, wreg, sreg);
+	cp_async_wait_all();
+	__syncthreads();
+
+	for (int kt = 0; kt < nk; kt++) {
+		const int cur = kt & 1;
+		const bool more = kt + 1 < nk;
+		if (more) {
+			/* issued before the MMAs so their latency hides behind this step's math */
+			load_a(cur ^ 1, kt + 1);
+			load_w(kt + 1);
+		}
+		const uint8_t *sa = smem + cur * C::STAGE;
+		const uint8_t *sw = sa + C::A_BYTES;
+#pragma unroll
+		for (int kk = 0; kk < BK / 16; kk++) {
+			uint32_t a[C::MT][4], b[4][2];
+#pragma unroll
+			for (int mt = 0; mt < C::MT; mt++) {
+				/* lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: rows 0-15 at k 8-15 */
+				const int r = wm * C::WM + mt * 16 + (lane & 15);
+				ldmatrix_x4(smem_u32(sa + swz(r, kk * 2 + (lane >> 4))), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+			}
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				/* matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15):
+				 * W rows are K-contiguous, which is the col-major B fragment as it stands */
+				const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+				ldmatrix_x4(smem_u32(sw + swz(r, kk * 2 + ((lane >> 3) & 1))), b[2 * np][0], b[2 * np][1],
+				            b[2 * np + 1][0], b[2 * np + 1][1]);
+			}
+#pragma unroll
+			for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+				for (int nt = 0; nt < 4; nt++)
+					mma_bf16(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+		}
+		if (more) {
+			store_w<FMT>(smem + (cur ^ 1) * C::STAGE + C::A_BYTES, lut, wr, wh, wreg, sreg);
+			cp_async_wait_all();
+		}
+		__syncthreads();
+	}
+
+	/* epilogue: c0,c1 at token lane/4, rows 2*(lane%4)+{0,1}; c2,c3 at token + 8 */
+#pragma unroll
+	for (int nt = 0; nt < 4; nt++) {
+		const int n = n0 + wn * 32 + nt * 8 + (lane & 3) * 2;
+		const float b0 = bias && n < N ? bias[n] : 0.0f;
+		const float b1 = bias && n + 1 < N ? bias[n + 1] : 0.0f;
+#pragma unroll
+		for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int t = m0 + wm * C::WM + mt * 16 + (lane >> 2) + h * 8;
+				if (t >= M)
+					continue;
+				float *yr = y + (size_t)t * N;
+				const float v0 = acc[mt][nt][2 * h] * ws2 + b0, v1 = acc[mt][nt][2 * h + 1] * ws2 + b1;
+				if (y_vec2 && n + 1 < N) {
+					*reinterpret_cast<float2 *>(yr + n) = make_float2(v0, v1);
+				} else {
+					if (n < N)
+						yr[n] = v0;
+					if (n + 1 < N)
+						yr[n + 1] = v1;
+				}
+			}
+	}
+}
+
+/* x FP32 -> BF16 (RNE), 8 elements per thread; vector loads when x is 16-byte aligned. */
+__global__ void f32_to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ out, size_t n, int vec)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i * 8 < n; i += stride) {
+		float v[8];
+		if (vec) {
+			const float4 p = reinterpret_cast<const float4 *>(x)[2 * i];
+			const float4 q = reinterpret_cast<const float4 *>(x)[2 * i + 1];
+			v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+		} else {
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				v[j] = x[i * 8 + j];
+		}
+		uint32_t o[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			__nv_bfloat162 b = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+			o[j] = *reinterpret_cast<uint32_t *>(&b);
+		}
+		reinterpret_cast<uint4 *>(out)[i] = make_uint4(o[0], o[1], o[2], o[3]);
+	}
+}
+
+__global__ void add_bias_kernel(float *__restrict__ y, const float *__restrict__ bias, size_t n, int rows)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		y[i] += bias[i % (size_t)rows];
+}
+
+template <int BM, int FMT>
+int launch_gemm(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float *y, cudaStream_t s,
+                struct fp4s_error *err)
+{
+	using C = tile_cfg<BM>;
+	/* > 48 KB of dynamic shared memory needs the opt-in; cheap, so done on every call rather
+	 * than cached (a static flag would be per-device state we do not track) */
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_w4a16_kernel<BM, FMT>,
+	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, BN), (unsigned)FP4S_CEIL_DIV(M, BM));
+	gemm_w4a16_kernel<BM, FMT><<<grid, THREADS, C::SMEM, s>>>(
+		xb, (const uint8_t *)w->data, w->scales, FMT == FMT_NV ? w->ws2 : 1.0f, w->bias, y, M,
+		(int)w->rows, (int)w->cols, w->rows % 2 == 0 && (uintptr_t)y % 8 == 0);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+/* One cuBLAS handle per host thread: handles are not safe to share across threads that set
+ * different streams. Created on first use, kept for the thread's life. */
+int cublas_handle(cublasHandle_t *h, struct fp4s_error *err)
+{
+	static thread_local cublasHandle_t handle = nullptr;
+	if (!handle) {
+		const cublasStatus_t st = cublasCreate(&handle);
+		if (st != CUBLAS_STATUS_SUCCESS) {
+			handle = nullptr;
+			return fp4s_error_set(err, FP4S_ECUDA, "cublasCreate failed: %s", cublasGetStatusString(st));
+		}
+	}
+	*h = handle;
+	return FP4S_OK;
+}
+
+int gemm_bf16_cublas(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float *y, cudaStream_t s,
+                     struct fp4s_error *err)
+{
+	cublasHandle_t h = nullptr;
+	int rc = cublas_handle(&h, err);
+	if (rc)
+		return rc;
+	/* column-major view: y^T [rows, M] = W [rows, K] (row-major = K x rows col-major, transposed)
+	 * times x^T [K, M] (row-major x = K x M col-major) */
+	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t st = cublasSetStream(h, s);
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, M, (int)w->cols, &one, w->data,
+		                  CUDA_R_16BF, (int)w->cols, xb, CUDA_R_16BF, (int)w->cols, &zero, y, CUDA_R_32F,
+		                  (int)w->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return fp4s_error_set(err, FP4S_ECUDA, "cublasGemmEx (BF16, %lld x %lld, M = %d) failed: %s",
+		                      (long long)w->rows, (long long)w->cols, M, cublasGetStatusString(st));
+	if (w->bias) {
+		const size_t n = (size_t)M * (size_t)w->rows;
+		add_bias_kernel<<<(unsigned)(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096), 256, 0, s>>>(y, w->bias, n,
+		                                                                                  (int)w->rows);
+		FP4S_CUDA_TRY(err, cudaGetLastError());
+	}
+	return FP4S_OK;
+}
+
+} // namespace
+
+extern "C" size_t fp4s_cuda_gemm_workspace_bytes(int32_t M, int64_t K)
+{
+	return M > 0 && K > 0 ? (size_t)M * (size_t)K * 2 : 0;
+}
+
+extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, void *ws,
+                                 size_t ws_bytes, const struct fp4s_gemm_tune *tune, cudaStream_t s,
+                                 struct fp4s_error *err)
+{
+	if (!w || M < 0 || w->rows <= 0 || w->cols <= 0 || w->rows > INT32_MAX || w->cols > INT32_MAX)
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: bad shape [%lld, %lld] x %d tokens",
+		                      w ? (long long)w->rows : 0LL, w ? (long long)w->cols : 0LL, (int)M);
+	if (w->fmt != FP4S_WF_NVFP4 && w->fmt != FP4S_WF_MXFP4 && w->fmt != FP4S_WF_BF16)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "gemm: weight format %d (NVFP4, MXFP4, BF16 only)",
+		                      (int)w->fmt);
+	if (w->cols % 32)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "gemm: K = %lld is not a multiple of 32",
+		                      (long long)w->cols);
+	if (!w->data || (w->fmt != FP4S_WF_BF16 && !w->scales) || (M > 0 && (!x || !y)))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: missing weight data, scales, x or y");
+	if ((uintptr_t)x % 4 || (uintptr_t)w->data % 16 || (w->fmt == FP4S_WF_NVFP4 && (uintptr_t)w->scales % 2))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: x, data or scales misaligned");
+	if (tune && tune->bm != 0 && tune->bm != 64 && tune->bm != 128)
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64 or 128)", tune->bm);
+	if (M == 0)
+		return FP4S_OK;
+	const size_t need = fp4s_cuda_gemm_workspace_bytes(M, w->cols);
+	if (ws && (ws_bytes < need || (uintptr_t)ws % 16))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: workspace of %zu bytes (need %zu, 16-aligned)",
+		                      ws_bytes, need);
+	__nv_bfloat16 *xb = (__nv_bfloat16 *)ws;
+	if (!xb)
+		FP4S_CUDA_TRY(err, cudaMallocAsync((void **)&xb, need, s));
+
+	int rc = FP4S_OK;
+	{
+		const size_t n = (size_t)M * (size_t)w->cols, groups = n / 8;
+		const unsigned blocks = (unsigned)(groups / 256 + 1 < 8192 ? groups / 256 + 1 : 8192);
+		f32_to_bf16_kernel<<<blocks, 256, 0, s>>>(x, xb, n, (uintptr_t)x % 16 == 0);
+		const cudaError_t e = cudaGetLastError();
+		if (e != cudaSuccess)
+			rc = fp4s_error_set(err, FP4S_ECUDA, "f32_to_bf16_kernel launch failed: %s", cudaGetErrorString(e));
+	}
+	if (!rc) {
+		int bm = tune && tune->bm ? tune->bm : 0;
+		if (!bm) {
+			/* 128-token tiles halve the activation re-reads but need enough blocks to fill the
+			 * GPU twice over (two blocks per SM); otherwise 64-token tiles */
+			int dev = 0, sms = 132;
+			if (cudaGetDevice(&dev) == cudaSuccess)
+				cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+			const long long blocks128 = FP4S_CEIL_DIV((long long)M, 128) * FP4S_CEIL_DIV(w->rows, BN);
+			bm = blocks128 >= 2LL * sms ? 128 : 64;
+		}
+		if (w->fmt == FP4S_WF_BF16)
+			rc = gemm_bf16_cublas(w, xb, M, y, s, err);
+		else if (w->fmt == FP4S_WF_NVFP4)
+			rc = bm == 128 ? launch_gemm<128, FMT_NV>(w, xb, M, y, s, err)
+			               : launch_gemm<64, FMT_NV>(w, xb, M, y, s, err);
+		else
+			rc = bm == 128 ? launch_gemm<128, FMT_MX>(w, xb, M, y, s, err)
+			               : launch_gemm<64, FMT_MX>(w, xb, M, y, s, err);
+	}
+	if (!ws) {
+		const cudaError_t e = cudaFreeAsync(xb, s);
+		if (e != cudaSuccess && !rc)
+			rc = fp4s_error_set(err, FP4S_ECUDA, "cudaFreeAsync failed: %s", cudaGetErrorString(e));
+	}
+	return rc;
+}
+
+extern "C" int fp4s_cuda_gemm(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
+                              struct fp4s_error *err)
+{
+	return fp4s_cuda_gemm_ex(w, x, M, y, NULL, 0, NULL, s, err);
+}
