@@ -70,7 +70,8 @@ struct srv_job {
 	struct srv_job *next;   /* in srv->in / the scheduler's lists */
 	int64_t ids[SRV_MAX_N];
 	int32_t live;           /* sequences submitted and not yet finished */
-	double t_last[SRV_MAX_N];
+	double t_last[SRV_MAX_N], t_first[SRV_MAX_N];
+	double t_submit;        /* entered the engine */
 	int cancel_sent;
 	/* shared, under mu */
 	pthread_mutex_t mu;
@@ -97,7 +98,7 @@ struct srv_metrics {
 	uint64_t prompt_tokens, gen_tokens;
 	uint64_t finished[4]; /* by enum fp4s_finish: stop, length, abort */
 	uint64_t http_errors[6]; /* 400 401 404 408/413 5xx other */
-	struct srv_hist ttft, itl, e2e, queue;
+	struct srv_hist ttft, itl, e2e, queue, prefill, decode;
 };
 
 struct srv {

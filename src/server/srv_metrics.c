@@ -1,6 +1,7 @@
 /* srv_metrics.c: GET /metrics in Prometheus text format 0.0.4, with vLLM's metric set and
  * meanings under our prefix (engineering.md §5.8). The scheduler thread updates counters and
  * histograms under m->mu; the /metrics handler renders a consistent copy. */
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@ void srv_metrics_init(struct srv_metrics *m)
 	m->itl.bounds = itl_bounds, m->itl.n_bounds = NB(itl_bounds);
 	m->e2e.bounds = e2e_bounds, m->e2e.n_bounds = NB(e2e_bounds);
 	m->queue.bounds = e2e_bounds, m->queue.n_bounds = NB(e2e_bounds);
+	m->prefill.bounds = e2e_bounds, m->prefill.n_bounds = NB(e2e_bounds);
+	m->decode.bounds = e2e_bounds, m->decode.n_bounds = NB(e2e_bounds);
 }
 
 void srv_metrics_free(struct srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -150,10 +153,18 @@ char *srv_metrics_render(struct srv *s, size_t *len)
 	for (int i = 0; i < 6; i++)
 		put(&b, "fp4serve:http_errors_total{%s,status=\"%s\"} %llu\n", label, codes[i],
 		    (unsigned long long)c.http_errors[i]);
+	/* bytes malloc has handed out and not got back (arenas + mmapped chunks): the leak signal
+	 * the load test watches, unlike RSS, which also grows as KV pages are first touched */
+	struct mallinfo2 mi = mallinfo2();
+	put(&b, "# HELP fp4serve:process_heap_bytes Bytes allocated with malloc and not freed.\n"
+	        "# TYPE fp4serve:process_heap_bytes gauge\nfp4serve:process_heap_bytes %zu\n",
+	    mi.uordblks + mi.hblkhd);
 	put_hist(&b, "time_to_first_token_seconds", "Time from arrival to the first token.", label, &c.ttft);
 	put_hist(&b, "inter_token_latency_seconds", "Time between two tokens of a sequence.", label, &c.itl);
 	put_hist(&b, "e2e_request_latency_seconds", "Time from arrival to the last token.", label, &c.e2e);
 	put_hist(&b, "request_queue_time_seconds", "Time waiting before the engine took it.", label, &c.queue);
+	put_hist(&b, "request_prefill_time_seconds", "From entering the engine to the first token.", label, &c.prefill);
+	put_hist(&b, "request_decode_time_seconds", "From the first token to the last.", label, &c.decode);
 	if (b.oom) {
 		free(b.s);
 		return NULL;

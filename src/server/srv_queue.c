@@ -183,8 +183,9 @@ static int submit_job(struct srv *s, struct sched *q, struct srv_job *j)
 			job_release(j, 400, err.msg);
 			return -1;
 		}
-		j->t_last[i] = 0;
+		j->t_last[i] = j->t_first[i] = 0;
 	}
+	j->t_submit = srv_now();
 	j->req.sampling.seed = seed;
 	j->live = j->n;
 	q->in_engine += j->n;
@@ -218,15 +219,20 @@ static void on_event(struct srv *s, struct sched *q, const struct fp4s_event *ev
 				continue;
 			pthread_mutex_lock(&s->m.mu);
 			if (ev->token >= 0) {
-				if (j->t_last[i] == 0)
+				if (j->t_last[i] == 0) {
 					srv_hist_observe(&s->m.ttft, now - j->t_arrival);
-				else
+					srv_hist_observe(&s->m.prefill, now - j->t_submit);
+					j->t_first[i] = now;
+				} else {
 					srv_hist_observe(&s->m.itl, now - j->t_last[i]);
+				}
 				j->t_last[i] = now;
 				s->m.gen_tokens++;
 			}
 			if (ev->finish != FP4S_FINISH_NONE) {
 				srv_hist_observe(&s->m.e2e, now - j->t_arrival);
+				if (j->t_first[i] > 0)
+					srv_hist_observe(&s->m.decode, now - j->t_first[i]);
 				s->m.finished[ev->finish]++;
 			}
 			pthread_mutex_unlock(&s->m.mu);
