@@ -17,13 +17,22 @@
 extern "C" {
 #endif
 
+/* Positions per KV-cache block: the cache is a pool of blocks, and each sequence slot has a row
+ * of the block table saying which blocks hold its positions (paged attention). */
+#define FP4S_KV_BLOCK 16
+
 /* One forward step's tokens: token i belongs to sequence slot seq[i] at absolute position pos[i].
- * Tokens of one sequence appear in increasing position order. */
+ * Tokens of one sequence appear in increasing position order. block_table (host, max_seqs rows
+ * of table_stride entries) maps slot s's position p to block block_table[s * table_stride +
+ * p / FP4S_KV_BLOCK]; NULL lets the forward pass use its own fixed one (slot s owns a
+ * contiguous range of blocks). */
 struct fp4s_batch {
 	int32_t n;
 	const int32_t *tokens;
 	const int32_t *pos;
 	const int32_t *seq;
+	const int32_t *block_table;
+	int32_t table_stride;
 };
 
 enum fp4s_kv_dtype {
@@ -63,9 +72,10 @@ struct fp4s_moe_params {
 struct fp4s_backend {
 	const char *name;
 	void *impl;
-	/* KV cache for n_layers x max_seqs sequences of up to max_ctx positions, kv_width = nkv*d */
-	int (*kv_init)(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
-	               int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err);
+	/* KV cache: a pool of n_blocks blocks of FP4S_KV_BLOCK positions per layer, kv_width = nkv*d,
+	 * for up to max_seqs sequence slots of up to max_ctx positions */
+	int (*kv_init)(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t n_blocks,
+	               int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err);
 	void (*kv_clear)(struct fp4s_backend *be, int32_t seq);
 	int (*alloc)(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err);
 	void (*free)(struct fp4s_backend *be, void *p);

@@ -133,7 +133,7 @@ int cmd_bench(int argc, char **argv)
 	for (int r = -1; r < reps; r++) {
 		if (prompt_len > 0) {
 			int32_t row = prompt_len - 1;
-			struct fp4s_batch b = {prompt_len, tok, pos, seq};
+			struct fp4s_batch b = {prompt_len, tok, pos, seq, NULL, 0};
 			double a = now_s();
 			if (fp4s_fwd_run(f, &b, &row, 1, logits, &err)) {
 				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
@@ -145,7 +145,7 @@ int cmd_bench(int argc, char **argv)
 		}
 		for (int32_t i = 0; i < tg; i++) {
 			int32_t p = prompt_len + i, row = 0, s = 0, next;
-			struct fp4s_batch b = {1, &tok[p], &p, &s};
+			struct fp4s_batch b = {1, &tok[p], &p, &s, NULL, 0};
 			double a = now_s();
 			/* greedy decode: the argmax is taken where the logits are (on the GPU) */
 			if (fp4s_fwd_run_argmax(f, &b, &row, 1, &next, &err)) {

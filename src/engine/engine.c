@@ -5,6 +5,7 @@
  * chunks, oldest request first; waiting requests take free KV slots in arrival order. A request
  * gets logits only for the last token it contributes, and only once its whole prompt is in. */
 #include "engine/engine.h"
+#include "engine/kv_pool.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,11 @@ struct req {
 	struct fp4s_tok_text text;  /* generated text so far */
 	size_t emitted;             /* bytes of text already reported */
 	int cancelled;
+	int32_t *blocks;            /* its KV blocks, in position order ([table_stride]) */
+	int32_t n_blocks;
+	int32_t n_hashed;           /* leading full blocks registered in (or taken from) the prefix cache */
+	uint64_t last_hash;         /* hash of block n_hashed - 1 */
+	int64_t skip_step;          /* the step in which it found no free block */
 };
 
 struct fp4s_engine {
@@ -45,6 +51,12 @@ struct fp4s_engine {
 	int32_t n_reqs;
 	int64_t next_id, next_order;
 	int32_t *slot_used;
+	struct fp4s_kv_pool pool;
+	int32_t *table;       /* [max_seqs][stride]: the block table the backend reads */
+	int32_t stride;
+	int prefix_caching;
+	int64_t preemptions;
+	int64_t step_no;
 	/* step scratch */
 	int32_t *b_tok, *b_pos, *b_seq, *b_rows;
 	struct req **b_req;
@@ -150,7 +162,17 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 			goto fail;
 		}
 	}
-	if ((rc = fp4s_fwd_init(&e->fwd, &e->model, e->be, e->max_seqs, e->max_ctx, kv, err)))
+	e->stride = (e->max_ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
+	const int32_t n_blocks = o->kv_blocks > 0 ? o->kv_blocks : e->max_seqs * e->stride;
+	e->prefix_caching = !o->no_prefix_caching;
+	if ((rc = fp4s_kv_pool_init(&e->pool, n_blocks, err)))
+		goto fail;
+	e->table = calloc((size_t)e->max_seqs * e->stride, sizeof *e->table);
+	if (!e->table) {
+		rc = fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
+		goto fail;
+	}
+	if ((rc = fp4s_fwd_init_pool(&e->fwd, &e->model, e->be, e->max_seqs, e->max_ctx, n_blocks, kv, err)))
 		goto fail;
 	e->n_reqs = e->max_seqs * 4;
 	e->reqs = calloc((size_t)e->n_reqs, sizeof *e->reqs);
@@ -176,10 +198,21 @@ fail:
 	return rc;
 }
 
+static void blocks_release(struct fp4s_engine *e, struct req *r)
+{
+	for (int32_t j = 0; j < r->n_blocks; j++)
+		fp4s_kv_pool_release(&e->pool, r->blocks[j]);
+	r->n_blocks = 0;
+	r->n_hashed = 0;
+	r->last_hash = 0;
+}
+
 static void req_release(struct fp4s_engine *e, struct req *r)
 {
 	if (r->slot >= 0 && r->slot < e->max_seqs && r->state == REQ_RUNNING)
 		e->slot_used[r->slot] = 0;
+	blocks_release(e, r);
+	free(r->blocks);
 	free(r->tokens);
 	for (int32_t i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
@@ -202,6 +235,8 @@ void fp4s_engine_close(struct fp4s_engine *e)
 	if (e->tok)
 		fp4s_tok_close(e->tok);
 	fp4s_model_close(&e->model);
+	fp4s_kv_pool_free(&e->pool);
+	free(e->table);
 	free(e->slot_used), free(e->b_tok), free(e->b_pos), free(e->b_seq), free(e->b_rows);
 	free(e->b_req), free(e->logits), free(e->events);
 	free(e);
@@ -231,6 +266,12 @@ int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *rq, int
 		if (!rq->stop[i] || !rq->stop[i][0] || strlen(rq->stop[i]) > FP4S_ENGINE_MAX_STOP_LEN)
 			return fp4s_error_set(err, FP4S_EINVAL, "stop string %d must have 1 to %d bytes", i,
 			                      FP4S_ENGINE_MAX_STOP_LEN);
+	/* a request that could not fit the whole pool even alone would wait forever */
+	const int64_t most = rq->sampling.max_tokens > 0 && rq->n_prompt + (int64_t)rq->sampling.max_tokens < e->max_ctx
+	                         ? rq->n_prompt + (int64_t)rq->sampling.max_tokens : e->max_ctx;
+	if ((most + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK > e->pool.n_blocks)
+		return fp4s_error_set(err, FP4S_EINVAL, "the request may need %lld KV blocks; the cache has %d",
+		                      (long long)((most + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK), e->pool.n_blocks);
 	struct req *r = NULL;
 	for (int32_t i = 0; i < e->n_reqs && !r; i++)
 		if (e->reqs[i].state == REQ_FREE)
@@ -248,7 +289,8 @@ int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *rq, int
 	}
 	r->cap = e->max_ctx;
 	r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
-	if (!r->tokens) {
+	r->blocks = malloc((size_t)e->stride * sizeof *r->blocks);
+	if (!r->tokens || !r->blocks) {
 		req_release(e, r);
 		return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 	}
@@ -362,12 +404,100 @@ static void finish(struct fp4s_engine *e, struct req *r, struct fp4s_event *ev, 
 		e->slot_used[r->slot] = 0;
 	r->slot = -1;
 	r->state = REQ_DONE;
+	blocks_release(e, r);
+}
+
+/* Prefix caching at admission: the leading full blocks of the request's tokens that are
+ * registered already are taken as they are, and their positions count as computed. The last
+ * token is always left to compute: its logits are what the request samples from. */
+static void prefix_match(struct fp4s_engine *e, struct req *r)
+{
+	if (!e->prefix_caching || r->n_computed || r->n_blocks)
+		return;
+	while ((r->n_blocks + 1) * FP4S_KV_BLOCK < r->n_tokens) {
+		const int32_t *toks = r->tokens + (size_t)r->n_blocks * FP4S_KV_BLOCK;
+		const int32_t b = fp4s_kv_pool_lookup(&e->pool, r->last_hash, toks);
+		if (b < 0)
+			break;
+		r->last_hash = fp4s_kv_hash(r->last_hash, toks);
+		r->blocks[r->n_blocks++] = b;
+		r->n_hashed = r->n_blocks;
+		r->n_computed = r->n_blocks * FP4S_KV_BLOCK;
+	}
+}
+
+/* Gives a running request's blocks back and sends it to the waiting queue; it keeps its tokens
+ * (prompt and generated) and recomputes them when readmitted (vLLM's recompute preemption). */
+static void preempt(struct fp4s_engine *e, struct req *r)
+{
+	blocks_release(e, r);
+	r->n_computed = 0;
+	if (r->slot >= 0)
+		e->slot_used[r->slot] = 0;
+	r->slot = -1;
+	r->state = REQ_WAITING;
+	e->preemptions++;
+}
+
+/* Makes sure r holds blocks for its next `take` positions, preempting the newest running
+ * request that has nothing in this step's batch when the pool is empty. Returns how many
+ * positions are covered (<= take). */
+static int32_t reserve_blocks(struct fp4s_engine *e, struct req *r, int32_t take, int32_t nb)
+{
+	const int32_t need = (r->n_computed + take + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
+	while (r->n_blocks < need) {
+		int32_t b = fp4s_kv_pool_alloc(&e->pool);
+		if (b < 0) {
+			struct req *victim = NULL;
+			for (int32_t i = 0; i < e->n_reqs; i++) {
+				struct req *v = &e->reqs[i];
+				if (v == r || v->state != REQ_RUNNING || v->n_blocks == 0)
+					continue;
+				int queued = 0;
+				for (int32_t j = 0; j < nb && !queued; j++)
+					queued = e->b_req[j] == v;
+				if (!queued && (!victim || v->order > victim->order))
+					victim = v;
+			}
+			/* only a newer request is preempted for an older one (first come, first served) */
+			if (!victim || victim->order < r->order)
+				break;
+			preempt(e, victim);
+			continue;
+		}
+		r->blocks[r->n_blocks++] = b;
+	}
+	const int32_t covered = r->n_blocks * FP4S_KV_BLOCK - r->n_computed;
+	return covered < take ? covered : take;
+}
+
+/* Registers the request's newly completed full blocks in the prefix cache. */
+static void register_blocks(struct fp4s_engine *e, struct req *r)
+{
+	while (e->prefix_caching && (r->n_hashed + 1) * FP4S_KV_BLOCK <= r->n_computed &&
+	       r->n_hashed < r->n_blocks) {
+		const int32_t *toks = r->tokens + (size_t)r->n_hashed * FP4S_KV_BLOCK;
+		fp4s_kv_pool_register(&e->pool, r->blocks[r->n_hashed], r->last_hash, toks);
+		r->last_hash = fp4s_kv_hash(r->last_hash, toks);
+		r->n_hashed++;
+	}
+}
+
+void fp4s_engine_kv_usage(const struct fp4s_engine *e, int32_t *used, int32_t *total, int64_t *preemptions,
+                          int64_t *prefix_hits, int64_t *prefix_lookups)
+{
+	*used = fp4s_kv_pool_used(&e->pool);
+	*total = e->pool.n_blocks;
+	*preemptions = e->preemptions;
+	*prefix_hits = e->pool.hits;
+	*prefix_lookups = e->pool.lookups;
 }
 
 int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, struct fp4s_error *err)
 {
 	int32_t nev = 0, nb = 0, nout = 0;
 	*events = e->events;
+	e->step_no++;
 	/* last step's finished requests are freed now (their text stayed valid until this call) */
 	for (int32_t i = 0; i < e->n_reqs; i++)
 		if (e->reqs[i].state == REQ_DONE)
@@ -394,6 +524,7 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		oldest->state = REQ_RUNNING;
 		e->slot_used[slot] = 1;
 		e->be->kv_clear(e->be, slot);
+		prefix_match(e, oldest);
 	}
 	/* decode tokens first, then prefill chunks, oldest first */
 	for (int pass = 0; pass < 2; pass++) {
@@ -407,7 +538,7 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 				int queued = 0;
 				for (int32_t j = 0; j < nb; j++)
 					queued |= e->b_req[j] == r;
-				if (queued || decode != (pass == 0))
+				if (queued || decode != (pass == 0) || r->skip_step == e->step_no)
 					continue;
 				if (!pick || r->order < pick->order)
 					pick = r;
@@ -417,6 +548,12 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 			int32_t take = pick->n_tokens - pick->n_computed;
 			if (take > e->max_batch - nb)
 				take = e->max_batch - nb;
+			take = reserve_blocks(e, pick, take, nb);
+			if (take <= 0) {
+				/* no room for it this step: it waits (running, keeping its blocks) */
+				pick->skip_step = e->step_no;
+				continue;
+			}
 			for (int32_t j = 0; j < take; j++) {
 				e->b_tok[nb] = pick->tokens[pick->n_computed + j];
 				e->b_pos[nb] = pick->n_computed + j;
@@ -431,7 +568,12 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	}
 	if (nb == 0)
 		return nev;
-	struct fp4s_batch b = {nb, e->b_tok, e->b_pos, e->b_seq};
+	/* the block table rows of the sequences in this batch */
+	for (int32_t j = 0; j < nb; j++) {
+		const struct req *r = e->b_req[j];
+		memcpy(e->table + (size_t)r->slot * e->stride, r->blocks, (size_t)r->n_blocks * sizeof *r->blocks);
+	}
+	struct fp4s_batch b = {nb, e->b_tok, e->b_pos, e->b_seq, e->table, e->stride};
 	/* When every request sampled this step is plain greedy, only the argmax leaves the backend
 	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
 	int all_greedy = 1;
@@ -442,6 +584,9 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	                                  : fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
 	if (rc)
 		return rc;
+	for (int32_t j = 0; j < nb; j++)
+		if (j == 0 || e->b_req[j] != e->b_req[j - 1])
+			register_blocks(e, e->b_req[j]);
 	for (int32_t o = 0; o < nout; o++) {
 		struct req *r = e->b_req[e->b_rows[o]];
 		struct fp4s_event *ev = new_event(e, &nev, r);
@@ -491,8 +636,18 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 		free(lg), free(rows);
 		return fp4s_error_set(err, FP4S_ENOMEM, "perplexity: out of memory");
 	}
-	int rc = FP4S_OK;
-	for (int64_t start = 0; start + 1 < n; start += ctx) {
+	/* slot 0's table row, from the pool (the caller runs no requests meanwhile) */
+	const int32_t nblk = (ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
+	int32_t got = 0, rc = FP4S_OK;
+	for (; got < nblk; got++) {
+		const int32_t blk = fp4s_kv_pool_alloc(&e->pool);
+		if (blk < 0)
+			break;
+		e->table[got] = blk;
+	}
+	if (got < nblk)
+		rc = fp4s_error_set(err, FP4S_ENOMEM, "perplexity: the KV pool has no room for %d positions", ctx);
+	for (int64_t start = 0; !rc && start + 1 < n; start += ctx) {
 		int32_t len = (int32_t)(n - start < ctx ? n - start : ctx);
 		if (len < 2)
 			break;
@@ -502,7 +657,7 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 			e->b_seq[i] = 0;
 			rows[i] = i;
 		}
-		struct fp4s_batch b = {len, e->b_tok, e->b_pos, e->b_seq};
+		struct fp4s_batch b = {len, e->b_tok, e->b_pos, e->b_seq, e->table, e->stride};
 		if ((rc = fp4s_fwd_run(&e->fwd, &b, rows, len - 1, lg, err)))
 			break;
 		for (int32_t i = 0; i + 1 < len; i++) {
@@ -519,6 +674,8 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 			(*n_scored)++;
 		}
 	}
+	for (int32_t j = 0; j < got; j++)
+		fp4s_kv_pool_release(&e->pool, e->table[j]);
 	free(lg), free(rows);
 	return rc;
 }

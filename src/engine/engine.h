@@ -28,6 +28,10 @@ struct fp4s_engine_opts {
 	int32_t max_ctx;       /* context length; 0 = min(max_position_embeddings, 4096) */
 	int32_t max_batch_tokens; /* tokens per forward (chunked prefill); 0 = 512 */
 	const char *kv_cache_dtype; /* "auto" (NULL: BF16 on the GPU, FP32 on the CPU), "fp32", "bf16" */
+	int32_t kv_blocks;     /* KV pool size in blocks of FP4S_KV_BLOCK positions; 0 = every slot at
+	                        * full context (no pressure). Fewer blocks: requests take blocks as
+	                        * they grow, and the newest are preempted (recomputed) when none is left */
+	int32_t no_prefix_caching; /* 1 turns off reuse of shared prompt blocks */
 };
 
 enum fp4s_finish {
@@ -80,6 +84,9 @@ int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *r, int6
                        struct fp4s_error *err);
 /* Ends a request now (its last event, CANCELLED, comes with the next step). 0, or -1 if unknown. */
 int fp4s_engine_cancel(struct fp4s_engine *e, int64_t id);
+/* KV pool blocks in use and in all, preemptions so far, prefix-cache block hits / lookups. */
+void fp4s_engine_kv_usage(const struct fp4s_engine *e, int32_t *used, int32_t *total,
+                          int64_t *preemptions, int64_t *prefix_hits, int64_t *prefix_lookups);
 /* Requests waiting or running. */
 int32_t fp4s_engine_pending(const struct fp4s_engine *e);
 /* Runs one step; *events points at this step's events (engine-owned, valid until the next call).

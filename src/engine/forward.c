@@ -181,6 +181,13 @@ static int layer_tensor(struct fp4s_fwd *f, const struct fp4s_weight *w, struct 
 int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
                   int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype kv, struct fp4s_error *err)
 {
+	return fp4s_fwd_init_pool(f, m, be, max_seqs, max_ctx, 0, kv, err);
+}
+
+int fp4s_fwd_init_pool(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
+                       int32_t max_seqs, int32_t max_ctx, int32_t n_blocks, enum fp4s_kv_dtype kv,
+                       struct fp4s_error *err)
+{
 	const struct fp4s_config *c = &m->cfg;
 	int rc;
 	memset(f, 0, sizeof *f);
@@ -306,7 +313,17 @@ int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_ba
 	for (int32_t l = 0; l < c->n_layers; l++)
 		if (f->layers[l].is_moe && !f->layers[l].moe.dev)
 			f->moe_on_device = 0;
-	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, max_seqs, max_ctx, kv, err);
+	if (max_seqs <= 0 || max_ctx <= 0 || (int64_t)max_seqs * max_ctx > (1 << 30))
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: %d sequences of %d positions", max_seqs, max_ctx);
+	f->table_stride = (max_ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
+	f->n_blocks = n_blocks > 0 ? n_blocks : max_seqs * f->table_stride;
+	f->ident_table = malloc((size_t)max_seqs * f->table_stride * sizeof *f->ident_table);
+	if ((rc = own(f, f->ident_table, err)))
+		return rc;
+	for (int32_t i = 0; i < max_seqs * f->table_stride; i++)
+		f->ident_table[i] = i < f->n_blocks ? i : 0;
+	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, f->n_blocks, max_seqs, max_ctx,
+	                   kv, err);
 }
 
 static void scratch_free(struct fp4s_fwd *f)
@@ -459,6 +476,15 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 		if (b->tokens[i] < 0 || b->tokens[i] >= f->embed.rows)
 			return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
 			                      b->tokens[i], (long long)f->embed.rows);
+	/* without a block table, each slot owns a fixed range of blocks */
+	struct fp4s_batch bt = *b;
+	if (!bt.block_table) {
+		if (f->n_blocks < f->max_seqs * f->table_stride)
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: a pooled KV cache needs the batch's block table");
+		bt.block_table = f->ident_table;
+		bt.table_stride = f->table_stride;
+	}
+	b = &bt;
 	if ((rc = scratch_reserve(f, b->n, n_out, inter, err)) || (rc = be->begin(be, b, err)))
 		return rc;
 	struct step st = {f, b, out_rows, n_out};

@@ -37,6 +37,8 @@ struct fp4s_fwd {
 	int32_t rot_dim;
 	enum fp4s_norm_kind norm_kind;
 	int32_t max_seqs, max_ctx;
+	int32_t n_blocks, table_stride; /* KV pool size; block-table row length (max_ctx / block) */
+	int32_t *ident_table; /* slot s owns blocks [s * table_stride, (s + 1) * table_stride) */
 	void **owned; /* converted FP32 arrays, transposed expert weights */
 	int32_t n_owned, cap_owned;
 	/* activation buffers in backend memory, sized for scratch_tokens tokens */
@@ -47,9 +49,14 @@ struct fp4s_fwd {
 	int32_t moe_on_device; /* every MoE layer routes on the backend (no host round trip) */
 };
 
-/* Builds the views and the KV cache (max_seqs sequences of max_ctx positions). */
+/* Builds the views and the KV cache: max_seqs sequences of up to max_ctx positions over a pool
+ * of n_blocks blocks (0: enough for every slot at full length, and batches without a block
+ * table then use a fixed table that gives each slot its own range). */
 int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
                   int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype kv, struct fp4s_error *err);
+int fp4s_fwd_init_pool(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
+                       int32_t max_seqs, int32_t max_ctx, int32_t n_blocks, enum fp4s_kv_dtype kv,
+                       struct fp4s_error *err);
 void fp4s_fwd_free(struct fp4s_fwd *f);
 
 /* Runs the batch; writes logits [n_out, vocab] for batch rows out_rows[0..n_out). */

@@ -1,7 +1,8 @@
 /* test_engine.c: the engine API on `gen` tiny models (random weights, real tokenizers of byte
  * BPE): batch invariance (a request's greedy tokens are the same alone and among others, with
  * chunked prefill), seeded sampling reproducibility under concurrency, max_tokens, stop strings,
- * cancellation, bad requests, and scoring. */
+ * cancellation, bad requests, scoring, preemption under KV-pool pressure (same outputs, blocks
+ * all returned) and prefix-cache hits (same output as a miss). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,64 @@ static void test_model(const char *preset, const char *format)
 		CHECK_EQ_INT(n, 30); /* chunks of 16, 16 and 1 tokens: 15 + 15 + 0 scored */
 		double ppl = exp(nll / (double)n);
 		CHECK_MSG(ppl > V / 4.0 && ppl < V * 4.0, "%s: perplexity %.1f for vocab %d", preset, ppl, V);
+	}
+	/* memory pressure: a KV pool far smaller than the batch needs; the newest requests are
+	 * preempted and recomputed, and every request still gives its alone-greedy output */
+	{
+		struct fp4s_engine_opts po = o;
+		po.kv_blocks = 9; /* the 4 requests need 3-4 blocks each at their end */
+		po.max_batch_tokens = 16;
+		po.no_prefix_caching = 1;
+		struct fp4s_engine *tight;
+		CHECK(fp4s_engine_open(&po, &tight, &err) == 0);
+		req.sampling.temperature = 0;
+		for (int i = 0; i < NREQ; i++)
+			CHECK(run_batch(alone, i, 1, &req, &a) == 0);
+		CHECK(run_batch(tight, 0, NREQ, &req, &b) == 0);
+		int same_out = 1;
+		for (int i = 0; i < NREQ; i++)
+			same_out &= a.n[i] == b.n[i] && !memcmp(a.tokens[i], b.tokens[i], sizeof(int32_t) * (size_t)a.n[i]) &&
+			            b.finish[i] == FP4S_FINISH_LENGTH;
+		int32_t used, total;
+		int64_t pre, hits, looks;
+		fp4s_engine_kv_usage(tight, &used, &total, &pre, &hits, &looks);
+		CHECK_MSG(same_out, "%s: outputs differ under KV pressure", preset);
+		CHECK_MSG(pre > 0, "%s: no preemption happened with %d blocks", preset, total);
+		CHECK_EQ_INT(used, 0);
+		fp4s_engine_close(tight);
+	}
+	/* prefix caching: a prompt that extends an earlier one reuses its full blocks, and the
+	 * output is the same as without the cache */
+	{
+		int32_t base[40], ext[45];
+		for (int j = 0; j < 40; j++)
+			base[j] = ext[j] = 3 + (int32_t)(t_rand_u64() % (uint64_t)(V - 3));
+		for (int j = 40; j < 45; j++)
+			ext[j] = 3 + (int32_t)(t_rand_u64() % (uint64_t)(V - 3));
+		struct fp4s_engine_opts co = o;
+		co.max_seqs = 2;
+		struct fp4s_engine *cached, *plain;
+		CHECK(fp4s_engine_open(&co, &cached, &err) == 0);
+		co.no_prefix_caching = 1;
+		CHECK(fp4s_engine_open(&co, &plain, &err) == 0);
+		memcpy(prompts[0], base, sizeof base);
+		memcpy(prompts[1], ext, sizeof ext);
+		const int32_t save0 = prompt_len[0], save1 = prompt_len[1];
+		prompt_len[0] = 40, prompt_len[1] = 45;
+		CHECK(run_batch(cached, 0, 1, &req, &a) == 0);  /* fills the cache */
+		CHECK(run_batch(cached, 1, 1, &req, &a) == 0);  /* hits it */
+		CHECK(run_batch(plain, 1, 1, &req, &b) == 0);
+		int32_t used, total;
+		int64_t pre, hits, looks;
+		fp4s_engine_kv_usage(cached, &used, &total, &pre, &hits, &looks);
+		CHECK_MSG(hits >= 2, "%s: prefix cache hits %lld of %lld lookups", preset, (long long)hits,
+		          (long long)looks);
+		CHECK_MSG(a.n[1] == b.n[1] && !memcmp(a.tokens[1], b.tokens[1], sizeof(int32_t) * (size_t)a.n[1]),
+		          "%s: a prefix-cache hit changed the output", preset);
+		CHECK_EQ_INT(used, 0);
+		prompt_len[0] = save0, prompt_len[1] = save1;
+		fp4s_engine_close(cached);
+		fp4s_engine_close(plain);
 	}
 	fp4s_engine_close(alone);
 	fp4s_engine_close(together);

@@ -79,7 +79,7 @@ static int greedy(struct fp4s_model *m, const char *backend, enum fp4s_kv_dtype 
 	int rc = 0;
 	for (int32_t i = 0; i < n + count - 1 && !rc; i++) {
 		int32_t t = i < n ? p[i] : out[i - n], pos = i, s = 0, r = 0;
-		struct fp4s_batch b = {1, &t, &pos, &s};
+		struct fp4s_batch b = {1, &t, &pos, &s, NULL, 0};
 		rc = fp4s_fwd_run(&f, &b, &r, 1, lg, &err);
 		if (!rc && i >= n - 1) {
 			out[i - n + 1] = argmax(lg, V);
@@ -129,7 +129,7 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 			tok[i] = (int32_t)json_integer_value(json_array_get(pr, (size_t)i));
 			pos[i] = i, seq[i] = (int32_t)pi, rows[i] = i;
 		}
-		struct fp4s_batch b = {n, tok, pos, seq};
+		struct fp4s_batch b = {n, tok, pos, seq, NULL, 0};
 		if (fp4s_fwd_run(&f, &b, rows, n, lg, &err)) {
 			CHECK_MSG(0, "%s: forward: %s", name, err.msg);
 		} else if (off + (size_t)(n * V) > nref) {
@@ -162,7 +162,7 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 					          name, k, t, want, gap);
 					break;
 				}
-				struct fp4s_batch one = {1, &t, &p, &s};
+				struct fp4s_batch one = {1, &t, &p, &s, NULL, 0};
 				if (fp4s_fwd_run(&f, &one, &r, 1, lg, &err)) {
 					CHECK_MSG(0, "%s: decode: %s", name, err.msg);
 					break;

@@ -1,5 +1,6 @@
 /* cpu_backend.c: the CPU implementation of backend.h. Host memory, FP32 activations, an FP32
- * KV cache laid out [layer][seq][pos][kv_width], attention computed exactly (two passes: scores,
+ * KV cache a pool of blocks [layer][block][FP4S_KV_BLOCK][kv_width] addressed through the batch's
+ * block table, attention computed exactly (two passes: scores,
  * then a max-subtracted softmax in FP32), MoE by looping over each token's selected experts. */
 #include <math.h>
 #include <stdlib.h>
@@ -10,13 +11,13 @@
 
 struct cpu_impl {
 	float *k, *v;
-	int32_t n_layers, kv_width, max_seqs, max_ctx;
+	int32_t n_layers, kv_width, n_blocks, max_seqs, max_ctx;
 	int kv_bf16; /* BF16 cache emulated: FP32 storage of BF16-rounded values, as the GPU keeps */
 };
 
 static struct cpu_impl *impl_of(struct fp4s_backend *be) { return (struct cpu_impl *)be->impl; }
 
-static int cpu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width,
+static int cpu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t n_blocks,
                        int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype dtype,
                        struct fp4s_error *err)
 {
@@ -25,18 +26,27 @@ static int cpu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_wid
 	free(c->k);
 	free(c->v);
 	c->k = c->v = NULL;
-	if (n_layers <= 0 || kv_width <= 0 || max_seqs <= 0 || max_ctx <= 0)
-		return fp4s_error_set(err, FP4S_EINVAL, "kv cache: bad geometry %d layers x %d seqs x %d "
-		                      "positions x %d", n_layers, max_seqs, max_ctx, kv_width);
-	const size_t n = (size_t)n_layers * (size_t)max_seqs * (size_t)max_ctx * (size_t)kv_width;
+	if (n_layers <= 0 || kv_width <= 0 || n_blocks <= 0 || max_seqs <= 0 || max_ctx <= 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "kv cache: bad geometry %d layers x %d blocks x %d",
+		                      n_layers, n_blocks, kv_width);
+	const size_t n = (size_t)n_layers * (size_t)n_blocks * FP4S_KV_BLOCK * (size_t)kv_width;
 	c->k = calloc(n, sizeof(float));
 	c->v = calloc(n, sizeof(float));
 	if (!c->k || !c->v)
 		return fp4s_error_set(err, FP4S_ENOMEM, "kv cache: cannot allocate 2 x %.1f MB (lower the "
 		                      "context length or the number of sequences)",
 		                      (double)n * 4 / 1e6);
-	c->n_layers = n_layers, c->kv_width = kv_width, c->max_seqs = max_seqs, c->max_ctx = max_ctx;
+	c->n_layers = n_layers, c->kv_width = kv_width, c->n_blocks = n_blocks;
+	c->max_seqs = max_seqs, c->max_ctx = max_ctx;
 	return FP4S_OK;
+}
+
+/* Row of the pool that holds slot seq's position pos (the caller checked both). */
+static size_t kv_row(const struct cpu_impl *c, const struct fp4s_batch *b, int32_t layer, int32_t seq,
+                     int32_t pos)
+{
+	const int32_t blk = b->block_table[(size_t)seq * b->table_stride + pos / FP4S_KV_BLOCK];
+	return ((size_t)layer * c->n_blocks + (size_t)blk) * FP4S_KV_BLOCK + (size_t)(pos % FP4S_KV_BLOCK);
 }
 
 static void cpu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)seq; }
@@ -184,7 +194,13 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 		if (b->pos[i] < 0 || b->pos[i] >= c->max_ctx)
 			return fp4s_error_set(err, FP4S_EINVAL, "position %d is past the context length %d",
 			                      b->pos[i], c->max_ctx);
-		const size_t base = (((size_t)layer * c->max_seqs + b->seq[i]) * c->max_ctx + b->pos[i]) * kvw;
+		for (int32_t t = 0; t <= b->pos[i]; t += FP4S_KV_BLOCK) {
+			const int32_t blk = b->block_table[(size_t)b->seq[i] * b->table_stride + t / FP4S_KV_BLOCK];
+			if (blk < 0 || blk >= c->n_blocks)
+				return fp4s_error_set(err, FP4S_EINVAL, "slot %d position %d: block %d outside the "
+				                      "pool of %d", b->seq[i], t, blk, c->n_blocks);
+		}
+		const size_t base = kv_row(c, b, layer, b->seq[i], b->pos[i]) * kvw;
 		memcpy(c->k + base, k + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
 		memcpy(c->v + base, v + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
 		if (c->kv_bf16)
@@ -209,11 +225,10 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 					continue;
 				const int32_t pos = b->pos[i], g = h / group;
 				const int32_t start = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
-				const size_t seq_base = ((size_t)layer * c->max_seqs + b->seq[i]) * c->max_ctx;
 				const float *qh = q + (int64_t)i * p->n_heads * d + (int64_t)h * d;
 				float m = p->sinks ? p->sinks[h] : -INFINITY;
 				for (int32_t t = start; t <= pos; t++) {
-					const float *kt = c->k + (seq_base + t) * kvw + (size_t)g * d;
+					const float *kt = c->k + kv_row(c, b, layer, b->seq[i], t) * kvw + (size_t)g * d;
 					float acc = 0;
 					for (int32_t j = 0; j < d; j++)
 						acc += qh[j] * kt[j];
@@ -231,7 +246,7 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 					o[j] = 0;
 				for (int32_t t = start; t <= pos; t++) {
 					const float w = s[t] / denom;
-					const float *vt = c->v + (seq_base + t) * kvw + (size_t)g * d;
+					const float *vt = c->v + kv_row(c, b, layer, b->seq[i], t) * kvw + (size_t)g * d;
 					for (int32_t j = 0; j < d; j++)
 						o[j] += w * vt[j];
 				}

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "backend/cuda/attention_cuda.h"
+#include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
 
 #include <cuda_bf16.h>
@@ -32,7 +33,8 @@ static __device__ __forceinline__ float kv_load(const __nv_bfloat16 *p) { return
 template <typename KV>
 static __global__ void attn_partial_kernel(const float *__restrict__ q, const KV *__restrict__ kc,
                                            const KV *__restrict__ vc, const int32_t *pos,
-                                           const int32_t *seq, int32_t max_ctx, int32_t nh,
+                                           const int32_t *seq, const int32_t *__restrict__ table,
+                                           int32_t table_stride, int32_t nh,
                                            int32_t nkv, int32_t d, int32_t window, float scale,
                                            int32_t splits, float *__restrict__ work)
 {
@@ -48,8 +50,10 @@ static __global__ void attn_partial_kernel(const float *__restrict__ q, const KV
 	const int32_t start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 	const int32_t len = p - start + 1, chunk = (len + splits - 1) / splits;
 	const int32_t c0 = start + split * chunk, c1 = min(p + 1, c0 + chunk);
-	const KV *kbase = kc + (size_t)seq[i] * max_ctx * kvw + (size_t)g0 * d;
-	const KV *vbase = vc + (size_t)seq[i] * max_ctx * kvw + (size_t)g0 * d;
+	/* key t lives in block table[t / BLOCK] of the pool, at row t % BLOCK */
+	const int32_t *trow = table + (size_t)seq[i] * table_stride;
+	const KV *kbase = kc + (size_t)g0 * d;
+	const KV *vbase = vc + (size_t)g0 * d;
 	/* P.V thread layout: KP key lanes of d dims (d <= 128 divides the block for 16/32/64/128) */
 	const int32_t KP = d < ATT_THREADS ? ATT_THREADS / d : 1;
 	const int32_t kl = threadIdx.x / d, j0 = threadIdx.x % d;
@@ -67,7 +71,8 @@ static __global__ void attn_partial_kernel(const float *__restrict__ q, const KV
 	for (int32_t t0 = c0; t0 < c1; t0 += ATT_TILE) {
 		const int32_t tn = min(ATT_TILE, c1 - t0);
 		for (int32_t t = warp; t < tn; t += ATT_THREADS / 32) {
-			const KV *kt = kbase + (size_t)(t0 + t) * kvw;
+			const int32_t tt = t0 + t;
+			const KV *kt = kbase + ((size_t)trow[tt / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + tt % FP4S_KV_BLOCK) * kvw;
 			float part[ATT_MAX_G];
 #pragma unroll
 			for (int g = 0; g < ATT_MAX_G; g++)
@@ -122,7 +127,8 @@ static __global__ void attn_partial_kernel(const float *__restrict__ q, const KV
 			}
 		if (kl < KP) {
 			for (int32_t t = kl; t < tn; t += KP) {
-				const KV *vt = vbase + (size_t)(t0 + t) * kvw;
+				const int32_t tt = t0 + t;
+				const KV *vt = vbase + ((size_t)trow[tt / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + tt % FP4S_KV_BLOCK) * kvw;
 				const float v0 = kv_load(vt + j0);
 				const float v1 = j0 + ATT_THREADS < d ? kv_load(vt + j0 + ATT_THREADS) : 0.0f;
 #pragma unroll
@@ -204,7 +210,8 @@ extern "C" int fp4s_cuda_attention_smem(int32_t nh, int32_t nkv, int32_t d)
 }
 
 extern "C" int fp4s_cuda_attention(const void *q_, const void *kc, const void *vc, int kv_bf16,
-                                   const int32_t *pos, const int32_t *seq, int32_t n, int32_t max_ctx,
+                                   const int32_t *pos, const int32_t *seq, const int32_t *table,
+                                   int32_t table_stride, int32_t n,
                                    int32_t nh, int32_t nkv, int32_t d, int32_t window,
                                    const float *sinks, float scale, int32_t splits, float *work,
                                    float *out, cudaStream_t s, struct fp4s_error *err)
@@ -220,11 +227,11 @@ extern "C" int fp4s_cuda_attention(const void *q_, const void *kc, const void *v
 	const dim3 grid((unsigned)n, (unsigned)nkv, (unsigned)splits);
 	if (kv_bf16)
 		attn_partial_kernel<__nv_bfloat16><<<grid, ATT_THREADS, smem, s>>>(
-			q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos, seq, max_ctx, nh, nkv, d,
+			q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos, seq, table, table_stride, nh, nkv, d,
 			window, scale, splits, work);
 	else
 		attn_partial_kernel<float><<<grid, ATT_THREADS, smem, s>>>(
-			q, (const float *)kc, (const float *)vc, pos, seq, max_ctx, nh, nkv, d, window, scale,
+			q, (const float *)kc, (const float *)vc, pos, seq, table, table_stride, nh, nkv, d, window, scale,
 			splits, work);
 	attn_merge_kernel<<<dim3((unsigned)n, (unsigned)nh), d < 32 ? 32 : (d > 256 ? 256 : d), 0, s>>>(
 		work, nh, nkv, d, splits, sinks, out);

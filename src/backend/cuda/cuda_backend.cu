@@ -23,9 +23,11 @@ struct cuda_impl {
 	cudaStream_t s;
 	void **allocs; /* weights and scratch owned by the backend */
 	int32_t n_allocs, cap_allocs;
-	void *kc, *vc; /* FP32 or BF16 */
+	void *kc, *vc; /* FP32 or BF16, [layer][block][FP4S_KV_BLOCK][kv_width] */
 	int kv_bf16;
-	int32_t n_layers, kv_width, max_seqs, max_ctx;
+	int32_t n_layers, kv_width, n_blocks, max_seqs, max_ctx;
+	int32_t *d_table; /* [max_seqs][table_stride] block table, copied at every step's begin */
+	int32_t table_stride;
 	int32_t *d_tok, *d_pos, *d_seq;
 	int32_t batch_cap;
 	float *moe_logits, *moe_h1, *moe_h2, *moe_a, *moe_o;
@@ -155,11 +157,12 @@ static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32
 }
 
 static __global__ void kv_write_kernel(void *kc, void *vc, int bf16, const float *k, const float *v,
-                                       const int32_t *pos, const int32_t *seq, int32_t layer,
-                                       int32_t max_seqs, int32_t max_ctx, int32_t kvw)
+                                       const int32_t *pos, const int32_t *seq, const int32_t *table,
+                                       int32_t table_stride, int32_t layer, int32_t n_blocks, int32_t kvw)
 {
 	const int32_t i = blockIdx.x;
-	const size_t base = (((size_t)layer * max_seqs + seq[i]) * max_ctx + pos[i]) * kvw;
+	const int32_t blk = table[(size_t)seq[i] * table_stride + pos[i] / FP4S_KV_BLOCK];
+	const size_t base = (((size_t)layer * n_blocks + blk) * FP4S_KV_BLOCK + pos[i] % FP4S_KV_BLOCK) * kvw;
 	for (int32_t j = threadIdx.x; j < kvw; j += blockDim.x) {
 		const float kv = k[(int64_t)i * kvw + j], vv = v[(int64_t)i * kvw + j];
 		if (bf16) {
@@ -538,25 +541,29 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 	return FP4S_OK;
 }
 
-static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t max_seqs,
-                      int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err)
+static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t n_blocks,
+                      int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
 	cu_graph_reset(be);
-	cudaFree(c->kc);
-	cudaFree(c->vc);
+	cudaFree(c->kc), cudaFree(c->vc), cudaFree(c->d_table);
 	c->kc = c->vc = NULL;
+	c->d_table = NULL;
 	c->kv_bf16 = dtype == FP4S_KV_BF16;
-	const size_t n = (size_t)n_layers * max_seqs * max_ctx * kv_width, es = c->kv_bf16 ? 2 : 4;
+	c->table_stride = (max_ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
+	const size_t n = (size_t)n_layers * n_blocks * FP4S_KV_BLOCK * kv_width, es = c->kv_bf16 ? 2 : 4;
 	int rc = fp4s_cuda_attention_setup(err);
 	if (!rc)
 		rc = dev_alloc(c, (void **)&c->kc, n * es, err);
 	if (!rc)
 		rc = dev_alloc(c, (void **)&c->vc, n * es, err);
+	if (!rc)
+		rc = dev_alloc(c, (void **)&c->d_table, (size_t)max_seqs * c->table_stride * sizeof(int32_t), err);
 	if (rc)
-		return fp4s_error_prefix(err, "kv cache (%d layers x %d seqs x %d positions): ", n_layers,
-		                         max_seqs, max_ctx);
-	c->n_layers = n_layers, c->kv_width = kv_width, c->max_seqs = max_seqs, c->max_ctx = max_ctx;
+		return fp4s_error_prefix(err, "kv cache (%d layers x %d blocks of %d positions): ", n_layers,
+		                         n_blocks, FP4S_KV_BLOCK);
+	c->n_layers = n_layers, c->kv_width = kv_width, c->n_blocks = n_blocks;
+	c->max_seqs = max_seqs, c->max_ctx = max_ctx;
 	return FP4S_OK;
 }
 
@@ -582,6 +589,20 @@ static int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct 
 			return fp4s_error_set(err, FP4S_EINVAL, "token %d: position %d / slot %d outside the "
 			                      "KV cache (%d positions, %d slots)", i, b->pos[i], b->seq[i],
 			                      c->max_ctx, c->max_seqs);
+	if (!b->block_table || b->table_stride != c->table_stride)
+		return fp4s_error_set(err, FP4S_EINVAL, "batch block table stride %d, the cache has %d",
+		                      b->table_stride, c->table_stride);
+	for (int32_t i = 0; i < b->n; i++)
+		for (int32_t t = 0; t <= b->pos[i]; t += FP4S_KV_BLOCK) {
+			const int32_t blk = b->block_table[(size_t)b->seq[i] * b->table_stride + t / FP4S_KV_BLOCK];
+			if (blk < 0 || blk >= c->n_blocks)
+				return fp4s_error_set(err, FP4S_EINVAL, "slot %d position %d: block %d outside the "
+				                      "pool of %d", b->seq[i], t, blk, c->n_blocks);
+		}
+	/* the whole table each step: a few KB, and the graph's kernels read it from a fixed buffer */
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_table, b->block_table,
+	                                   (size_t)c->max_seqs * c->table_stride * sizeof(int32_t),
+	                                   cudaMemcpyHostToDevice, c->s));
 	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_tok, b->tokens, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
 	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_pos, b->pos, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
 	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_seq, b->seq, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
@@ -674,8 +695,8 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 	const int32_t kvw = p->n_kv_heads * p->head_dim;
 	if (!c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
-	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, c->kv_bf16, k, v, c->d_pos, c->d_seq, layer,
-	                                         c->max_seqs, c->max_ctx, kvw);
+	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, c->kv_bf16, k, v, c->d_pos, c->d_seq,
+	                                         c->d_table, c->table_stride, layer, c->n_blocks, kvw);
 	/* one-token steps use a split count fixed by the cache size and a buffer that never moves,
 	 * so a captured graph stays valid; other shapes size both to the batch */
 	int32_t splits;
@@ -700,10 +721,10 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		}
 		work = c->workn;
 	}
-	const size_t layer_off = (size_t)layer * c->max_seqs * c->max_ctx * kvw * (c->kv_bf16 ? 2 : 4);
+	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * (c->kv_bf16 ? 2 : 4);
 	return fp4s_cuda_attention(q, (const char *)c->kc + layer_off, (const char *)c->vc + layer_off,
-	                           c->kv_bf16, c->d_pos, c->d_seq, b->n,
-	                           c->max_ctx, p->n_heads, p->n_kv_heads, p->head_dim, p->window,
+	                           c->kv_bf16, c->d_pos, c->d_seq, c->d_table, c->table_stride, b->n,
+	                           p->n_heads, p->n_kv_heads, p->head_dim, p->window,
 	                           p->sinks, p->scale, splits, work, out, c->s, err);
 }
 
@@ -930,7 +951,7 @@ static void cu_destroy(struct fp4s_backend *be)
 			cudaFree(c->moe_o);
 		free(c->host_logits);
 		cudaFree(c->d_argmax);
-		cudaFree(c->work1), cudaFree(c->workn);
+		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table);
 		for (struct cu_moe *m = c->moes, *nx; m; m = nx) {
 			nx = m->next;
 			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on),
