@@ -255,7 +255,7 @@ int main(int argc, char **argv)
 			for (size_t si = 0; si < 5; si++)
 				for (int st = 1; st <= 4; st++)
 					for (int rpg = 2; rpg <= 8; rpg *= 2) {
-						const int m = (st + rpg) % 3 == 0 ? 3 : (rpg == 8 ? 1 : 2);
+						const int m = rpg == 8 ? 1 : (st + rpg) % 3 == 0 ? 3 : 2;
 						if (f >= 3 && si < 2)
 							continue;
 						struct gcase c = {fmts[f], sh2[si][0], sh2[si][1], m, (int)(si & 1),

@@ -9,15 +9,24 @@
  * elements, 8 BF16/F16, 4 F32). The S warps that share a row group (split-K, S = ksplit) stride over
  * the chunks: lane l of warp s takes chunks s*32 + l, + 32*S, ... of all R rows at once, so
  *   - every weight load is a 16-byte LDG, coalesced across the warp (512 contiguous bytes a row),
- *     issued for R rows and the next chunk before the current one is used (2R loads in flight),
- *     with L1::no_allocate so the stream does not evict the activations from L1;
+ *     with L1::no_allocate so the stream does not evict the activations from L1; the source
+ *     loads the next chunk before using the current one, but ptxas moves those loads after the
+ *     math (SASS, 2026-11-21), so latency is hidden by the other warps, not by the prefetch;
  *   - one activation load (x, FP32, L1-resident, 8 floats per LDG.128 pair) feeds R rows: x costs
  *     4*M/R bytes of L1 traffic per weight element, which stays well under L1 bandwidth;
  *   - block scales are loaded next to their chunk (NVFP4: the chunk's two E4M3 bytes as one u16;
  *     MXFP4: one E8M0 byte), coalesced across the warp as well.
  * A row's partial sums are reduced with warp shuffles, then across the S warps in shared memory.
- * S is chosen so the grid holds >= 2048 warps (16 per SM on 132 SMs) when rows are few: small
- * matrices then still have enough loads in flight to reach DRAM bandwidth.
+ * S is chosen from the row count and K (launch_fast_r). R = 8 at M = 1 for FP4, else 4 (2 for
+ * M > 4 tiles, which the default 4-token FP4 tiling does not use).
+ *
+ * Where it stands (H100, 2026-11-21; bench/results/2026-11-21-h100-gemv.md): BF16 weights stream
+ * at the copy ceiling; FP4 at M = 1 reaches 1.0-1.8 TB/s, short of the 2.2 TB/s floor. ncu shows
+ * the FP4 kernel latency-bound (long-scoreboard stalls on the L1-resident x loads, ~23-35% of
+ * warp slots occupied, ~42% issue utilisation) with ~5 instructions per weight element (decode
+ * ~3.9). An L2 prefetch and a cp.async shared-memory ring for the weights (gemv_async, kept as
+ * the opt-in `stages` knob) did not help: the stalls are on x, not on the weight stream. M > 1 is
+ * FP32-FMA and L1 bound (x is re-read from L1 per row group); the fix is a tensor-core path.
  *
  * E2M1 -> FP32 with no table (the FP16 trick of formats.md §2.2): the 3 magnitude bits of a code go
  * to FP16 bits 11..9 and its sign to bit 15, which is exactly value * 2^-14 (code 1 is an FP16
@@ -587,7 +596,9 @@ struct gemv_rows {
 template <int F, int R, int MT, int ST>
 static cudaError_t launch_async(gemv_args a, int64_t grid, dim3 block, size_t smem, cudaStream_t s)
 {
-	if (smem > 48 * 1024) {
+	/* above 48 KB of shared memory per block (the dynamic ring plus the 1 KB static reduction
+	 * buffer) the kernel must opt in; the first GPU run failed two BF16 cases at exactly 48 KB */
+	if (smem + sizeof(float) * 8 * 32 > 48 * 1024) {
 		cudaError_t e = cudaFuncSetAttribute(gemv_async<F, R, MT, ST>,
 		                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 		if (e != cudaSuccess)
@@ -687,7 +698,10 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
                                    struct fp4s_error *err)
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
-	const int rows = tune && tune->rows ? tune->rows : FP4S_GEMV_DEFAULT_ROWS;
+	const int fp4fmt = w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4;
+	/* FP4 at M = 1: 8 rows per group (each x load and each lane's loop step serve 8 rows; 0-25%
+	 * faster than 4 on every bench shape, H100 2026-11-21); 4 otherwise (M > 1 has no R = 8) */
+	const int rows = tune && tune->rows ? tune->rows : fp4fmt && M == 1 ? 8 : FP4S_GEMV_DEFAULT_ROWS;
 	int stages = tune && tune->stages ? tune->stages : FP4S_GEMV_DEFAULT_STAGES;
 	const int pfdist = tune && tune->prefetch ? (tune->prefetch < 0 ? 0 : tune->prefetch)
 	                                          : FP4S_GEMV_DEFAULT_PREFETCH;
