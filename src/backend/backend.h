@@ -72,6 +72,10 @@ struct fp4s_moe_params {
 struct fp4s_backend {
 	const char *name;
 	void *impl;
+	/* matmuls over at least this many tokens use the tensor-core W4A16 GEMM (activations rounded
+	 * to BF16, ~2e-3 relative to the FP32 reference); fewer, or 0 = never, use the exact decode
+	 * kernels. CUDA default 32. */
+	int32_t gemm_min_tokens;
 	/* KV cache: a pool of n_blocks blocks of FP4S_KV_BLOCK positions per layer, kv_width = nkv*d,
 	 * for up to max_seqs sequence slots of up to max_ctx positions */
 	int (*kv_init)(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t n_blocks,

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
@@ -644,6 +645,13 @@ static int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const s
 {
 	if (n > INT32_MAX)
 		return fp4s_error_set(err, FP4S_EINVAL, "matmul: %lld tokens", (long long)n);
+	/* prompts: tensor cores; decode steps: the bandwidth kernels (exact FP32 activations) */
+	if (be->gemm_min_tokens > 0 && n >= be->gemm_min_tokens &&
+	    (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4 || w->fmt == FP4S_WF_BF16)) {
+		int rc = fp4s_cuda_gemm(w, x, (int32_t)n, y, impl_of(be)->s, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
+	}
 	return fp4s_cuda_matmul(w, x, (int32_t)n, y, impl_of(be)->s, err);
 }
 
@@ -991,6 +999,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	}
 	be->name = "cuda";
 	be->impl = c;
+	be->gemm_min_tokens = 32;
 	be->kv_init = cu_kv_init;
 	be->kv_clear = cu_kv_clear;
 	be->alloc = cu_alloc;
