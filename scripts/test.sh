@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 [ -x scripts/fetch-testdata.sh ] && scripts/fetch-testdata.sh
+[ -x scripts/fetch-server-testdata.sh ] && scripts/fetch-server-testdata.sh
 jobs=$(nproc)
 scripts/build.sh build
 ctest --test-dir build -LE gpu --output-on-failure -j"$jobs"
