@@ -250,7 +250,7 @@ int main(int argc, char **argv)
 	/* both kernels (register path st=1, cp.async ring st=2..4), rows per group 2/4/8, with row
 	 * counts whose scale arrays are and are not whole 4-byte words (the latter fall back) */
 	{
-		const int64_t sh2[][2] = {{4096, 4096}, {333, 14336}, {5760, 2880}, {77, 2880}, {2, 64}};
+		const int64_t sh2[][2] = {{1024, 4096}, {333, 14336}, {1000, 2880}, {77, 2880}, {2, 64}};
 		for (size_t f = 0; f < 5; f++)
 			for (size_t si = 0; si < 5; si++)
 				for (int st = 1; st <= 4; st++)
