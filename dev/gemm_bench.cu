@@ -1,8 +1,8 @@
 // gemm_bench.cu: prefill GEMM (fp4s_cuda_gemm) throughput, NVFP4 and MXFP4 weights, against
 // cuBLAS BF16 on the same shapes.
 //
-// Build: part of the CMake build when nvcc exists (target gemm_bench). Run: ./gemm_bench [bm]
-// (bm = 64 or 128 forces the token tile; default automatic).
+// Build: part of the CMake build when nvcc exists (target gemm_bench). Run: ./gemm_bench [bm] [v1]
+// (bm = 64 or 128 forces the token tile, v1 the register-staged kernel; default automatic).
 //
 // Method (performance.md §7): for each shape and format first validate against the CPU reference
 // (64 rows x all tokens at M = 128, rel L2 <= 5e-3 vs FP32 x), then warm up and time 20 launches
@@ -63,7 +63,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no CUDA device\n");
 		return 1;
 	}
-	const int force_bm = argc > 1 ? atoi(argv[1]) : 0;
+	/* arguments: a token tile (64, 128) and/or "v1" */
+	int force_bm = 0, force_kernel = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "v1"))
+			force_kernel = 1;
+		else
+			force_bm = atoi(argv[i]);
+	}
 	cudaDeviceProp p;
 	CK(cudaGetDeviceProperties(&p, 0));
 	int sm_clock = 0;
@@ -72,9 +79,9 @@ int main(int argc, char **argv)
 	cublasHandle_t cb;
 	CB(cublasCreate(&cb));
 	CB(cublasGetVersion(cb, &cublas_ver));
-	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz; cuBLAS %d; token tile %s\n", p.name,
-	       p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000, cublas_ver,
-	       force_bm ? argv[1] : "auto");
+	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz; cuBLAS %d; token tile %d (0 = auto), "
+	       "kernel %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000, cublas_ver,
+	       force_bm, force_kernel ? "v1" : "auto");
 
 	const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; /* rows (N), K */
 	const int ms[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
@@ -95,7 +102,13 @@ int main(int argc, char **argv)
 		CK(cudaMalloc(&dx, hx.size() * 4));
 		CK(cudaMalloc(&dxb, hx.size() * 2));
 		CK(cudaMalloc(&dy, (size_t)(MMAX * N) * 4));
-		const size_t wsb = fp4s_cuda_gemm_workspace_bytes(MMAX, K);
+		struct fp4s_gemm_tune tune = {force_bm, force_kernel};
+		size_t wsb = 0;
+		for (int fi = 0; fi < 2; fi++)
+			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+				struct fp4s_mat probe = {fi ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, N, K, NULL, NULL, 1.0f, NULL};
+				wsb = std::max(wsb, fp4s_cuda_gemm_workspace_bytes(&probe, ms[mi], &tune));
+			}
 		CK(cudaMalloc(&dws, wsb));
 		CK(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
 		CK(cudaMemcpy(dxb, hxb.data(), hxb.size() * 2, cudaMemcpyHostToDevice));
@@ -142,7 +155,6 @@ int main(int argc, char **argv)
 				w.ws2 = ws2;
 			}
 			const enum fp4s_wformat wf = f == 0 ? FP4S_WF_BF16 : f == 1 ? FP4S_WF_NVFP4 : FP4S_WF_MXFP4;
-			struct fp4s_gemm_tune tune = {force_bm};
 			/* validate: M = 128, the first 64 rows, vs the CPU reference on FP32 x */
 			{
 				const int M = 128;

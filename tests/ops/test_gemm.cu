@@ -4,10 +4,13 @@
 // row to row, 1% outliers) is quantized and row r of W is pool row (r * 7919 + salt) % pool, so
 // neighbouring rows differ and a row or tile mix-up shows. Shapes: M in {16, 17, 64, 512, 1000},
 // K in {2880, 4096, 14336}, rows in {2880, 4096, 5760, 14336}, bias on and off, both token tiles
-// (64, 128), tails (rows % 128, K % 64 == 32, M = 1), BF16 weights (cuBLAS), bad arguments.
+// (64, 128), split-K (small grids), the v1 kernel forced, tails (rows % 128, K % 64 == 32, M = 1),
+// BF16 weights (cuBLAS), bad arguments.
 // Outputs are poisoned with NaN; every output is checked for NaN, and the values of up to 192
 // rows (first, middle, last 64) against two CPU references over all tokens:
-//   - x rounded to BF16 first (what the kernel multiplies): relative L2 <= 1e-5 (order of sums);
+//   - x rounded to BF16 first (what the kernel multiplies): relative L2 <= 3e-5 (order of sums and
+//     the tensor cores' FP32 accumulation, which is not IEEE round-to-nearest: 8e-6 seen at
+//     K = 14336 on an H200);
 //   - x in FP32 (the model's reference): relative L2 <= 5e-3, the W4A16 rounding of activations
 //     (~2e-3 expected; a wrong layout gives ~1.4).
 // `test_gemm [filter]` runs the cases whose name contains filter.
@@ -46,6 +49,7 @@ struct gcase {
 	int bias;
 	int bm;    /* 0 = automatic */
 	int own_ws; /* 1: pass a workspace, 0: the stream-ordered allocation */
+	int kernel; /* 0 = automatic, 1 = v1 forced */
 };
 
 struct hw {
@@ -124,9 +128,9 @@ static int cpu_ref_rows(const struct gcase *c, const struct hw *h, const float *
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s)", fmtname(c->fmt),
+	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s)", fmtname(c->fmt),
 	         (long long)c->rows, (long long)c->k, c->m, c->bias ? ",bias" : "", c->bm,
-	         c->own_ws ? ",ws" : "");
+	         c->own_ws ? ",ws" : "", c->kernel == 1 ? ",v1" : "");
 	if (filter && !strstr(name, filter))
 		return 0;
 	struct hw h;
@@ -160,15 +164,15 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMalloc(&db, (size_t)c->rows * sizeof(float)));
 	CK(cudaMemcpy(db, bias, (size_t)c->rows * sizeof(float), cudaMemcpyHostToDevice));
 	CK(cudaMalloc(&dy, (size_t)ny * sizeof(float) + 4));
-	const size_t wsb = fp4s_cuda_gemm_workspace_bytes(c->m, c->k);
+	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
+	struct fp4s_gemm_tune tune = {c->bm, c->kernel};
+	const size_t wsb = fp4s_cuda_gemm_workspace_bytes(&wd, c->m, &tune);
 	if (c->own_ws)
 		CK(cudaMalloc(&dws, wsb));
 	for (int64_t i = 0; i < ny; i++)
 		ygpu[i] = NAN;
 	CK(cudaMemcpy(dy, ygpu, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
 
-	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemm_tune tune = {c->bm};
 	struct fp4s_error err = {0};
 	int rc = fp4s_cuda_gemm_ex(&wd, dx, c->m, dy, dws, wsb, &tune, 0, &err);
 	if (!rc)
@@ -214,7 +218,7 @@ static int run_case(const struct gcase *c, const char *filter)
 		}
 		const double rel32 = d32 > 0 ? sqrt(n32 / d32) : sqrt(n32);
 		const double relbf = dbf > 0 ? sqrt(nbf / dbf) : sqrt(nbf);
-		if (failed || nan_at >= 0 || !(rel32 <= 5e-3) || !(relbf <= 1e-5)) {
+		if (failed || nan_at >= 0 || !(rel32 <= 5e-3) || !(relbf <= 3e-5)) {
 			fprintf(stderr, "%s: FAIL rel L2 %.3g vs FP32 x, %.3g vs BF16 x", name, rel32, relbf);
 			if (nan_at >= 0)
 				fprintf(stderr, ", NaN at token %lld row %lld", (long long)(nan_at / c->rows),
@@ -280,6 +284,13 @@ int main(int argc, char **argv)
 		for (size_t t = 0; t < sizeof tails / sizeof tails[0]; t++)
 			run_case(&tails[t], filter);
 	}
+	/* v1 (one step in registers) forced: it is what K % 64 == 32 gets, and the fallback */
+	for (size_t f = 0; f < 2; f++) {
+		const struct gcase v1[] = {{fmts[f], 4096, 4096, 512, 1, 0, 1, 1}, {fmts[f], 2880, 2880, 64, 0, 0, 0, 1},
+		                           {fmts[f], 5760, 14336, 17, 1, 128, 1, 1}};
+		for (size_t t = 0; t < sizeof v1 / sizeof v1[0]; t++)
+			run_case(&v1[t], filter);
+	}
 	/* BF16 weights through cuBLAS */
 	{
 		const struct gcase bf[] = {{FP4S_WF_BF16, 2880, 2880, 64, 1, 0, 1},
@@ -305,7 +316,10 @@ int main(int argc, char **argv)
 		w.fmt = FP4S_WF_MXFP4;
 		CHECK(fp4s_cuda_gemm(&w, d, 0, d + 512, 0, &err) == FP4S_OK);
 		CHECK(fp4s_cuda_gemm(&w, d, -1, d + 512, 0, &err) == FP4S_EINVAL);
-		struct fp4s_gemm_tune bad = {96};
+		struct fp4s_gemm_tune bad = {96, 0};
+		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
+		bad.bm = 0;
+		bad.kernel = 3;
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, d + 2048, 16, NULL, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));

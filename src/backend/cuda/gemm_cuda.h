@@ -33,16 +33,20 @@ extern "C" {
 int fp4s_cuda_gemm(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
                    struct fp4s_error *err);
 
-/* Bytes of scratch fp4s_cuda_gemm_ex needs for M tokens of width K (the BF16 activations). */
-size_t fp4s_cuda_gemm_workspace_bytes(int32_t M, int64_t K);
-
 /* Tuning and test knobs; zeros mean automatic. */
 struct fp4s_gemm_tune {
-	int bm; /* token rows per block tile: 64 or 128 */
+	int bm;     /* token rows per block tile: 64 or 128 */
+	int kernel; /* 1: v1 (one step of weights in registers; what K % 64 == 32 always gets),
+	             * 2 or 0: v2 (cp.async ring, split-K for small grids) where it applies */
 };
 
-/* As fp4s_cuda_gemm; ws (16-byte aligned, >= fp4s_cuda_gemm_workspace_bytes) may be NULL, and
- * tune may be NULL. */
+/* Bytes of scratch fp4s_cuda_gemm_ex needs for this matmul on the current device: the BF16
+ * activations, plus split-K partial sums when the grid is small. tune may be NULL. */
+size_t fp4s_cuda_gemm_workspace_bytes(const struct fp4s_mat *w, int32_t M,
+                                      const struct fp4s_gemm_tune *tune);
+
+/* As fp4s_cuda_gemm; ws (256-byte aligned, >= fp4s_cuda_gemm_workspace_bytes) may be NULL, and
+ * tune may be NULL. Results are deterministic (split-K partials are reduced in a fixed order). */
 int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, void *ws,
                       size_t ws_bytes, const struct fp4s_gemm_tune *tune, cudaStream_t s,
                       struct fp4s_error *err);

@@ -254,6 +254,193 @@ gemm_w4a16_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__restric
 	}
 }
 
+/* ---- v2: a cp.async ring of STAGES steps for everything a step needs ----
+ * v1 above keeps one step of weights in flight per block (registers), which measured ~1.1 us per
+ * K step at every M on an H200: the step is bound by DRAM latency, not math (32-256 blocks x 4.5 KB
+ * in flight is far below the ~3 MB that Little's law asks of 3 TB/s at ~1 us). v2 copies the raw
+ * packed codes, their scales and the BF16 activations of STAGES steps ahead into shared memory
+ * with cp.async (nothing held in registers), decodes a step's codes shared -> shared into a
+ * double-buffered BF16 tile right before its MMAs, and splits K over gridDim.z when the grid is
+ * too small to fill the GPU (partial sums to scratch, reduced in fixed order by a second kernel:
+ * deterministic). Needs K % 64 == 0 (4-byte scale words per row and step); else v1 runs. */
+template <int BM, int STAGES>
+struct ring_cfg {
+	static constexpr int A_BYTES = BM * BK * 2;  /* BF16 activations, swizzled */
+	static constexpr int Q_BYTES = BN * BK / 2;  /* packed codes [128][32 B] */
+	static constexpr int S_BYTES = BN * 4;       /* one 4-byte scale word per row */
+	static constexpr int SLOT = A_BYTES + Q_BYTES + S_BYTES;
+	static constexpr int WB_OFF = STAGES * SLOT; /* two decoded BF16 weight tiles */
+	static constexpr int WB_BYTES = BN * BK * 2;
+	static constexpr int LUT_OFF = WB_OFF + 2 * WB_BYTES;
+	static constexpr int SMEM = LUT_OFF + 256 * 4;
+	static constexpr int WM = BM / 2;
+	static constexpr int MT = WM / 16;
+};
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <int BM, int STAGES, int FMT>
+__global__ void __launch_bounds__(THREADS, 2)
+gemm_w4a16_ring_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__restrict__ wq,
+                       const uint8_t *__restrict__ wsc, float ws2, const float *__restrict__ bias,
+                       float *__restrict__ y, float *__restrict__ part, int M, int N, int K,
+                       int steps_per_split, int y_vec2)
+{
+	using C = ring_cfg<BM, STAGES>;
+	extern __shared__ __align__(128) uint8_t smem[];
+	uint32_t *lut = reinterpret_cast<uint32_t *>(smem + C::LUT_OFF);
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int wm = warp >> 2, wn = warp & 3;
+	const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+	const int nk_all = K / BK;
+	const int kt0 = blockIdx.z * steps_per_split;
+	const int nk = min(steps_per_split, nk_all - kt0);
+
+	lut[tid] = e2m1_bf16_bits(tid & 15) | (e2m1_bf16_bits(tid >> 4) << 16);
+
+	/* copy roles: codes: thread = (row tid/2, 16-byte half tid&1); scales: threads < 128, one row */
+	const int wr = tid >> 1, wh = tid & 1;
+	const int wrow = min(n0 + wr, N - 1); /* rows past N copy row N-1: finite, never stored */
+	const uint8_t *q_src = wq + (size_t)wrow * (size_t)(K / 2) + wh * 16;
+	const int srow = min(n0 + (tid & 127), N - 1);
+	/* NVFP4: 4 scales per row and step, a 4-byte word; MXFP4: 2 scales, the aligned word holding
+	 * them (K / 32 is even, so the pair never straddles a word) */
+	const uint8_t *s_src = FMT == FMT_NV ? wsc + (size_t)srow * (size_t)(K / 16)
+	                                     : wsc + (size_t)srow * (size_t)(K / 32);
+
+	auto issue = [&](int j) { /* local step j into ring slot j % STAGES */
+		uint8_t *slot = smem + (j % STAGES) * C::SLOT;
+		const int kt = kt0 + j;
+#pragma unroll
+		for (int i = 0; i < BM / 32; i++) {
+			const int c = tid + i * THREADS, r = c >> 3, ch = c & 7;
+			const bool ok = m0 + r < M;
+			const __nv_bfloat16 *src = ok ? xb + (size_t)(m0 + r) * K + (size_t)kt * BK + ch * 8 : xb;
+			cp_async16(smem_u32(slot + swz(r, ch)), src, ok ? 16 : 0);
+		}
+		cp_async16(smem_u32(slot + C::A_BYTES + tid * 16), q_src + (size_t)kt * 32, 16);
+		if (tid < 128) {
+			/* MXFP4: the 4-byte aligned word (by absolute address) holding the pair */
+			const uint8_t *sp = FMT == FMT_NV ? s_src + (size_t)kt * 4
+			                                  : (const uint8_t *)((uintptr_t)(s_src + (size_t)kt * 2) & ~(uintptr_t)3);
+			cp_async4(smem_u32(slot + C::A_BYTES + C::Q_BYTES + tid * 4), sp);
+		}
+	};
+
+	float acc[C::MT][4][4];
+#pragma unroll
+	for (int i = 0; i < C::MT; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[i][j][e] = 0.0f;
+
+	/* prologue: STAGES-1 steps in flight, one commit group each (empty groups keep the count) */
+#pragma unroll
+	for (int j = 0; j < STAGES - 1; j++) {
+		if (j < nk)
+			issue(j);
+		cp_async_commit();
+	}
+
+	for (int j = 0; j < nk; j++) {
+		cp_async_wait<STAGES - 2>(); /* step j has landed (for this thread's copies) */
+		__syncthreads();             /* ... and everyone's; slot (j-1) % STAGES is free */
+		if (j + STAGES - 1 < nk)
+			issue(j + STAGES - 1);
+		cp_async_commit();
+
+		const uint8_t *slot = smem + (j % STAGES) * C::SLOT;
+		uint8_t *wb = smem + C::WB_OFF + (j & 1) * C::WB_BYTES;
+		{
+			const uint4 q = *reinterpret_cast<const uint4 *>(slot + C::A_BYTES + tid * 16);
+			const uint32_t sw = *reinterpret_cast<const uint32_t *>(slot + C::A_BYTES + C::Q_BYTES + wr * 4);
+			/* this thread's 32 codes use scales 2*wh, 2*wh+1 (NVFP4) or the half of the word that
+			 * holds step kt's pair, element wh of it (MXFP4) */
+			uint32_t sv;
+			if (FMT == FMT_NV) {
+				sv = (sw >> (16 * wh)) & 0xFFFF;
+			} else {
+				const uintptr_t at = (uintptr_t)(wsc + (size_t)min(n0 + wr, N - 1) * (size_t)(K / 32) +
+				                                 (size_t)(kt0 + j) * 2);
+				const int sh = (int)(at & 3) * 8 + wh * 8;
+				sv = (sw >> sh) & 0xFF;
+			}
+			store_w<FMT>(wb, lut, wr, wh, q, sv);
+		}
+		__syncthreads(); /* the decoded tile */
+
+		const uint8_t *sa = slot;
+#pragma unroll
+		for (int kk = 0; kk < BK / 16; kk++) {
+			uint32_t a[C::MT][4], b[4][2];
+#pragma unroll
+			for (int mt = 0; mt < C::MT; mt++) {
+				const int r = wm * C::WM + mt * 16 + (lane & 15);
+				ldmatrix_x4(smem_u32(sa + swz(r, kk * 2 + (lane >> 4))), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+			}
+#pragma unroll
+			for (int np = 0; np < 2; np++) {
+				const int r = wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+				ldmatrix_x4(smem_u32(wb + swz(r, kk * 2 + ((lane >> 3) & 1))), b[2 * np][0], b[2 * np][1],
+				            b[2 * np + 1][0], b[2 * np + 1][1]);
+			}
+#pragma unroll
+			for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+				for (int nt = 0; nt < 4; nt++)
+					mma_bf16(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+		}
+	}
+	cp_async_wait<0>();
+
+	/* epilogue: straight to y (one split), or raw sums to part[z][M][N] for the reduction */
+	float *dst = part ? part + (size_t)blockIdx.z * (size_t)M * (size_t)N : y;
+	const float scale = part ? 1.0f : ws2;
+#pragma unroll
+	for (int nt = 0; nt < 4; nt++) {
+		const int n = n0 + wn * 32 + nt * 8 + (lane & 3) * 2;
+		const float b0 = !part && bias && n < N ? bias[n] : 0.0f;
+		const float b1 = !part && bias && n + 1 < N ? bias[n + 1] : 0.0f;
+#pragma unroll
+		for (int mt = 0; mt < C::MT; mt++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int t = m0 + wm * C::WM + mt * 16 + (lane >> 2) + h * 8;
+				if (t >= M)
+					continue;
+				float *yr = dst + (size_t)t * N;
+				const float v0 = acc[mt][nt][2 * h] * scale + b0, v1 = acc[mt][nt][2 * h + 1] * scale + b1;
+				if (y_vec2 && n + 1 < N) {
+					*reinterpret_cast<float2 *>(yr + n) = make_float2(v0, v1);
+				} else {
+					if (n < N)
+						yr[n] = v0;
+					if (n + 1 < N)
+						yr[n + 1] = v1;
+				}
+			}
+	}
+}
+
+/* y = (sum over splits, in split order) * ws2 + bias */
+__global__ void splitk_reduce_kernel(const float *__restrict__ part, int splits, size_t mn, int N, float ws2,
+                                     const float *__restrict__ bias, float *__restrict__ y)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += (size_t)gridDim.x * blockDim.x) {
+		float acc = 0.0f;
+		for (int z = 0; z < splits; z++)
+			acc += part[(size_t)z * mn + i];
+		y[i] = acc * ws2 + (bias ? bias[i % (size_t)N] : 0.0f);
+	}
+}
+
 /* x FP32 -> BF16 (RNE), 8 elements per thread; vector loads when x is 16-byte aligned. */
 __global__ void f32_to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ out, size_t n, int vec)
 {
@@ -302,6 +489,50 @@ int launch_gemm(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float 
 	return FP4S_OK;
 }
 
+/* Split-K plan for v2: enough blocks for two per SM, each split at least 8 steps of 64. */
+struct ring_plan {
+	int bm, splits, steps;
+};
+
+ring_plan plan_ring(int M, int64_t N, int64_t K, int bm_forced, int sms)
+{
+	const long long nk = K / BK, nb = FP4S_CEIL_DIV(N, BN);
+	int bm = bm_forced;
+	if (!bm)
+		bm = FP4S_CEIL_DIV((long long)M, 128) * nb >= 2LL * sms ? 128 : 64;
+	const long long blocks = FP4S_CEIL_DIV((long long)M, bm) * nb;
+	int splits = 1;
+	while (splits < 8 && blocks * splits < 2LL * sms && nk / (splits * 2) >= 8)
+		splits *= 2;
+	const int steps = (int)FP4S_CEIL_DIV(nk, (long long)splits);
+	splits = (int)FP4S_CEIL_DIV(nk, (long long)steps); /* no empty split */
+	return {bm, splits, steps};
+}
+
+template <int BM, int STAGES, int FMT>
+int launch_ring(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float *y, float *part,
+                const ring_plan &pl, cudaStream_t s, struct fp4s_error *err)
+{
+	using C = ring_cfg<BM, STAGES>;
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_w4a16_ring_kernel<BM, STAGES, FMT>,
+	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, BN), (unsigned)FP4S_CEIL_DIV(M, BM), (unsigned)pl.splits);
+	const int N = (int)w->rows;
+	float *out = pl.splits > 1 ? part : y;
+	gemm_w4a16_ring_kernel<BM, STAGES, FMT><<<grid, THREADS, C::SMEM, s>>>(
+		xb, (const uint8_t *)w->data, w->scales, FMT == FMT_NV ? w->ws2 : 1.0f, w->bias, y,
+		pl.splits > 1 ? part : nullptr, M, N, (int)w->cols, pl.steps,
+		N % 2 == 0 && (uintptr_t)out % 8 == 0);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	if (pl.splits > 1) {
+		const size_t mn = (size_t)M * (size_t)N;
+		splitk_reduce_kernel<<<(unsigned)(mn / 256 + 1 < 8192 ? mn / 256 + 1 : 8192), 256, 0, s>>>(
+			part, pl.splits, mn, N, FMT == FMT_NV ? w->ws2 : 1.0f, w->bias, y);
+		FP4S_CUDA_TRY(err, cudaGetLastError());
+	}
+	return FP4S_OK;
+}
+
 /* One cuBLAS handle per host thread: handles are not safe to share across threads that set
  * different streams. Created on first use, kept for the thread's life. */
 int cublas_handle(cublasHandle_t *h, struct fp4s_error *err)
@@ -347,9 +578,38 @@ int gemm_bf16_cublas(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, f
 
 } // namespace
 
-extern "C" size_t fp4s_cuda_gemm_workspace_bytes(int32_t M, int64_t K)
+static int device_sms(void)
 {
-	return M > 0 && K > 0 ? (size_t)M * (size_t)K * 2 : 0;
+	int dev = 0, sms = 132;
+	if (cudaGetDevice(&dev) == cudaSuccess)
+		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+	return sms;
+}
+
+/* v2 runs for FP4 weights with K % 64 == 0 and a 4-byte aligned NVFP4 scale array, unless v1 is
+ * asked for. */
+static int use_ring(const struct fp4s_mat *w, const struct fp4s_gemm_tune *tune)
+{
+	if (tune && tune->kernel == 1)
+		return 0;
+	return w->fmt != FP4S_WF_BF16 && w->cols % BK == 0 &&
+	       (w->fmt == FP4S_WF_MXFP4 || (uintptr_t)w->scales % 4 == 0);
+}
+
+static size_t xb_bytes(int32_t M, int64_t K) { return ((size_t)M * (size_t)K * 2 + 255) & ~(size_t)255; }
+
+extern "C" size_t fp4s_cuda_gemm_workspace_bytes(const struct fp4s_mat *w, int32_t M,
+                                                 const struct fp4s_gemm_tune *tune)
+{
+	if (!w || M <= 0 || w->cols <= 0 || w->rows <= 0)
+		return 0;
+	size_t b = xb_bytes(M, w->cols);
+	if (use_ring(w, tune)) {
+		const ring_plan pl = plan_ring(M, w->rows, w->cols, tune ? tune->bm : 0, device_sms());
+		if (pl.splits > 1)
+			b += (size_t)pl.splits * (size_t)M * (size_t)w->rows * sizeof(float);
+	}
+	return b;
 }
 
 extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, void *ws,
@@ -369,17 +629,20 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: missing weight data, scales, x or y");
 	if ((uintptr_t)x % 4 || (uintptr_t)w->data % 16 || (w->fmt == FP4S_WF_NVFP4 && (uintptr_t)w->scales % 2))
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: x, data or scales misaligned");
-	if (tune && tune->bm != 0 && tune->bm != 64 && tune->bm != 128)
-		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64 or 128)", tune->bm);
+	if (tune && ((tune->bm != 0 && tune->bm != 64 && tune->bm != 128) || tune->kernel < 0 || tune->kernel > 2))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64 or 128), kernel %d (1, 2)",
+		                      tune->bm, tune->kernel);
 	if (M == 0)
 		return FP4S_OK;
-	const size_t need = fp4s_cuda_gemm_workspace_bytes(M, w->cols);
-	if (ws && (ws_bytes < need || (uintptr_t)ws % 16))
-		return fp4s_error_set(err, FP4S_EINVAL, "gemm: workspace of %zu bytes (need %zu, 16-aligned)",
+	const size_t need = fp4s_cuda_gemm_workspace_bytes(w, M, tune);
+	if (ws && (ws_bytes < need || (uintptr_t)ws % 256))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: workspace of %zu bytes (need %zu, 256-aligned)",
 		                      ws_bytes, need);
-	__nv_bfloat16 *xb = (__nv_bfloat16 *)ws;
-	if (!xb)
-		FP4S_CUDA_TRY(err, cudaMallocAsync((void **)&xb, need, s));
+	void *scratch = ws;
+	if (!scratch)
+		FP4S_CUDA_TRY(err, cudaMallocAsync(&scratch, need, s));
+	__nv_bfloat16 *xb = (__nv_bfloat16 *)scratch;
+	float *part = (float *)((uint8_t *)scratch + xb_bytes(M, w->cols));
 
 	int rc = FP4S_OK;
 	{
@@ -391,27 +654,35 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 			rc = fp4s_error_set(err, FP4S_ECUDA, "f32_to_bf16_kernel launch failed: %s", cudaGetErrorString(e));
 	}
 	if (!rc) {
-		int bm = tune && tune->bm ? tune->bm : 0;
-		if (!bm) {
-			/* 128-token tiles halve the activation re-reads but need enough blocks to fill the
-			 * GPU twice over (two blocks per SM); otherwise 64-token tiles */
-			int dev = 0, sms = 132;
-			if (cudaGetDevice(&dev) == cudaSuccess)
-				cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-			const long long blocks128 = FP4S_CEIL_DIV((long long)M, 128) * FP4S_CEIL_DIV(w->rows, BN);
-			bm = blocks128 >= 2LL * sms ? 128 : 64;
-		}
-		if (w->fmt == FP4S_WF_BF16)
+		const int sms = device_sms();
+		if (w->fmt == FP4S_WF_BF16) {
 			rc = gemm_bf16_cublas(w, xb, M, y, s, err);
-		else if (w->fmt == FP4S_WF_NVFP4)
-			rc = bm == 128 ? launch_gemm<128, FMT_NV>(w, xb, M, y, s, err)
-			               : launch_gemm<64, FMT_NV>(w, xb, M, y, s, err);
-		else
-			rc = bm == 128 ? launch_gemm<128, FMT_MX>(w, xb, M, y, s, err)
-			               : launch_gemm<64, FMT_MX>(w, xb, M, y, s, err);
+		} else if (use_ring(w, tune)) {
+			const ring_plan pl = plan_ring(M, w->rows, w->cols, tune ? tune->bm : 0, sms);
+			if (w->fmt == FP4S_WF_NVFP4)
+				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_NV>(w, xb, M, y, part, pl, s, err)
+				                  : launch_ring<64, 4, FMT_NV>(w, xb, M, y, part, pl, s, err);
+			else
+				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_MX>(w, xb, M, y, part, pl, s, err)
+				                  : launch_ring<64, 4, FMT_MX>(w, xb, M, y, part, pl, s, err);
+		} else {
+			int bm = tune && tune->bm ? tune->bm : 0;
+			if (!bm) {
+				/* 128-token tiles halve the activation re-reads but need enough blocks to fill
+				 * the GPU twice over (two blocks per SM); otherwise 64-token tiles */
+				const long long blocks128 = FP4S_CEIL_DIV((long long)M, 128) * FP4S_CEIL_DIV(w->rows, BN);
+				bm = blocks128 >= 2LL * sms ? 128 : 64;
+			}
+			if (w->fmt == FP4S_WF_NVFP4)
+				rc = bm == 128 ? launch_gemm<128, FMT_NV>(w, xb, M, y, s, err)
+				               : launch_gemm<64, FMT_NV>(w, xb, M, y, s, err);
+			else
+				rc = bm == 128 ? launch_gemm<128, FMT_MX>(w, xb, M, y, s, err)
+				               : launch_gemm<64, FMT_MX>(w, xb, M, y, s, err);
+		}
 	}
 	if (!ws) {
-		const cudaError_t e = cudaFreeAsync(xb, s);
+		const cudaError_t e = cudaFreeAsync(scratch, s);
 		if (e != cudaSuccess && !rc)
 			rc = fp4s_error_set(err, FP4S_ECUDA, "cudaFreeAsync failed: %s", cudaGetErrorString(e));
 	}
