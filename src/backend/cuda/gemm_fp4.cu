@@ -341,6 +341,29 @@ gemm_w4a16_ring_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__re
 			for (int e = 0; e < 4; e++)
 				acc[i][j][e] = 0.0f;
 
+	/* Step j's codes are decoded during iteration j-1, next to step j-1's MMAs, so one barrier
+	 * per step separates everything and warps overlap decode with other warps' MMAs. Hazards:
+	 * the copy issued in iteration j goes to slot (j-1) % STAGES (step j-1: its A read by MMAs in
+	 * iteration j-1, its codes by the decode in j-2); the decode of j+1 writes the BF16 tile that
+	 * step j-1's MMAs read; both are behind iteration j's barrier. */
+	auto decode = [&](int j) {
+		const uint8_t *slot = smem + (j % STAGES) * C::SLOT;
+		uint8_t *wb = smem + C::WB_OFF + (j & 1) * C::WB_BYTES;
+		const uint4 q = *reinterpret_cast<const uint4 *>(slot + C::A_BYTES + tid * 16);
+		const uint32_t sw = *reinterpret_cast<const uint32_t *>(slot + C::A_BYTES + C::Q_BYTES + wr * 4);
+		/* this thread's 32 codes use scales 2*wh, 2*wh+1 (NVFP4) or, of the word holding step
+		 * kt's pair, element wh (MXFP4) */
+		uint32_t sv;
+		if (FMT == FMT_NV) {
+			sv = (sw >> (16 * wh)) & 0xFFFF;
+		} else {
+			const uintptr_t at = (uintptr_t)(wsc + (size_t)min(n0 + wr, N - 1) * (size_t)(K / 32) +
+			                                 (size_t)(kt0 + j) * 2);
+			sv = (sw >> ((int)(at & 3) * 8 + wh * 8)) & 0xFF;
+		}
+		store_w<FMT>(wb, lut, wr, wh, q, sv);
+	};
+
 	/* prologue: STAGES-1 steps in flight, one commit group each (empty groups keep the count) */
 #pragma unroll
 	for (int j = 0; j < STAGES - 1; j++) {
@@ -348,35 +371,22 @@ gemm_w4a16_ring_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__re
 			issue(j);
 		cp_async_commit();
 	}
+	cp_async_wait<STAGES - 2>(); /* step 0 */
+	__syncthreads();             /* everyone's copies, and the table */
+	decode(0);
 
 	for (int j = 0; j < nk; j++) {
-		cp_async_wait<STAGES - 2>(); /* step j has landed (for this thread's copies) */
-		__syncthreads();             /* ... and everyone's; slot (j-1) % STAGES is free */
+		/* groups committed: STAGES-1+j, group g = step g; steps <= j+1 must have landed */
+		cp_async_wait<STAGES - 3>();
+		__syncthreads();
 		if (j + STAGES - 1 < nk)
 			issue(j + STAGES - 1);
 		cp_async_commit();
+		if (j + 1 < nk)
+			decode(j + 1);
 
-		const uint8_t *slot = smem + (j % STAGES) * C::SLOT;
-		uint8_t *wb = smem + C::WB_OFF + (j & 1) * C::WB_BYTES;
-		{
-			const uint4 q = *reinterpret_cast<const uint4 *>(slot + C::A_BYTES + tid * 16);
-			const uint32_t sw = *reinterpret_cast<const uint32_t *>(slot + C::A_BYTES + C::Q_BYTES + wr * 4);
-			/* this thread's 32 codes use scales 2*wh, 2*wh+1 (NVFP4) or the half of the word that
-			 * holds step kt's pair, element wh of it (MXFP4) */
-			uint32_t sv;
-			if (FMT == FMT_NV) {
-				sv = (sw >> (16 * wh)) & 0xFFFF;
-			} else {
-				const uintptr_t at = (uintptr_t)(wsc + (size_t)min(n0 + wr, N - 1) * (size_t)(K / 32) +
-				                                 (size_t)(kt0 + j) * 2);
-				const int sh = (int)(at & 3) * 8 + wh * 8;
-				sv = (sw >> sh) & 0xFF;
-			}
-			store_w<FMT>(wb, lut, wr, wh, q, sv);
-		}
-		__syncthreads(); /* the decoded tile */
-
-		const uint8_t *sa = slot;
+		const uint8_t *sa = smem + (j % STAGES) * C::SLOT;
+		const uint8_t *wb = smem + C::WB_OFF + (j & 1) * C::WB_BYTES;
 #pragma unroll
 		for (int kk = 0; kk < BK / 16; kk++) {
 			uint32_t a[C::MT][4], b[4][2];
@@ -489,7 +499,7 @@ int launch_gemm(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float 
 	return FP4S_OK;
 }
 
-/* Split-K plan for v2: enough blocks for two per SM, each split at least 8 steps of 64. */
+/* Split-K plan for v2: enough blocks for about two per SM, each split at least 8 steps of 64. */
 struct ring_plan {
 	int bm, splits, steps;
 };
@@ -497,12 +507,16 @@ struct ring_plan {
 ring_plan plan_ring(int M, int64_t N, int64_t K, int bm_forced, int sms)
 {
 	const long long nk = K / BK, nb = FP4S_CEIL_DIV(N, BN);
+	/* 128-token tiles run ~1.5x faster per flop than 64 (v1/v2 measured 235 vs 150 TFLOP/s on an
+	 * H200); split-K, not smaller tiles, fills the GPU when there are few of them */
 	int bm = bm_forced;
 	if (!bm)
-		bm = FP4S_CEIL_DIV((long long)M, 128) * nb >= 2LL * sms ? 128 : 64;
+		bm = M > 64 ? 128 : 64;
 	const long long blocks = FP4S_CEIL_DIV((long long)M, bm) * nb;
 	int splits = 1;
-	while (splits < 8 && blocks * splits < 2LL * sms && nk / (splits * 2) >= 8)
+	/* double while the grid stays under ~2.5 blocks per SM (2 fit at once; partial sums cost
+	 * M x N x 8 bytes of traffic per split, so no more than filling the GPU needs) */
+	while (splits < 8 && blocks * splits * 2 <= 5LL * sms / 2 && nk / (splits * 2) >= 8)
 		splits *= 2;
 	const int steps = (int)FP4S_CEIL_DIV(nk, (long long)splits);
 	splits = (int)FP4S_CEIL_DIV(nk, (long long)steps); /* no empty split */
