@@ -1,8 +1,9 @@
 // gemm_bench.cu: prefill GEMM (fp4s_cuda_gemm) throughput, NVFP4 and MXFP4 weights, against
 // cuBLAS BF16 on the same shapes.
 //
-// Build: part of the CMake build when nvcc exists (target gemm_bench). Run: ./gemm_bench [bm] [v1]
-// (bm = 64 or 128 forces the token tile, v1 the register-staged kernel; default automatic).
+// Build: part of the CMake build when nvcc exists (target gemm_bench).
+// Run: ./gemm_bench [64|128] [v1] [lut|prmt] [nobf16]: force the token tile, the register-staged v1
+// kernel, v2's decode (shared table or byte permutes); nobf16 skips the cuBLAS rows.
 //
 // Method (performance.md §7): for each shape and format first validate against the CPU reference
 // (64 rows x all tokens at M = 128, rel L2 <= 5e-3 vs FP32 x), then warm up and time 20 launches
@@ -63,11 +64,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no CUDA device\n");
 		return 1;
 	}
-	/* arguments: a token tile (64, 128) and/or "v1" */
-	int force_bm = 0, force_kernel = 0;
+	/* arguments: a token tile (64, 128), "v1", "lut" or "prmt" (decode), "nobf16" (skip cuBLAS) */
+	int skip_bf16 = 0;
+	int force_bm = 0, force_kernel = 0, force_decode = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "v1"))
 			force_kernel = 1;
+		else if (!strcmp(argv[i], "lut"))
+			force_decode = 1;
+		else if (!strcmp(argv[i], "prmt"))
+			force_decode = 2;
+		else if (!strcmp(argv[i], "nobf16"))
+			skip_bf16 = 1;
 		else
 			force_bm = atoi(argv[i]);
 	}
@@ -80,8 +88,9 @@ int main(int argc, char **argv)
 	CB(cublasCreate(&cb));
 	CB(cublasGetVersion(cb, &cublas_ver));
 	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz; cuBLAS %d; token tile %d (0 = auto), "
-	       "kernel %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000, cublas_ver,
-	       force_bm, force_kernel ? "v1" : "auto");
+	       "kernel %s, decode %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000,
+	       cublas_ver, force_bm, force_kernel ? "v1" : "auto",
+	       force_decode == 1 ? "table" : force_decode == 2 ? "prmt" : "auto");
 
 	const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; /* rows (N), K */
 	const int ms[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
@@ -102,7 +111,7 @@ int main(int argc, char **argv)
 		CK(cudaMalloc(&dx, hx.size() * 4));
 		CK(cudaMalloc(&dxb, hx.size() * 2));
 		CK(cudaMalloc(&dy, (size_t)(MMAX * N) * 4));
-		struct fp4s_gemm_tune tune = {force_bm, force_kernel};
+		struct fp4s_gemm_tune tune = {force_bm, force_kernel, force_decode};
 		size_t wsb = 0;
 		for (int fi = 0; fi < 2; fi++)
 			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
@@ -121,6 +130,8 @@ int main(int argc, char **argv)
 		}
 		std::vector<double> t_cublas(sizeof ms / sizeof ms[0]);
 		for (int f = 0; f < 3; f++) { /* 0 = cuBLAS BF16 first (the reference), 1 NVFP4, 2 MXFP4 */
+			if (f == 0 && skip_bf16)
+				continue;
 			const char *fname = f == 0 ? "bf16" : f == 1 ? "nvfp4" : "mxfp4";
 			const size_t data_b = f == 0 ? (size_t)(N * K) * 2 : (size_t)(N * K) / 2;
 			const size_t sc_b = f == 0 ? 0 : (size_t)(N * K) / (f == 1 ? 16 : 32);
@@ -225,7 +236,7 @@ int main(int argc, char **argv)
 				char shape[32];
 				snprintf(shape, sizeof shape, "%lldx%lld", (long long)N, (long long)K);
 				printf("%-6s %-12s %6d %10.1f %10.1f %9.1f %8.2fx\n", fname, shape, M, med * 1e3,
-				       t.front() * 1e3, tf, t_cublas[mi] / med);
+				       t.front() * 1e3, tf, t_cublas[mi] > 0 ? t_cublas[mi] / med : 0.0);
 				CK(cudaEventDestroy(e0));
 				CK(cudaEventDestroy(e1));
 			}

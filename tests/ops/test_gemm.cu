@@ -4,7 +4,7 @@
 // row to row, 1% outliers) is quantized and row r of W is pool row (r * 7919 + salt) % pool, so
 // neighbouring rows differ and a row or tile mix-up shows. Shapes: M in {16, 17, 64, 512, 1000},
 // K in {2880, 4096, 14336}, rows in {2880, 4096, 5760, 14336}, bias on and off, both token tiles
-// (64, 128), split-K (small grids), the v1 kernel forced, tails (rows % 128, K % 64 == 32, M = 1),
+// (64, 128), split-K (small grids), the v1 kernel forced, both FP4 decodes (table, prmt), tails (rows % 128, K % 64 == 32, M = 1),
 // BF16 weights (cuBLAS), bad arguments.
 // Outputs are poisoned with NaN; every output is checked for NaN, and the values of up to 192
 // rows (first, middle, last 64) against two CPU references over all tokens:
@@ -50,6 +50,7 @@ struct gcase {
 	int bm;    /* 0 = automatic */
 	int own_ws; /* 1: pass a workspace, 0: the stream-ordered allocation */
 	int kernel; /* 0 = automatic, 1 = v1 forced */
+	int decode; /* 0 = automatic, 1 = byte table, 2 = byte permutes */
 };
 
 struct hw {
@@ -130,7 +131,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	char name[256];
 	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s)", fmtname(c->fmt),
 	         (long long)c->rows, (long long)c->k, c->m, c->bias ? ",bias" : "", c->bm,
-	         c->own_ws ? ",ws" : "", c->kernel == 1 ? ",v1" : "");
+	         c->own_ws ? ",ws" : "", c->kernel == 1 ? ",v1" : c->decode == 1 ? ",lut" : c->decode == 2 ? ",prmt" : "");
 	if (filter && !strstr(name, filter))
 		return 0;
 	struct hw h;
@@ -165,7 +166,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(db, bias, (size_t)c->rows * sizeof(float), cudaMemcpyHostToDevice));
 	CK(cudaMalloc(&dy, (size_t)ny * sizeof(float) + 4));
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemm_tune tune = {c->bm, c->kernel};
+	struct fp4s_gemm_tune tune = {c->bm, c->kernel, c->decode};
 	const size_t wsb = fp4s_cuda_gemm_workspace_bytes(&wd, c->m, &tune);
 	if (c->own_ws)
 		CK(cudaMalloc(&dws, wsb));
@@ -291,6 +292,16 @@ int main(int argc, char **argv)
 		for (size_t t = 0; t < sizeof v1 / sizeof v1[0]; t++)
 			run_case(&v1[t], filter);
 	}
+	/* both decodes forced (the default is one of them) on both formats, with split-K and without */
+	for (size_t f = 0; f < 2; f++)
+		for (int dec = 1; dec <= 2; dec++) {
+			const struct gcase d[] = {{fmts[f], 4096, 4096, 512, 1, 0, 1, 0, dec},
+			                          {fmts[f], 2880, 2880, 40, 0, 0, 0, 0, dec},
+			                          {fmts[f], 14336, 4096, 1000, 1, 0, 1, 0, dec},
+			                          {fmts[f], 130, 14336, 70, 1, 64, 1, 0, dec}};
+			for (size_t t = 0; t < sizeof d / sizeof d[0]; t++)
+				run_case(&d[t], filter);
+		}
 	/* BF16 weights through cuBLAS */
 	{
 		const struct gcase bf[] = {{FP4S_WF_BF16, 2880, 2880, 64, 1, 0, 1},
@@ -316,10 +327,13 @@ int main(int argc, char **argv)
 		w.fmt = FP4S_WF_MXFP4;
 		CHECK(fp4s_cuda_gemm(&w, d, 0, d + 512, 0, &err) == FP4S_OK);
 		CHECK(fp4s_cuda_gemm(&w, d, -1, d + 512, 0, &err) == FP4S_EINVAL);
-		struct fp4s_gemm_tune bad = {96, 0};
+		struct fp4s_gemm_tune bad = {96, 0, 0};
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		bad.bm = 0;
 		bad.kernel = 3;
+		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
+		bad.kernel = 0;
+		bad.decode = 3;
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, d + 2048, 16, NULL, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));

@@ -38,6 +38,7 @@ struct fp4s_gemm_tune {
 	int bm;     /* token rows per block tile: 64 or 128 */
 	int kernel; /* 1: v1 (one step of weights in registers; what K % 64 == 32 always gets),
 	             * 2 or 0: v2 (cp.async ring, split-K for small grids) where it applies */
+	int decode; /* v2's FP4 -> BF16 decode: 1 = shared byte table, 2 = byte permutes (prmt) */
 };
 
 /* Bytes of scratch fp4s_cuda_gemm_ex needs for this matmul on the current device: the BF16

@@ -30,6 +30,8 @@ constexpr int BN = 128;     /* weight rows per block */
 constexpr int BK = 64;      /* K per pipeline step: 128-byte BF16 rows in shared memory */
 constexpr int THREADS = 256;
 constexpr int FMT_NV = 0, FMT_MX = 1;
+/* v2's decode: 0 = shared byte table, 1 = byte permutes (tune->decode overrides) */
+#define FP4S_GEMM_PRMT_DEFAULT 0
 
 template <int BM>
 struct tile_cfg {
@@ -115,6 +117,48 @@ __device__ __forceinline__ void store_w(uint8_t *sw, const uint32_t *lut, int r,
 		for (int b = 0; b < 4; b++) {
 			uint32_t pair = lut[(words[j] >> (8 * b)) & 0xFF];
 			__nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&pair), s2);
+			o[b] = *reinterpret_cast<uint32_t *>(&v);
+		}
+		*reinterpret_cast<uint4 *>(sw + swz(r, half * 4 + j)) = make_uint4(o[0], o[1], o[2], o[3]);
+	}
+}
+
+/* The same decode without the shared table (whose random indices cost ~3-4 way bank conflicts):
+ * a word's 8 magnitudes are 4-bit nibbles already, i.e. prmt selectors, so two byte permutes
+ * against 8-byte tables give the low and high bytes of 4 BF16 values, two more interleave them,
+ * and the sign bits are moved into place with shifts. */
+__device__ __forceinline__ void e2m1x8_to_bf16(uint32_t w, uint32_t (&o)[4])
+{
+	/* low / high byte of the BF16 of magnitudes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6 */
+	const uint32_t L0 = 0xC0800000u, L1 = 0xC0804000u, H0 = 0x3F3F3F00u, H1 = 0x40404040u;
+	const uint32_t s0 = w & 0x7777u, s1 = (w >> 16) & 0x7777u; /* bit 3 clear: no sign mode */
+	const uint32_t l0 = __byte_perm(L0, L1, s0), h0 = __byte_perm(H0, H1, s0);
+	const uint32_t l1 = __byte_perm(L0, L1, s1), h1 = __byte_perm(H0, H1, s1);
+	o[0] = __byte_perm(l0, h0, 0x5140) | ((w & 0x8u) << 12) | ((w & 0x80u) << 24);
+	o[1] = __byte_perm(l0, h0, 0x7362) | ((w & 0x800u) << 4) | ((w & 0x8000u) << 16);
+	o[2] = __byte_perm(l1, h1, 0x5140) | ((w & 0x80000u) >> 4) | ((w & 0x800000u) << 8);
+	o[3] = __byte_perm(l1, h1, 0x7362) | ((w & 0x8000000u) >> 12) | (w & 0x80000000u);
+}
+
+template <int FMT>
+__device__ __forceinline__ void store_w_prmt(uint8_t *sw, int r, int half, uint4 q, uint32_t s)
+{
+	uint32_t sc[2];
+	if (FMT == FMT_NV) {
+		sc[0] = scale_bf16x2<FMT>(s & 0xFF);
+		sc[1] = scale_bf16x2<FMT>(s >> 8);
+	} else {
+		sc[0] = sc[1] = scale_bf16x2<FMT>(s);
+	}
+	const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const __nv_bfloat162 s2 = *reinterpret_cast<const __nv_bfloat162 *>(&sc[j >> 1]);
+		uint32_t o[4];
+		e2m1x8_to_bf16(words[j], o);
+#pragma unroll
+		for (int b = 0; b < 4; b++) {
+			__nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&o[b]), s2);
 			o[b] = *reinterpret_cast<uint32_t *>(&v);
 		}
 		*reinterpret_cast<uint4 *>(sw + swz(r, half * 4 + j)) = make_uint4(o[0], o[1], o[2], o[3]);
@@ -284,7 +328,7 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src)
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-template <int BM, int STAGES, int FMT>
+template <int BM, int STAGES, int FMT, int PRMT>
 __global__ void __launch_bounds__(THREADS, 2)
 gemm_w4a16_ring_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__restrict__ wq,
                        const uint8_t *__restrict__ wsc, float ws2, const float *__restrict__ bias,
@@ -361,7 +405,10 @@ gemm_w4a16_ring_kernel(const __nv_bfloat16 *__restrict__ xb, const uint8_t *__re
 			                                 (size_t)(kt0 + j) * 2);
 			sv = (sw >> ((int)(at & 3) * 8 + wh * 8)) & 0xFF;
 		}
-		store_w<FMT>(wb, lut, wr, wh, q, sv);
+		if (PRMT)
+			store_w_prmt<FMT>(wb, wr, wh, q, sv);
+		else
+			store_w<FMT>(wb, lut, wr, wh, q, sv);
 	};
 
 	/* prologue: STAGES-1 steps in flight, one commit group each (empty groups keep the count) */
@@ -523,17 +570,17 @@ ring_plan plan_ring(int M, int64_t N, int64_t K, int bm_forced, int sms)
 	return {bm, splits, steps};
 }
 
-template <int BM, int STAGES, int FMT>
+template <int BM, int STAGES, int FMT, int PRMT>
 int launch_ring(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float *y, float *part,
                 const ring_plan &pl, cudaStream_t s, struct fp4s_error *err)
 {
 	using C = ring_cfg<BM, STAGES>;
-	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_w4a16_ring_kernel<BM, STAGES, FMT>,
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_w4a16_ring_kernel<BM, STAGES, FMT, PRMT>,
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
 	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, BN), (unsigned)FP4S_CEIL_DIV(M, BM), (unsigned)pl.splits);
 	const int N = (int)w->rows;
 	float *out = pl.splits > 1 ? part : y;
-	gemm_w4a16_ring_kernel<BM, STAGES, FMT><<<grid, THREADS, C::SMEM, s>>>(
+	gemm_w4a16_ring_kernel<BM, STAGES, FMT, PRMT><<<grid, THREADS, C::SMEM, s>>>(
 		xb, (const uint8_t *)w->data, w->scales, FMT == FMT_NV ? w->ws2 : 1.0f, w->bias, y,
 		pl.splits > 1 ? part : nullptr, M, N, (int)w->cols, pl.steps,
 		N % 2 == 0 && (uintptr_t)out % 8 == 0);
@@ -643,7 +690,8 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: missing weight data, scales, x or y");
 	if ((uintptr_t)x % 4 || (uintptr_t)w->data % 16 || (w->fmt == FP4S_WF_NVFP4 && (uintptr_t)w->scales % 2))
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: x, data or scales misaligned");
-	if (tune && ((tune->bm != 0 && tune->bm != 64 && tune->bm != 128) || tune->kernel < 0 || tune->kernel > 2))
+	if (tune && ((tune->bm != 0 && tune->bm != 64 && tune->bm != 128) || tune->kernel < 0 || tune->kernel > 2 ||
+	             tune->decode < 0 || tune->decode > 2))
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64 or 128), kernel %d (1, 2)",
 		                      tune->bm, tune->kernel);
 	if (M == 0)
@@ -673,12 +721,19 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 			rc = gemm_bf16_cublas(w, xb, M, y, s, err);
 		} else if (use_ring(w, tune)) {
 			const ring_plan pl = plan_ring(M, w->rows, w->cols, tune ? tune->bm : 0, sms);
-			if (w->fmt == FP4S_WF_NVFP4)
-				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_NV>(w, xb, M, y, part, pl, s, err)
-				                  : launch_ring<64, 4, FMT_NV>(w, xb, M, y, part, pl, s, err);
+			const int prmt = tune && tune->decode ? tune->decode == 2 : FP4S_GEMM_PRMT_DEFAULT;
+			if (w->fmt == FP4S_WF_NVFP4 && prmt)
+				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_NV, 1>(w, xb, M, y, part, pl, s, err)
+				                  : launch_ring<64, 4, FMT_NV, 1>(w, xb, M, y, part, pl, s, err);
+			else if (w->fmt == FP4S_WF_NVFP4)
+				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_NV, 0>(w, xb, M, y, part, pl, s, err)
+				                  : launch_ring<64, 4, FMT_NV, 0>(w, xb, M, y, part, pl, s, err);
+			else if (prmt)
+				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_MX, 1>(w, xb, M, y, part, pl, s, err)
+				                  : launch_ring<64, 4, FMT_MX, 1>(w, xb, M, y, part, pl, s, err);
 			else
-				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_MX>(w, xb, M, y, part, pl, s, err)
-				                  : launch_ring<64, 4, FMT_MX>(w, xb, M, y, part, pl, s, err);
+				rc = pl.bm == 128 ? launch_ring<128, 3, FMT_MX, 0>(w, xb, M, y, part, pl, s, err)
+				                  : launch_ring<64, 4, FMT_MX, 0>(w, xb, M, y, part, pl, s, err);
 		} else {
 			int bm = tune && tune->bm ? tune->bm : 0;
 			if (!bm) {
