@@ -1,19 +1,22 @@
 /* gemm_fp4.cu: W4A16 tensor-core GEMM for prefill (M >= 16 tokens) on GPUs without FP4 MMA
  * (Hopper, Ampere): y[M, N] = x[M, K] . W[N, K]^T * ws2 + bias.
  *
- * Two launches:
+ * Two launches (three with split-K):
  *  1. x FP32 -> BF16 (RNE) into scratch, once, so that the GEMM's activation tiles are plain
  *     16-byte cp.async copies and each activation byte crossing L2 is half as many as in FP32.
- *  2. The GEMM. Block tile BM tokens x 128 weight rows x 64 K, 256 threads = 8 warps laid 2 (M) x
- *     4 (N); a warp owns BM/2 x 32 outputs in FP32 registers and issues mma.sync m16n8k16 BF16.
- *     Per K step each thread loads 16 bytes of packed E2M1 (32 codes of one weight row) plus
- *     their scale byte(s) into registers one step ahead, and after the MMAs of the current step
- *     decodes them to BF16 (a 256-entry shared table maps a byte = 2 codes to a BF16 pair; one
- *     BF16x2 multiply applies the block scale, exact by formats.md §3.4) into the other shared
- *     stage. Activation tiles arrive by cp.async into the same double buffer. Both shared tiles
- *     are [rows][64] BF16 (128-byte rows) with the 16-byte chunk index XORed by (row & 7), so the
- *     ldmatrix reads (8 rows, same chunk) and the decode stores hit 8 distinct bank groups.
- *     The per-tensor FP32 ws2 and the bias are applied to the FP32 sums in the epilogue.
+ *  2. The GEMM. Block tile BM (64 or 128) tokens x 128 weight rows x 64 K, 256 threads = 8 warps
+ *     laid 2 (M) x 4 (N); a warp owns BM/2 x 32 outputs in FP32 registers and issues mma.sync
+ *     m16n8k16 BF16. The weights are decoded FP4 -> BF16 into shared memory (exact: formats.md
+ *     §3.4) in the MMA fragment layout; the per-tensor FP32 ws2 and the bias are applied to the
+ *     FP32 sums in the epilogue. Shared tiles are [rows][64] BF16 (128-byte rows) with the 16-byte
+ *     chunk index XORed by (row & 7), so the ldmatrix reads (8 rows, same chunk) and the decode
+ *     stores hit 8 distinct bank groups.
+ *     - v2 (the default, K % 64 == 0): a cp.async ring keeps 2-3 K steps of raw codes, scale words
+ *       and activations in flight; step j+1 is decoded shared -> shared (byte permutes, or a byte
+ *       table) beside step j's MMAs, one barrier per step; split-K when the grid is small.
+ *     - v1 (K % 64 == 32, or forced): next step's codes held in registers, one step in flight.
+ *  3. With split-K: partial sums reduced in fixed order (deterministic), ws2 and bias applied.
+ * Measured: bench/results/2026-11-21-gemm.md.
  * BF16 weights (lm_head, gpt-oss attention) go to cuBLAS after the same conversion of x. */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -30,8 +33,9 @@ constexpr int BN = 128;     /* weight rows per block */
 constexpr int BK = 64;      /* K per pipeline step: 128-byte BF16 rows in shared memory */
 constexpr int THREADS = 256;
 constexpr int FMT_NV = 0, FMT_MX = 1;
-/* v2's decode: 0 = shared byte table, 1 = byte permutes (tune->decode overrides) */
-#define FP4S_GEMM_PRMT_DEFAULT 0
+/* v2's decode: 0 = shared byte table, 1 = byte permutes (tune->decode overrides). The permutes
+ * measured 2-20 % faster at every shape and M on an H200 (bench/results/2026-11-21-gemm.md). */
+#define FP4S_GEMM_PRMT_DEFAULT 1
 
 template <int BM>
 struct tile_cfg {
