@@ -19,6 +19,10 @@
  * Measured: bench/results/2026-11-21-gemm.md.
  * BF16 weights (lm_head, gpt-oss attention) go to cuBLAS after the same conversion of x. */
 #include <cublas_v2.h>
+#include <dlfcn.h>
+
+#define FP4S_STR2(x) #x
+#define FP4S_STR(x) FP4S_STR2(x)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -598,16 +602,55 @@ int launch_ring(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float 
 	return FP4S_OK;
 }
 
+/* cuBLAS is opened with dlopen on first use instead of being linked: libcublasLt carries ~94 KB
+ * of thread-local storage, and a linked library's TLS is carved out of every thread's stack, which
+ * made the HTTP server's small-stack worker threads fail to start. A dlopen'ed library's TLS is
+ * allocated lazily, only in the threads that use it. */
+struct cublas_api {
+	cublasStatus_t (*create)(cublasHandle_t *);
+	cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+	cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+	                          const void *, const void *, cudaDataType, int, const void *, cudaDataType,
+	                          int, const void *, void *, cudaDataType, int, cublasComputeType_t,
+	                          cublasGemmAlgo_t);
+	const char *(*status_string)(cublasStatus_t);
+};
+
+int cublas_load(const struct cublas_api **api, struct fp4s_error *err)
+{
+	static struct cublas_api a;
+	static int state; /* 0 not tried, 1 loaded, -1 failed (benign race: every thread agrees) */
+	if (state == 0) {
+		void *h = dlopen("libcublas.so." FP4S_STR(CUBLAS_VER_MAJOR), RTLD_NOW | RTLD_LOCAL);
+#ifdef FP4S_CUBLAS_PATH
+		if (!h)
+			h = dlopen(FP4S_CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+#endif
+		if (h) {
+			a.create = (cublasStatus_t(*)(cublasHandle_t *))dlsym(h, "cublasCreate_v2");
+			a.set_stream = (cublasStatus_t(*)(cublasHandle_t, cudaStream_t))dlsym(h, "cublasSetStream_v2");
+			*(void **)&a.gemm_ex = dlsym(h, "cublasGemmEx");
+			a.status_string = (const char *(*)(cublasStatus_t))dlsym(h, "cublasGetStatusString");
+		}
+		state = h && a.create && a.set_stream && a.gemm_ex && a.status_string ? 1 : -1;
+	}
+	if (state < 0)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "gemm: cuBLAS (libcublas.so.%d) could not be "
+		                      "loaded for BF16 weights", CUBLAS_VER_MAJOR);
+	*api = &a;
+	return FP4S_OK;
+}
+
 /* One cuBLAS handle per host thread: handles are not safe to share across threads that set
  * different streams. Created on first use, kept for the thread's life. */
-int cublas_handle(cublasHandle_t *h, struct fp4s_error *err)
+int cublas_handle(const struct cublas_api *api, cublasHandle_t *h, struct fp4s_error *err)
 {
 	static thread_local cublasHandle_t handle = nullptr;
 	if (!handle) {
-		const cublasStatus_t st = cublasCreate(&handle);
+		const cublasStatus_t st = api->create(&handle);
 		if (st != CUBLAS_STATUS_SUCCESS) {
 			handle = nullptr;
-			return fp4s_error_set(err, FP4S_ECUDA, "cublasCreate failed: %s", cublasGetStatusString(st));
+			return fp4s_error_set(err, FP4S_ECUDA, "cublasCreate failed: %s", api->status_string(st));
 		}
 	}
 	*h = handle;
@@ -617,21 +660,24 @@ int cublas_handle(cublasHandle_t *h, struct fp4s_error *err)
 int gemm_bf16_cublas(const struct fp4s_mat *w, const __nv_bfloat16 *xb, int M, float *y, cudaStream_t s,
                      struct fp4s_error *err)
 {
+	const struct cublas_api *api = nullptr;
 	cublasHandle_t h = nullptr;
-	int rc = cublas_handle(&h, err);
+	int rc = cublas_load(&api, err);
+	if (!rc)
+		rc = cublas_handle(api, &h, err);
 	if (rc)
 		return rc;
 	/* column-major view: y^T [rows, M] = W [rows, K] (row-major = K x rows col-major, transposed)
 	 * times x^T [K, M] (row-major x = K x M col-major) */
 	const float one = 1.0f, zero = 0.0f;
-	cublasStatus_t st = cublasSetStream(h, s);
+	cublasStatus_t st = api->set_stream(h, s);
 	if (st == CUBLAS_STATUS_SUCCESS)
-		st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, M, (int)w->cols, &one, w->data,
+		st = api->gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, M, (int)w->cols, &one, w->data,
 		                  CUDA_R_16BF, (int)w->cols, xb, CUDA_R_16BF, (int)w->cols, &zero, y, CUDA_R_32F,
 		                  (int)w->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return fp4s_error_set(err, FP4S_ECUDA, "cublasGemmEx (BF16, %lld x %lld, M = %d) failed: %s",
-		                      (long long)w->rows, (long long)w->cols, M, cublasGetStatusString(st));
+		                      (long long)w->rows, (long long)w->cols, M, api->status_string(st));
 	if (w->bias) {
 		const size_t n = (size_t)M * (size_t)w->rows;
 		add_bias_kernel<<<(unsigned)(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096), 256, 0, s>>>(y, w->bias, n,
