@@ -8,7 +8,7 @@ out=${1:?usage: bench/gpu-e2e.sh OUT [BUILD]}
 b=${2:-build}
 bin=$b/fp4serve
 mkdir -p "$out"
-models=${FP4S_E2E_MODELS:-"llama3-8b:nvfp4 gpt-oss-20b:mxfp4 qwen3-30b-a3b:nvfp4"}
+models=${FP4S_E2E_MODELS-"llama3-8b:nvfp4 gpt-oss-20b:mxfp4 qwen3-30b-a3b:nvfp4"}
 for m in $models; do
   preset=${m%%:*} fmt=${m##*:}
   dir=/tmp/fp4s-$preset-$fmt
@@ -20,10 +20,12 @@ for m in $models; do
   "$bin" bench -m "$dir" -p 0 --ctx 4096 -n 64 --reps 2 2>&1 | tail -3 | tee -a "$out/e2e.txt"
 done
 if [ "${FP4S_E2E_SERVER:-1}" = 1 ]; then
-  dir=/tmp/fp4s-llama3-8b-nvfp4
-  for clients in 64 200; do
+  dir=${FP4S_E2E_SERVE_MODEL:-/tmp/fp4s-llama3-8b-nvfp4}
+  for run in "64 ${FP4S_E2E_SECONDS64:-30}" "200 ${FP4S_E2E_SECONDS:-60}"; do
+    set -- $run
+    clients=$1 secs=$2
     log=$out/server-$clients.log
-    "$bin" serve -m "$dir" --backend cuda --port 0 --max-model-len 1024 --max-num-seqs 64 \
+    "$bin" serve -m "$dir" --backend ${FP4S_E2E_BACKEND:-cuda} --port 0 --max-model-len 1024 --max-num-seqs 64 \
       --threads-http $((clients + 32)) > "$log" 2>&1 &
     pid=$!
     port=
@@ -33,7 +35,7 @@ if [ "${FP4S_E2E_SERVER:-1}" = 1 ]; then
       sleep 0.2
     done
     echo "== server load, llama3-8b nvfp4, $clients clients" | tee -a "$out/e2e.txt"
-    python3 bench/load_test.py --port "$port" --clients "$clients" --seconds "${FP4S_E2E_SECONDS:-60}" \
+    python3 bench/load_test.py --port "$port" --clients "$clients" --seconds "$secs" \
       --prompt-tokens 512 --max-tokens 256 2>&1 | tee -a "$out/e2e.txt"
     python3 -c "import urllib.request; print(''.join(l for l in urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode().splitlines(True) if l.startswith(('fp4serve:num_requests','fp4serve:kv_cache'))))" | tee -a "$out/e2e.txt"
     kill -TERM $pid; wait $pid
