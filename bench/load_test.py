@@ -76,6 +76,21 @@ def client(port, body, headers, deadline, out):
             out["errors"].append(repr(e)[:200])
 
 
+def count_tokens(port, text, key):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/tokenize", body=json.dumps({"prompt": text}), headers=headers)
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    if resp.status != 200:
+        return -1
+    msg = json.loads(body)
+    return msg.get("count", len(msg.get("tokens", [])))
+
+
 def pct(v, p):
     if not v:
         return float("nan")
@@ -93,8 +108,15 @@ def main():
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--model", default=None)
     a = ap.parse_args()
-    # a prompt of about N tokens: the byte-level gen tokenizers give ~1 token per short word
-    prompt = " ".join(f"w{i % 97}" for i in range(a.prompt_tokens))
+    # a prompt of about N tokens, calibrated with the server's own /tokenize
+    words = a.prompt_tokens
+    prompt = ""
+    for _ in range(4):
+        prompt = " ".join(f"w{i % 97}" for i in range(max(1, words)))
+        n = count_tokens(a.port, prompt, a.api_key)
+        if n <= 0 or abs(n - a.prompt_tokens) <= max(2, a.prompt_tokens // 50):
+            break
+        words = max(1, int(words * a.prompt_tokens / n))
     req = {"prompt": prompt, "max_tokens": a.max_tokens, "stream": True, "temperature": 0,
            "ignore_eos": True, "stream_options": {"include_usage": True}}
     if a.model:
@@ -112,8 +134,8 @@ def main():
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    print(f"clients {a.clients}, {a.seconds:.0f} s (+ drain: {wall:.1f} s wall), prompt ~{a.prompt_tokens} "
-          f"tokens, {a.max_tokens} new tokens each")
+    print(f"clients {a.clients}, {a.seconds:.0f} s ({wall:.1f} s wall with the drain), prompt "
+          f"{count_tokens(a.port, prompt, a.api_key)} tokens, {a.max_tokens} new tokens each")
     print(f"requests {out['requests']}, errors {len(out['errors'])}")
     for e in out["errors"][:5]:
         print("  error:", e)
