@@ -10,7 +10,8 @@
 #include "test_util.h"
 
 #define NB 64
-#define TOK_VOCAB 5 /* few distinct token blocks: collisions of content, lookups that hit */
+#define TOK_VOCAB 40 /* x 3 parents: about as many contents as the map has room for, so
+                     * probe chains collide and deletions must keep them reachable */
 
 struct model {
 	int32_t ref[NB];
