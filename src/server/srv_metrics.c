@@ -132,8 +132,8 @@ char *srv_metrics_render(struct srv *s, size_t *len)
 	put(&b, "# HELP fp4serve:kv_cache_usage_perc KV-cache usage (1 = full).\n"
 	        "# TYPE fp4serve:kv_cache_usage_perc gauge\nfp4serve:kv_cache_usage_perc{%s} %g\n",
 	    label, c.kv_total ? (double)c.kv_used / (double)c.kv_total : 0.0);
-	put(&b, "# HELP fp4serve:kv_cache_used_blocks KV blocks in use (one slot per sequence on "
-	        "the CPU backend).\n# TYPE fp4serve:kv_cache_used_blocks gauge\n"
+	put(&b, "# HELP fp4serve:kv_cache_used_blocks KV-cache blocks (16 positions each) held by "
+	        "sequences.\n# TYPE fp4serve:kv_cache_used_blocks gauge\n"
 	        "fp4serve:kv_cache_used_blocks{%s} %lld\n", label, (long long)c.kv_used);
 	put(&b, "# HELP fp4serve:prompt_tokens_total Prefill tokens processed.\n"
 	        "# TYPE fp4serve:prompt_tokens_total counter\nfp4serve:prompt_tokens_total{%s} %llu\n",

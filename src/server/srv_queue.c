@@ -157,9 +157,13 @@ static void update_gauges(struct srv *s, struct sched *q)
 	pthread_mutex_lock(&s->m.mu);
 	s->m.running = running;
 	s->m.waiting = queued + (q->in_engine - running);
-	/* The CPU backend gives each running sequence one whole KV slot of max_ctx positions. */
-	s->m.kv_used = running;
-	s->m.kv_total = max_seqs;
+	/* KV blocks from the engine's pool (this thread owns the engine) */
+	int32_t used = 0, total = 0;
+	int64_t pre = 0, hits = 0, looks = 0;
+	if (s->eng)
+		fp4s_engine_kv_usage(s->eng, &used, &total, &pre, &hits, &looks);
+	s->m.kv_used = used;
+	s->m.kv_total = total;
 	pthread_mutex_unlock(&s->m.mu);
 }
 
