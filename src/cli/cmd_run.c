@@ -195,8 +195,10 @@ static char *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* Submits one request and streams its text to stdout; returns 0 or an exit code. */
-static int generate(struct fp4s_engine *e, struct fp4s_request *req, int verbose)
+/* Submits one request and streams its text to stdout (and into collect when given); returns 0
+ * or an exit code. */
+static int generate(struct fp4s_engine *e, struct fp4s_request *req, int verbose,
+                    struct fp4s_tok_text *collect)
 {
 	struct fp4s_error err = {0};
 	int64_t id;
@@ -220,6 +222,10 @@ static int generate(struct fp4s_engine *e, struct fp4s_request *req, int verbose
 				t_first = now_s();
 			fwrite(ev[i].text, 1, ev[i].text_len, stdout);
 			fflush(stdout);
+			if (collect && fp4s_tok_text_append(collect, ev[i].text, ev[i].text_len)) {
+				fprintf(stderr, "\nfp4serve: out of memory\n");
+				return 1;
+			}
 			n_gen = ev[i].n_generated;
 			done |= ev[i].finish != FP4S_FINISH_NONE;
 		}
@@ -279,7 +285,7 @@ int cmd_run(int argc, char **argv)
 		} else {
 			g.req.prompt = prompt;
 			g.req.n_prompt = ids.n ? (int32_t)ids.n : 1;
-			rc = generate(e, &g.req, g.verbose);
+			rc = generate(e, &g.req, g.verbose, NULL);
 			printf("\n");
 		}
 	}
@@ -327,30 +333,12 @@ int cmd_chat(int argc, char **argv)
 			rc = 1;
 			break;
 		}
-		/* collect the reply to keep it in the conversation */
+		/* the reply stays in the conversation */
 		g.req.prompt = ids.v;
 		g.req.n_prompt = (int32_t)ids.n;
-		int64_t id;
 		struct fp4s_tok_text reply = {0};
-		if (fp4s_engine_submit(e, &g.req, &id, &err)) {
-			fprintf(stderr, "fp4serve: %s\n", err.msg);
-		} else {
-			for (int done = 0; !done;) {
-				const struct fp4s_event *ev;
-				int n = fp4s_engine_step(e, &ev, &err);
-				if (n < 0) {
-					fprintf(stderr, "fp4serve: %s\n", err.msg);
-					break;
-				}
-				for (int i = 0; i < n; i++) {
-					fwrite(ev[i].text, 1, ev[i].text_len, stdout);
-					fflush(stdout);
-					fp4s_tok_text_append(&reply, ev[i].text, ev[i].text_len);
-					done |= ev[i].finish != FP4S_FINISH_NONE;
-				}
-			}
-			printf("\n");
-		}
+		rc = generate(e, &g.req, g.verbose, &reply);
+		printf("\n");
 		owned[nm] = reply.s ? reply.s : strdup("");
 		msgs[nm] = (struct fp4s_chat_msg){.role = "assistant", .content = owned[nm]};
 		nm++;
