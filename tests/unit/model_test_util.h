@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,6 +112,40 @@ static inline int mt_patch_tensor(const char *path, const char *tensor, uint64_t
 	fp4s_st_header_free(&h);
 	free(b);
 	return rc;
+}
+
+/* Feeds every file of $FP4S_SOURCE_DIR/tests/fuzz/<corpus> to a fuzz target's entry point (so CI
+ * without libFuzzer still replays the saved inputs, under the sanitizers in the ASan build).
+ * Returns the number of files, -1 if the folder is missing; *unreadable counts files that could
+ * not be read. */
+static inline int mt_replay_corpus(const char *corpus, int (*target)(const uint8_t *, size_t),
+                                   int *unreadable)
+{
+	const char *src = getenv("FP4S_SOURCE_DIR");
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s/tests/fuzz/%s", src ? src : ".", corpus);
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	struct dirent *e;
+	int n = 0;
+	*unreadable = 0;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char *p = mt_path(dir, e->d_name);
+		size_t len = 0;
+		uint8_t *b = mt_read(p, &len);
+		if (b)
+			target(b, len);
+		else
+			(*unreadable)++;
+		n++;
+		free(b);
+		free(p);
+	}
+	closedir(d);
+	return n;
 }
 
 #endif
