@@ -27,6 +27,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/gemv_cuda.h"
+#include "backend/cuda/gemv_mma.h"
 #include "numerics/numerics.h"
 
 /* model.h has no extern "C" block: its fp4s_wformat_name is not callable from C++. */
@@ -167,8 +168,17 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		fprintf(stderr, "CPU reference: %s\n", err.msg);
 		exit(1);
 	}
+	int32_t e8 = 0; /* every copy has the same scale bytes: measure the E8M0 range once */
+	{
+		struct fp4s_mat w0 = {fmt, rows, k, dd[0], ds[0], ws2, nullptr};
+		if (fp4s_cuda_mx_scale_range(&w0, 0, &err)) {
+			fprintf(stderr, "%s\n", err.msg);
+			exit(1);
+		}
+		e8 = w0.e8_range;
+	}
 	auto mat = [&](int i) {
-		struct fp4s_mat w = {fmt, rows, k, dd[(size_t)i], ds[(size_t)i], ws2, nullptr};
+		struct fp4s_mat w = {fmt, rows, k, dd[(size_t)i], ds[(size_t)i], ws2, nullptr, e8};
 		return w;
 	};
 	const int ms[] = {1, 4, 16};
@@ -198,8 +208,9 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (auto &e : ev)
 		CK(cudaEventCreate(&e));
 	int next = 0;
-	auto iteration = [&](int m, int ksplit, int tile, int pf, int rpg, int st) {
-		struct fp4s_gemv_tune tune = {ksplit, tile, 0, pf, rpg, st};
+	/* mma: 0 = the default (tensor cores for FP4), -1 = the FP32 kernels; st < 0: kblocks -st */
+	auto iteration = [&](int m, int mma, int tile, int pf, int rpg, int st) {
+		struct fp4s_gemv_tune tune = {0, tile, 0, pf, rpg, st > 0 ? st : 0, mma, st < 0 ? -st : 0};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
@@ -211,7 +222,7 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	};
 	/* returns the iso median (and fills st, b2b) */
 	auto time_it = [&](int m, int ksplit, stats *st, float *b2b, int tile = 0, int pf = 0, int rpg = 0,
-	                   int stg = 0) {
+	                   int stg = 0) { /* ksplit: passed as the mma knob */
 		for (int i = 0; i < 5; i++)
 			iteration(m, ksplit, tile, pf, rpg, stg);
 		for (int i = 0; i < 60; i++) {
@@ -239,24 +250,23 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	char shp[64];
 	snprintf(shp, sizeof shp, "%lldx%lld%s", (long long)rows, (long long)k, sh.nmat > 1 ? "x4" : "");
 	if (sweep) {
-		printf("sweep %-14s %-6s b2b TB/s M/rows/stages(1=registers):", shp, fmtname(fmt));
-		const int sw[][3] = {{1, 4, 2}, {1, 4, 4}, {1, 8, 1}, {1, 8, 2}, {1, 8, 3}, {1, 8, 4},
-		                     {1, 2, 3}, {4, 2, 3}, {16, 2, 3}};
+		printf("sweep %-14s %-6s tensor-core b2b TB/s M/kblocks:", shp, fmtname(fmt));
+		const int sw[][2] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 6}, {1, 8}, {4, 1}, {4, 2}, {4, 4}, {16, 2}, {16, 4}};
 		for (auto &q : sw) {
 			stats st;
 			float b2b;
-			time_it(q[0], 0, &st, &b2b, 0, 0, q[1], q[2]);
-			printf(" %d/%d/%d:%.2f", q[0], q[1], q[2], tbs(b2b));
+			time_it(q[0], 1, &st, &b2b, 0, 0, 0, -q[1]);
+			printf(" %d/%d:%.2f", q[0], q[1], tbs(b2b));
 		}
 		printf("\n");
+		fflush(stdout);
 	}
-	/* the default register kernel (stages 1; rows per group: the library default) and the
-	 * cp.async ring (4 rows, 3 stages) */
+	/* the default (FP4: the tensor-core kernel) and the FP32 register kernel (library rows) */
 	for (int m : ms) {
 		stats st, st2;
 		float b2b, b2b2;
-		time_it(m, 0, &st, &b2b, 0, 0, 0, 1);
-		time_it(m, 0, &st2, &b2b2, 0, 0, 4, 3);
+		time_it(m, 0, &st, &b2b, 0, 0, 0, 0);
+		time_it(m, -1, &st2, &b2b2, 0, 0, 0, 1);
 		result r;
 		snprintf(r.line, sizeof r.line,
 		         "%-16s %-6s %3d | %7.1f %7.1f %5.2f %5.1f%% | %7.1f %7.1f %5.2f %5.1f%%%s", shp,
@@ -316,8 +326,8 @@ int main(int argc, char **argv)
 			if (sh.formats & (1 << f))
 				run(sh, (enum fp4s_wformat)f, p, ceiling, !quick && f != FP4S_WF_BF16, out, &failed);
 	}
-	printf("\n%-16s %-6s %3s | %-32s | %-32s\n", "", "", "", "registers (default rows, stages 1)",
-	       "cp.async (rows 4, stages 3)");
+	printf("\n%-16s %-6s %3s | %-32s | %-32s\n", "", "", "", "default (FP4: tensor cores)",
+	       "FP32 register kernel");
 	printf("%-16s %-6s %3s | %7s %7s %5s %6s | %7s %7s %5s %6s\n", "rows x K", "format", "M",
 	       "iso us", "b2b us", "TB/s", "%copy", "iso us", "b2b us", "TB/s", "%copy");
 	for (auto &r : out)

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/gemv_cuda.h"
+#include "backend/cuda/gemv_mma.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
 #include "test_util.h"
@@ -48,6 +49,10 @@ struct gcase {
 	int prefetch; /* L2 prefetch distance, 0 = default, < 0 = none */
 	int rpg;      /* rows per group, 0 = default */
 	int stages;   /* cp.async stages, 0 = default, 1 = register path */
+	int mma;      /* FP4: 1 = tensor-core kernel (must take it), -1 = FP32 kernels, 0 = default */
+	int kblocks;  /* tensor-core kernel: blocks along K, 0 = automatic */
+	int wild;     /* FP4: scale bytes replaced by random ones over the whole usable range */
+	int acc;      /* y += x W^T into a random y (tensor-core kernel, through fp4s_gemv_mma) */
 };
 
 /* Host weights in the format, plus device copies. */
@@ -110,16 +115,40 @@ static int make_weights(const struct gcase *c, struct hw *h)
 	free(w);
 	if (rc)
 		fprintf(stderr, "quantize failed: %s\n", err.msg);
+	/* every finite E4M3 scale (subnormal to 448, both signs); E8M0 over 60..190, a 130-exponent
+	 * spread: the tensor-core kernel must stay exact across BF16's range */
+	if (!rc && c->wild && c->fmt == FP4S_WF_NVFP4)
+		for (size_t i = 0; i < h->scales_b; i++) {
+			uint8_t b = (uint8_t)(t_rand_u64() % 255);
+			h->scales[i] = (b & 0x7F) == 0x7F ? 0x7E : b;
+		}
+	if (!rc && c->wild == 1 && c->fmt == FP4S_WF_MXFP4)
+		for (size_t i = 0; i < h->scales_b; i++)
+			h->scales[i] = (uint8_t)(60 + t_rand_u64() % 131);
+	if (!rc && c->wild == 2 && c->fmt == FP4S_WF_MXFP4) /* 150-exponent spread, but values stay finite */
+		for (size_t i = 0; i < h->scales_b; i++)
+			h->scales[i] = (uint8_t)(40 + t_rand_u64() % 151);
 	return rc;
 }
 
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d,rpg=%d,st=%d%s%s)",
+	struct gcase cc = *c;
+	const int fp4 = c->fmt == FP4S_WF_NVFP4 || c->fmt == FP4S_WF_MXFP4;
+	/* the FP32 kernels' knobs name the FP32 kernels */
+	if (fp4 && !cc.mma && (cc.ksplit || cc.tile || cc.prefetch || cc.rpg || cc.stages || cc.generic))
+		cc.mma = -1;
+	if (!fp4)
+		cc.mma = 0;
+	c = &cc;
+	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d,rpg=%d,st=%d%s%s,%s%s%s)",
 	         fmtname(c->fmt), (long long)c->rows, (long long)c->k, c->m,
 	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->rpg, c->stages, c->generic ? ",generic" : "",
-	         c->x_off ? ",misaligned-x" : "");
+	         c->x_off ? ",misaligned-x" : "", c->mma > 0 ? "mma" : c->mma < 0 ? "fp32" : "auto",
+	         c->wild ? ",wild-scales" : "", c->acc ? ",accumulate" : "");
+	if (c->kblocks)
+		snprintf(name + strlen(name) - 1, sizeof name - strlen(name) + 1, ",kblocks=%d)", c->kblocks);
 	if (filter && !strstr(name, filter))
 		return 0;
 	struct hw h;
@@ -165,8 +194,23 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(dy, ygpu, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
 
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch, c->rpg, c->stages};
-	int rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
+	struct fp4s_gemv_tune tune = {c->ksplit, c->tile, c->generic, c->prefetch, c->rpg, c->stages, c->mma,
+	                              c->kblocks};
+	int rc = fp4s_cuda_mx_scale_range(&wd, 0, &err);
+	float *y0 = NULL;
+	if (!rc && c->acc) {
+		/* accumulate: start from random y, expect y0 + x W^T */
+		y0 = (float *)malloc((size_t)ny * sizeof *y0);
+		for (int64_t i = 0; i < ny; i++) {
+			y0[i] = (float)t_rand_normal();
+			yref[i] += y0[i];
+		}
+		CK(cudaMemcpy(dy, y0, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
+		rc = fp4s_gemv_mma(&wd, dx + c->x_off, c->m, dy, 1, c->kblocks, 0, &err);
+	} else if (!rc) {
+		rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
+	}
+	free(y0);
 	if (!rc)
 		CK(cudaDeviceSynchronize());
 	int failed = 0;
@@ -236,6 +280,11 @@ int main(int argc, char **argv)
 					continue; /* F16/F32 share the dense path with BF16: fewer large cases */
 				struct gcase c = {fmts[f], shapes[s][0], shapes[s][1], ms[mi], (int)((s + mi) & 1),
 				                  0, 0, 0};
+				if (f < 2) { /* FP4: the tensor-core kernel and the FP32 one */
+					c.mma = 1;
+					run_case(&c, filter);
+					c.mma = -1;
+				}
 				run_case(&c, filter);
 				n++;
 			}
@@ -300,6 +349,40 @@ int main(int argc, char **argv)
 		run_case(&c2, filter);
 		struct gcase c3 = {FP4S_WF_BF16, 9, 20, 2, 1, 0, 0, 0};
 		run_case(&c3, filter);
+	}
+	/* the tensor-core kernel: every K split (ragged last step, splits of one step), tokens 1..16
+	 * and multi-pass M, scales over BF16's whole range, accumulation into y */
+	for (size_t f = 0; f < 2; f++) {
+		const int64_t sh[][2] = {{77, 2880}, {4096, 4096}, {333, 14336}, {16, 128}, {17, 160}};
+		for (size_t si = 0; si < 5; si++)
+			for (int kb = 0; kb <= 8; kb++) {
+				struct gcase c = {fmts[f], sh[si][0], sh[si][1], 1 + (kb * 5 + (int)si) % 16, kb & 1};
+				c.mma = 1;
+				c.kblocks = kb;
+				run_case(&c, filter);
+			}
+		for (int m = 1; m <= 40; m += (m < 16 ? 1 : 11)) {
+			struct gcase c = {fmts[f], 200, 2880, m, m & 1};
+			c.mma = 1;
+			run_case(&c, filter);
+		}
+		for (int wild = 0; wild <= 1; wild++)
+			for (int acc = 0; acc <= 1; acc++) {
+				struct gcase c = {fmts[f], 1000, 4096, acc ? 3 : 1, 1};
+				c.mma = 1;
+				c.acc = acc;
+				c.wild = wild;
+				run_case(&c, filter);
+				c.kblocks = 3;
+				run_case(&c, filter);
+			}
+	}
+	/* MXFP4 whose scales span more than the kernel can place in BF16: it declines, the FP32
+	 * kernel runs (auto) */
+	{
+		struct gcase c = {FP4S_WF_MXFP4, 64, 4096, 2, 0};
+		c.wild = 2;
+		run_case(&c, filter);
 	}
 	/* bad arguments are errors, not launches */
 	{

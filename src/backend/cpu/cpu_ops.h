@@ -26,6 +26,9 @@ struct fp4s_mat {
 	const uint8_t *scales;
 	float ws2;
 	const float *bias;
+	/* MXFP4 on a GPU: 1 + min + 256 * max of the E8M0 scale bytes (0 = not measured), which the
+	 * tensor-core decode needs to place scales in BF16's range (cuda/gemv_mma.cu) */
+	int32_t e8_range;
 };
 
 /* y[t, r] = sum_k x[t, k] * W[r, k] (+ bias[r]) for t < ntok; x is [ntok, cols], y [ntok, rows]. */

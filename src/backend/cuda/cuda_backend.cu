@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention_cuda.h"
+#include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/gemv_cuda.h"
@@ -321,7 +322,7 @@ static int cu_upload_mat(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4
 			return rc;
 		m->bias = (const float *)d;
 	}
-	return FP4S_OK;
+	return fp4s_cuda_mx_scale_range(m, c->s, err); /* MXFP4: what the tensor-core GEMV needs */
 }
 
 static int cu_upload_f32(struct fp4s_backend *be, float **p, int64_t n, struct fp4s_error *err)
@@ -401,7 +402,10 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 		}
 		r0 += m->rows;
 	}
-	return FP4S_OK;
+	for (int i = 0; i < n; i++)
+		if ((rc = fp4s_cuda_mx_scale_range(parts[i], c->s, err)))
+			return rc;
+	return fp4s_cuda_mx_scale_range(fused, c->s, err);
 }
 
 /* A MoE layer on the device: gate|up (per expert: gate rows then up rows, or gpt-oss's
@@ -554,6 +558,8 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 	c->table_stride = (max_ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
 	const size_t n = (size_t)n_layers * n_blocks * FP4S_KV_BLOCK * kv_width, es = c->kv_bf16 ? 2 : 4;
 	int rc = fp4s_cuda_attention_setup(err);
+	if (!rc)
+		rc = fp4s_gemv_mma_setup(c->s, err);
 	if (!rc)
 		rc = dev_alloc(c, (void **)&c->kc, n * es, err);
 	if (!rc)

@@ -36,6 +36,9 @@ struct fp4s_gemv_tune {
 	int prefetch; /* L2 prefetch distance in 32-lane chunk rounds; < 0 = none */
 	int rows;     /* rows per warp group for M <= 4: 2 or 4 (8: M = 1 only) */
 	int stages;   /* >= 2: weights staged through shared memory by cp.async, this deep; 1 = not */
+	int mma;      /* FP4: 1 = the tensor-core kernel only (an error where it declines), -1 = the
+	               * FP32 kernels only, 0 = the tensor-core kernel wherever it takes the shape */
+	int kblocks;  /* tensor-core kernel: blocks along K (0 = automatic) */
 };
 
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,

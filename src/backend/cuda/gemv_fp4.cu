@@ -47,6 +47,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_cuda.h"
+#include "backend/cuda/gemv_mma.h"
 #include "numerics/numerics.h"
 
 enum gemv_fmt { G_NVFP4 = 0, G_MXFP4 = 1, G_BF16 = 2, G_F16 = 3, G_F32 = 4 };
@@ -741,6 +742,17 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 		                      fmt_name(w->fmt));
 	if (M == 0)
 		return FP4S_OK;
+	/* FP4: the tensor-core kernel (gemv_mma.cu) unless told otherwise or it declines the shape */
+	const int mma = tune ? tune->mma : 0;
+	if ((fmt == G_NVFP4 || fmt == G_MXFP4) && mma >= 0 && !generic) {
+		int rc = fp4s_gemv_mma(w, x, M, y, 0, tune ? tune->kblocks : 0, s, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
+		if (mma > 0)
+			return fp4s_error_set(err, FP4S_EUNSUPPORTED, "cuda matmul: the tensor-core kernel "
+			                      "declines %s [%lld, %lld]", fmt_name(w->fmt), (long long)w->rows,
+			                      (long long)K);
+	}
 	const int epc = fmt <= G_MXFP4 ? 32 : fmt == G_F32 ? 4 : 8;
 	const int fp4 = fmt == G_NVFP4 || fmt == G_MXFP4;
 	/* the cp.async path copies scale words: the scale array must be whole 4-byte words */

@@ -1,0 +1,554 @@
+/* gemv_mma.cu: the decode matmul for FP4 weights on tensor cores, y[M, rows] = x[M, K] . W^T,
+ * M = 1..16 tokens a pass (see gemv_cuda.h for the contract; gemv_fp4.cu keeps the FP32 kernels
+ * for dense weights and for the shapes this one declines).
+ *
+ * Why tensor cores for a GEMV. The FP32 kernel spent ~5 instructions per weight element (decode to
+ * FP32, one FFMA per element per token) and ran out of issue slots at 1.0-1.8 TB/s on the H100
+ * (bench/results/2026-11-21-h100-gemv.md). Here codes are decoded two at a time into a BF16 pair
+ * and the multiply-adds go to mma.sync m16n8k16 (FP32 accumulate): ~2 instructions per element,
+ * and tokens 2..4 ride along for free in the MMA's 8 columns.
+ *
+ * Exactness (formats.md §2.4). The shift trick puts a code's sign at bit 15 and its 3 magnitude
+ * bits at BF16 bits 8..6, which is exactly value * 2^-126 (code 1 is a BF16 subnormal). One BF16
+ * multiply by the block scale times 2^C (NVFP4: E4M3 * 2^112; MXFP4: 2^(e - 127 + C) with C from
+ * the tensor's scale range, mx_scale_range below) gives value * scale * 2^(C - 126), exact in BF16
+ * because E2M1 x E4M3 products have at most 8 significant bits and C keeps them in range; the
+ * epilogue multiplies by 2^(126 - C) (and NVFP4's ws2). Activations are split x = hi + lo, both
+ * BF16, in two MMA columns, so the product keeps ~16 bits of x (relative error ~2^-17 a term,
+ * ~2e-6 a dot product): close to the FP32 reference, unlike the prefill GEMM's plain BF16 x.
+ *
+ * Layout. A block (8 warps) owns 16 rows and a range of K; its warps split that range into steps
+ * of 128 elements. In a step, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes (32 codes)
+ * of rows g and g + 8 at chunk 4 * step + t, with the 2 NVFP4 / 1 MXFP4 scale bytes beside them.
+ * Word j of the chunk gives four BF16 pairs (codes 3-k and 7-k of the word, k = 0..3); MMA 2j + h
+ * takes pairs 2h and 2h+1 as its a0/a2 (row g) and a1/a3 (row g + 8). The K order inside an MMA
+ * is therefore permuted, and the activations are staged in shared memory in the same permuted
+ * order (pairs in decode order, 64 bytes per chunk and column), so each lane's B fragment is 4
+ * 16-byte shared loads per step. Column n of the MMA is token n / 2, part n % 2 (hi, lo): four
+ * tokens per MMA, and the C fragment of lane (g, t) holds token t's hi and lo sums for rows g and
+ * g + 8. Shared-memory columns are padded to 32 mod 128 bytes and the 16-byte units of odd chunk
+ * pairs swapped, so a quarter warp's loads hit 8 different bank groups.
+ *
+ * Memory. Weights and scales are read once with L1::no_allocate loads, four steps ahead per lane
+ * (128 bytes in flight a lane, ~64 KB an SM). The activations are read once per block from L2.
+ * Blocks that share rows but cover different K ranges (when the row tiles alone would not fill
+ * the GPU) leave partial sums in a workspace; the last to finish adds them in a fixed order, so
+ * results do not depend on timing. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <pthread.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemv_cuda.h"
+#include "backend/cuda/gemv_mma.h"
+
+#define GM_WARPS 8
+#define GM_THREADS (GM_WARPS * 32)
+#define GM_DEPTH 4              /* steps in flight per lane */
+#define GM_SMEM_MAX (96 * 1024) /* activation staging per block */
+#define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
+#define GM_WS_FLOATS (4 << 20)  /* split-K partials (16 MB) */
+#define GM_CNT (1 << 18)        /* split-K tile counters */
+
+enum { GM_NVFP4 = 0, GM_MXFP4 = 1 };
+
+struct gm_args {
+	const uint8_t *data;
+	const uint8_t *scales;
+	const float *x;
+	const float *bias;
+	float *y;
+	float *ws;
+	unsigned *cnt;
+	int64_t rows;
+	int K;
+	int M;       /* tokens in this pass, 1..16 */
+	int kb;      /* K elements per block (a multiple of 128) */
+	int accumulate;
+	int pexp;    /* epilogue: y = ldexp(sum, pexp) * post */
+	float post;
+	uint32_t ec; /* MXFP4: C, added to each scale exponent */
+};
+
+static __device__ __forceinline__ uint4 gm_ld16(const void *p)
+{
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	             : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t gm_ld_u16(const void *p)
+{
+	unsigned short v;
+	asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t gm_ld_u8(const void *p)
+{
+	uint32_t v;
+	asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t gm_word(const uint4 &v, int j)
+{
+	return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+/* Pair k of a word of 8 codes (code i in bits 4i..4i+3): codes 3-k (low half) and 7-k (high) as
+ * BF16 bits, each value * 2^-126. */
+static __device__ __forceinline__ uint32_t gm_pair(uint32_t q, int k)
+{
+	const uint32_t s = q << (4 * k);
+	return (s & 0x80008000u) | ((s >> 6) & 0x01C001C0u);
+}
+
+static __device__ __forceinline__ uint32_t gm_hmul2(uint32_t a, uint32_t b)
+{
+	__nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&a),
+	                           *reinterpret_cast<const __nv_bfloat162 *>(&b));
+	return *reinterpret_cast<uint32_t *>(&r);
+}
+
+static __device__ __forceinline__ uint32_t gm_bf16_bits(float f)
+{
+	__nv_bfloat16 b = __float2bfloat16_rn(f);
+	return *reinterpret_cast<unsigned short *>(&b);
+}
+
+/* both halves = f (exact when f is representable) */
+static __device__ __forceinline__ uint32_t gm_bcast(float f)
+{
+	const uint32_t b = gm_bf16_bits(f);
+	return b | (b << 16);
+}
+
+/* NVFP4: the chunk's two E4M3 scales (low byte first) -> BF16 pairs of scale * 2^112 */
+static __device__ __forceinline__ void gm_nv_scales(uint32_t s2, uint32_t &lo, uint32_t &hi)
+{
+	__half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)s2, __NV_E4M3);
+	const float c = 5.192296858534828e33f; /* 2^112 */
+	lo = gm_bcast(__half2float(__half(__half_raw{h.x})) * c);
+	hi = gm_bcast(__half2float(__half(__half_raw{h.y})) * c);
+}
+
+static __device__ __forceinline__ void gm_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+	    "{%8, %9}, {%0, %1, %2, %3};"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* bytes from one staged column to the next: >= the column, and 32 mod 128 */
+static __host__ __device__ __forceinline__ int gm_col_stride(int nch)
+{
+	return nch * 64 + ((nch * 64) % 128 == 0 ? 32 : 96);
+}
+
+static __device__ __forceinline__ uint32_t gm_split(float a, float b, uint32_t &lo)
+{
+	const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
+	const __nv_bfloat16 la = __float2bfloat16_rn(a - __bfloat162float(ha));
+	const __nv_bfloat16 lb = __float2bfloat16_rn(b - __bfloat162float(hb));
+	lo = (uint32_t)*reinterpret_cast<const unsigned short *>(&la) |
+	     ((uint32_t)*reinterpret_cast<const unsigned short *>(&lb) << 16);
+	return (uint32_t)*reinterpret_cast<const unsigned short *>(&ha) |
+	       ((uint32_t)*reinterpret_cast<const unsigned short *>(&hb) << 16);
+}
+
+template <int F, int NG>
+static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm_args a)
+{
+	extern __shared__ __align__(16) uint8_t sm[];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int g = lane >> 2, t = lane & 3;
+	const int64_t row0 = (int64_t)blockIdx.x * 16;
+	const int k0 = blockIdx.y * a.kb;
+	const int k1 = min(a.K, k0 + a.kb);
+	const int nsteps = (k1 - k0 + 127) >> 7;
+	const int nch = nsteps * 4;
+	const int cs = gm_col_stride(nch);
+	const int spw = (nsteps + GM_WARPS - 1) / GM_WARPS;
+	const int s0 = warp * spw, s1 = min(nsteps, s0 + spw);
+
+	/* rows past the end read the last row; their sums are never stored */
+	const int64_t ra = min(row0 + g, a.rows - 1), rb = min(row0 + g + 8, a.rows - 1);
+	const size_t rowb = (size_t)a.K / 2;
+	const int spr = F == GM_NVFP4 ? a.K / 16 : a.K / 32;
+	const uint8_t *wa = a.data + (size_t)ra * rowb, *wb = a.data + (size_t)rb * rowb;
+	const uint8_t *sa = a.scales + (size_t)ra * spr, *sb = a.scales + (size_t)rb * spr;
+
+	uint4 qa[GM_DEPTH], qb[GM_DEPTH];
+	uint32_t ca[GM_DEPTH], cb[GM_DEPTH];
+	/* chunks past k1 (the last step of a K that is not a multiple of 128) load as zero codes with
+	 * zero scales: their staged x is zero too, and a NaN scale byte of the next row stays out */
+	auto load = [&](int i, int s) {
+		const int ke = k0 + 32 * (4 * s + t);
+		if (ke < k1) {
+			const int c = ke >> 5;
+			qa[i] = gm_ld16(wa + (size_t)c * 16);
+			qb[i] = gm_ld16(wb + (size_t)c * 16);
+			if (F == GM_NVFP4) {
+				ca[i] = gm_ld_u16(sa + (size_t)c * 2);
+				cb[i] = gm_ld_u16(sb + (size_t)c * 2);
+			} else {
+				ca[i] = gm_ld_u8(sa + c);
+				cb[i] = gm_ld_u8(sb + c);
+			}
+		} else {
+			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);
+			ca[i] = cb[i] = F == GM_NVFP4 ? 0u : 0x100u; /* MXFP4: flag for a zero scale */
+		}
+	};
+#pragma unroll
+	for (int i = 0; i < GM_DEPTH; i++)
+		if (s0 + i < s1)
+			load(i, s0 + i);
+
+	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded */
+	for (int it = threadIdx.x; it < a.M * nch * 4; it += GM_THREADS) {
+		const int tok = it / (nch * 4), rem = it - tok * nch * 4, lc = rem >> 2, j = rem & 3;
+		const int ke = k0 + 32 * lc + 8 * j;
+		uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
+		if (ke < k1) {
+			const float4 *xp = reinterpret_cast<const float4 *>(a.x + (size_t)tok * a.K + ke);
+			const float4 u = __ldg(xp), v = __ldg(xp + 1);
+			/* pair k = (x[3 - k], x[7 - k]) */
+			hi.x = gm_split(u.w, v.w, lo.x);
+			hi.y = gm_split(u.z, v.z, lo.y);
+			hi.z = gm_split(u.y, v.y, lo.z);
+			hi.w = gm_split(u.x, v.x, lo.w);
+		}
+		const int off = lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16);
+		*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok) * cs + off) = hi;
+		*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok + 1) * cs + off) = lo;
+	}
+	__syncthreads();
+
+	/* this lane's B column per token group: token 4gg + g/2, part g%2 (unused tokens read token 0) */
+	const uint8_t *xcol[NG];
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++) {
+		const int col = 8 * gg + g < 2 * a.M ? 8 * gg + g : (g & 1);
+		xcol[gg] = sm + (size_t)col * cs;
+	}
+	float acc[NG][4];
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++)
+		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
+
+	for (int s = s0; s < s1; s += GM_DEPTH) {
+#pragma unroll
+		for (int i = 0; i < GM_DEPTH; i++) {
+			if (s + i >= s1)
+				break;
+			const int lc = 4 * (s + i) + t;
+			const uint4 wqa = qa[i], wqb = qb[i];
+			uint32_t sca0, sca1, scb0, scb1;
+			if (F == GM_NVFP4) {
+				gm_nv_scales(ca[i], sca0, sca1);
+				gm_nv_scales(cb[i], scb0, scb1);
+			} else {
+				/* 2^(e - 127 + C) as BF16 bits: exponent field e + C (1..254 by the range check) */
+				const uint32_t ea = ca[i] & 0x100u ? 0u : ((ca[i] + a.ec) << 7);
+				const uint32_t eb = cb[i] & 0x100u ? 0u : ((cb[i] + a.ec) << 7);
+				sca0 = sca1 = ea | (ea << 16);
+				scb0 = scb1 = eb | (eb << 16);
+			}
+			if (s + i + GM_DEPTH < s1)
+				load(i, s + i + GM_DEPTH);
+			const int sw = (lc >> 1) & 1;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const uint32_t q0 = gm_word(wqa, j), q1 = gm_word(wqb, j);
+				const uint32_t s_a = j < 2 ? sca0 : sca1, s_b = j < 2 ? scb0 : scb1;
+				uint32_t A0[4], A1[4];
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					A0[k] = gm_hmul2(gm_pair(q0, k), s_a);
+					A1[k] = gm_hmul2(gm_pair(q1, k), s_b);
+				}
+				const int off = lc * 64 + ((j ^ sw) * 16);
+#pragma unroll
+				for (int gg = 0; gg < NG; gg++) {
+					const uint4 xb = *reinterpret_cast<const uint4 *>(xcol[gg] + off);
+					gm_mma(acc[gg], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
+					gm_mma(acc[gg], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
+				}
+			}
+		}
+	}
+
+	/* warps -> shared partials red[warp][token][16 rows], then one thread per (token, row) */
+	__syncthreads(); /* the staged x is dead */
+	float *red = reinterpret_cast<float *>(sm);
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++) {
+		const int tok = 4 * gg + t;
+		if (tok < a.M) {
+			red[(warp * 16 + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
+			red[(warp * 16 + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
+		}
+	}
+	__syncthreads();
+	const int tid = threadIdx.x;
+	const int tok = tid >> 4, r = tid & 15;
+	const int64_t row = row0 + r;
+	const bool mine = tok < a.M && row < a.rows;
+	float v = 0.0f;
+	if (mine) {
+#pragma unroll
+		for (int w = 0; w < GM_WARPS; w++)
+			v += red[(w * 16 + tok) * 16 + r];
+	}
+	if (gridDim.y > 1) {
+		/* split K: leave the partial, and the block that arrives last sums all in order */
+		__shared__ int last;
+		if (mine)
+			a.ws[((size_t)blockIdx.y * a.M + tok) * a.rows + row] = v;
+		__threadfence();
+		__syncthreads();
+		if (tid == 0) {
+			const unsigned prev = atomicAdd(&a.cnt[blockIdx.x], 1u);
+			last = prev == gridDim.y - 1;
+		}
+		__syncthreads();
+		if (!last)
+			return;
+		__threadfence();
+		if (mine) {
+			v = 0.0f;
+			for (unsigned ks = 0; ks < gridDim.y; ks++)
+				v += __ldcg(&a.ws[((size_t)ks * a.M + tok) * a.rows + row]);
+		}
+		if (tid == 0)
+			a.cnt[blockIdx.x] = 0; /* ready for the next launch */
+	}
+	if (mine) {
+		float out = ldexpf(v, a.pexp) * a.post;
+		if (a.bias)
+			out += a.bias[row];
+		float *yp = a.y + (size_t)tok * a.rows + row;
+		*yp = a.accumulate ? *yp + out : out;
+	}
+}
+
+/* The split-K workspace and tile counters, one set per device, allocated outside graph capture. */
+static pthread_mutex_t gm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	float *ws;
+	unsigned *cnt;
+	int sms;
+	int ready;
+} gm_dev[64];
+
+template <int F, int NG>
+static cudaError_t gm_attr(void)
+{
+	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                            GM_SMEM_MAX);
+}
+
+/* Per-device setup (shared-memory limit, workspace); 1 when ready, 0 when it could not be done
+ * now (inside a stream capture). */
+static int gm_setup(cudaStream_t s, int *dev_out, struct fp4s_error *err, int *rc)
+{
+	int dev;
+	*rc = FP4S_OK;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return 0;
+	*dev_out = dev;
+	pthread_mutex_lock(&gm_lock);
+	int ready = gm_dev[dev].ready;
+	if (!ready) {
+		cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+		if (cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
+			cudaError_t e = cudaDeviceGetAttribute(&gm_dev[dev].sms, cudaDevAttrMultiProcessorCount, dev);
+			if (e == cudaSuccess)
+				e = gm_attr<GM_NVFP4, 1>();
+			if (e == cudaSuccess)
+				e = gm_attr<GM_NVFP4, 2>();
+			if (e == cudaSuccess)
+				e = gm_attr<GM_NVFP4, 4>();
+			if (e == cudaSuccess)
+				e = gm_attr<GM_MXFP4, 1>();
+			if (e == cudaSuccess)
+				e = gm_attr<GM_MXFP4, 2>();
+			if (e == cudaSuccess)
+				e = gm_attr<GM_MXFP4, 4>();
+			if (e == cudaSuccess)
+				e = cudaMalloc((void **)&gm_dev[dev].ws, (size_t)GM_WS_FLOATS * sizeof(float));
+			if (e == cudaSuccess)
+				e = cudaMalloc((void **)&gm_dev[dev].cnt, (size_t)GM_CNT * sizeof(unsigned));
+			if (e == cudaSuccess)
+				e = cudaMemset(gm_dev[dev].cnt, 0, (size_t)GM_CNT * sizeof(unsigned));
+			if (e != cudaSuccess) {
+				*rc = fp4s_error_set(err, FP4S_ECUDA, "gemv setup: %s", cudaGetErrorString(e));
+			} else {
+				gm_dev[dev].ready = ready = 1;
+			}
+		}
+	}
+	pthread_mutex_unlock(&gm_lock);
+	return ready;
+}
+
+extern "C" int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err)
+{
+	int dev, rc;
+	if (!gm_setup(s, &dev, err, &rc) && !rc)
+		return fp4s_error_set(err, FP4S_EINVAL, "gemv setup: called inside a stream capture");
+	return rc;
+}
+
+template <int F>
+static cudaError_t gm_launch(const gm_args &a, dim3 grid, size_t smem, cudaStream_t s)
+{
+	if (a.M <= 4)
+		gemv_mma_kernel<F, 1><<<grid, GM_THREADS, smem, s>>>(a);
+	else if (a.M <= 8)
+		gemv_mma_kernel<F, 2><<<grid, GM_THREADS, smem, s>>>(a);
+	else
+		gemv_mma_kernel<F, 4><<<grid, GM_THREADS, smem, s>>>(a);
+	return cudaGetLastError();
+}
+
+static size_t gm_smem(int M, int kb)
+{
+	const size_t x = (size_t)2 * M * gm_col_stride(kb / 32);
+	const size_t red = (size_t)GM_WARPS * 16 * 16 * sizeof(float);
+	return x > red ? x : red;
+}
+
+extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                             int kblocks, cudaStream_t s, struct fp4s_error *err)
+{
+	const int nv = w->fmt == FP4S_WF_NVFP4;
+	if (!nv && w->fmt != FP4S_WF_MXFP4)
+		return FP4S_EUNSUPPORTED;
+	const int64_t K = w->cols;
+	if (K % 32 || K > (1 << 30) || w->rows <= 0 || M < 1 || ((uintptr_t)w->data % 16) ||
+	    ((uintptr_t)x % 16) || (nv && ((uintptr_t)w->scales % 2)) || !w->scales)
+		return FP4S_EUNSUPPORTED;
+	uint32_t ec = 0;
+	int pexp;
+	float post;
+	if (nv) {
+		pexp = 126 - GM_NV_C;
+		post = w->ws2;
+	} else {
+		/* C = 254 - e_max keeps every scaled code large (no FP32 underflow in the MMA) and the
+		 * smallest still exact in BF16 when e_max - e_min <= 133; else the FP32 kernel runs */
+		if (!w->e8_range)
+			return FP4S_EUNSUPPORTED;
+		const int lo = (w->e8_range - 1) & 0xFF, hi = ((w->e8_range - 1) >> 8) & 0xFF;
+		if (hi >= 255 || hi - lo > 133)
+			return FP4S_EUNSUPPORTED;
+		ec = (uint32_t)(254 - hi);
+		pexp = 126 - (int)ec;
+		post = 1.0f;
+	}
+	int dev = 0, rc;
+	const int ready = gm_setup(s, &dev, err, &rc);
+	if (rc)
+		return rc;
+	if (!ready)
+		return FP4S_EUNSUPPORTED; /* first use inside a capture: the FP32 kernel runs this time */
+	const int64_t tiles = (w->rows + 15) / 16;
+	if (tiles > 0x7FFFFFFF)
+		return FP4S_EUNSUPPORTED;
+	const int nsteps = (int)((K + 127) / 128);
+	for (int32_t t0 = 0; t0 < M; t0 += 16) {
+		const int m = M - t0 < 16 ? M - t0 : 16;
+		/* K split: enough blocks for ~3 per SM, each warp at least one step, staging within the
+		 * shared-memory budget, partials within the workspace */
+		int ks = kblocks > 0 ? kblocks : (int)((3 * gm_dev[dev].sms + tiles - 1) / tiles);
+		const int most = nsteps / GM_WARPS > 1 ? nsteps / GM_WARPS : 1;
+		if (kblocks <= 0 && ks > most)
+			ks = most;
+		if (ks < 1)
+			ks = 1;
+		if (ks > nsteps)
+			ks = nsteps;
+		int kb = (nsteps + ks - 1) / ks * 128;
+		while (gm_smem(m, kb) > GM_SMEM_MAX && ks < nsteps) {
+			ks++;
+			kb = (nsteps + ks - 1) / ks * 128;
+		}
+		ks = (int)((K + kb - 1) / kb);
+		if (gm_smem(m, kb) > GM_SMEM_MAX)
+			return FP4S_EUNSUPPORTED;
+		if (ks > 1 && ((int64_t)ks * m * w->rows > GM_WS_FLOATS || tiles > GM_CNT || ks > 65535))
+			return FP4S_EUNSUPPORTED;
+		gm_args a;
+		a.data = (const uint8_t *)w->data;
+		a.scales = w->scales;
+		a.x = x + (size_t)t0 * K;
+		a.bias = w->bias;
+		a.y = y + (size_t)t0 * w->rows;
+		a.ws = gm_dev[dev].ws;
+		a.cnt = gm_dev[dev].cnt;
+		a.rows = w->rows;
+		a.K = (int)K;
+		a.M = m;
+		a.kb = kb;
+		a.accumulate = accumulate;
+		a.pexp = pexp;
+		a.post = post;
+		a.ec = ec;
+		const dim3 grid((unsigned)tiles, (unsigned)ks);
+		const size_t smem = gm_smem(m, kb);
+		cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, grid, smem, s) : gm_launch<GM_MXFP4>(a, grid, smem, s);
+		FP4S_CUDA_TRY(err, e);
+	}
+	return FP4S_OK;
+}
+
+/* E8M0 range of a device scale array: min and max byte */
+static __global__ void e8_range_kernel(const uint8_t *s, int64_t n, unsigned *mm)
+{
+	unsigned lo = 255, hi = 0;
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		const unsigned v = s[i];
+		lo = v < lo ? v : lo;
+		hi = v > hi ? v : hi;
+	}
+	for (int o = 16; o; o >>= 1) {
+		lo = min(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, o));
+		hi = max(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, o));
+	}
+	if ((threadIdx.x & 31) == 0) {
+		atomicMin(&mm[0], lo);
+		atomicMax(&mm[1], hi);
+	}
+}
+
+extern "C" int fp4s_cuda_mx_scale_range(struct fp4s_mat *w, cudaStream_t s, struct fp4s_error *err)
+{
+	if (w->fmt != FP4S_WF_MXFP4 || !w->scales)
+		return FP4S_OK;
+	const int64_t n = w->rows * (w->cols / 32);
+	unsigned init[2] = {255, 0}, mm[2];
+	unsigned *d = NULL;
+	FP4S_CUDA_TRY(err, cudaMalloc((void **)&d, sizeof init));
+	cudaError_t e = cudaMemcpyAsync(d, init, sizeof init, cudaMemcpyHostToDevice, s);
+	if (e == cudaSuccess) {
+		const int64_t blocks = (n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024;
+		e8_range_kernel<<<(unsigned)(blocks > 0 ? blocks : 1), 256, 0, s>>>(w->scales, n, d);
+		e = cudaGetLastError();
+	}
+	if (e == cudaSuccess)
+		e = cudaMemcpyAsync(mm, d, sizeof mm, cudaMemcpyDeviceToHost, s);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(s);
+	cudaFree(d);
+	FP4S_CUDA_TRY(err, e);
+	w->e8_range = n > 0 ? (int32_t)(1 + mm[0] + 256 * mm[1]) : 0;
+	return FP4S_OK;
+}

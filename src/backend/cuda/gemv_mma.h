@@ -1,0 +1,34 @@
+/* gemv_mma.h: the tensor-core FP4 decode matmul (gemv_mma.cu), reached through fp4s_cuda_matmul. */
+#ifndef FP4S_GEMV_MMA_H
+#define FP4S_GEMV_MMA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y = x . W^T (accumulate: y += x . W^T) for NVFP4 / MXFP4 W, any M (16-token passes).
+ * FP4S_EUNSUPPORTED (nothing enqueued) for shapes, alignments or scale ranges it does not take,
+ * and on the first call of a device when that call is inside a stream capture. kblocks > 0 forces
+ * the number of blocks along K (tests, benchmarks). */
+int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
+                  cudaStream_t s, struct fp4s_error *err);
+
+/* Per-device setup (workspace, shared-memory limits); done by the first call otherwise, which
+ * must then not be inside a stream capture. Call it where the backend is made. */
+int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err);
+
+/* Measures w's E8M0 scale range into w->e8_range (MXFP4 with device scales; else a no-op).
+ * Synchronizes s. */
+int fp4s_cuda_mx_scale_range(struct fp4s_mat *w, cudaStream_t s, struct fp4s_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
