@@ -166,40 +166,46 @@ template <int F, int NG>
 static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm_args a)
 {
 	extern __shared__ __align__(16) uint8_t sm[];
+	__shared__ int last;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int g = lane >> 2, t = lane & 3;
-	const int64_t row0 = (int64_t)blockIdx.x * 16;
 	const int k0 = blockIdx.y * a.kb;
 	const int k1 = min(a.K, k0 + a.kb);
 	const int nsteps = (k1 - k0 + 127) >> 7;
 	const int nch = nsteps * 4;
 	const int cs = gm_col_stride(nch);
+	/* every warp walks the same number of steps a tile (steps past the end are empty), so all
+	 * reach the per-tile barrier at the same point of the loop */
 	const int spw = (nsteps + GM_WARPS - 1) / GM_WARPS;
-	const int s0 = warp * spw, s1 = min(nsteps, s0 + spw);
-
-	/* rows past the end read the last row; their sums are never stored */
-	const int64_t ra = min(row0 + g, a.rows - 1), rb = min(row0 + g + 8, a.rows - 1);
+	const int s0 = warp * spw;
+	const int64_t tiles = (a.rows + 15) >> 4;
+	const int ntile = (int)((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x); /* this block's */
+	const int nitems = ntile * spw;
 	const size_t rowb = (size_t)a.K / 2;
 	const int spr = F == GM_NVFP4 ? a.K / 16 : a.K / 32;
-	const uint8_t *wa = a.data + (size_t)ra * rowb, *wb = a.data + (size_t)rb * rowb;
-	const uint8_t *sa = a.scales + (size_t)ra * spr, *sb = a.scales + (size_t)rb * spr;
+	float *red = reinterpret_cast<float *>(sm + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
 
 	uint4 qa[GM_DEPTH], qb[GM_DEPTH];
 	uint32_t ca[GM_DEPTH], cb[GM_DEPTH];
-	/* chunks past k1 (the last step of a K that is not a multiple of 128) load as zero codes with
-	 * zero scales: their staged x is zero too, and a NaN scale byte of the next row stays out */
-	auto load = [&](int i, int s) {
+	/* item q = (tile blockIdx.x + (q / spw) * gridDim.x, step s0 + q % spw). Chunks past k1 (and
+	 * steps past the range) load as zero codes with zero scales; their staged x is zero too, and
+	 * a NaN scale byte of the next row stays out. Rows past the end read the last row; their sums
+	 * are never stored. */
+	auto load = [&](int i, int q) {
+		const int s = s0 + q % spw;
 		const int ke = k0 + 32 * (4 * s + t);
-		if (ke < k1) {
+		if (q < nitems && s < nsteps && ke < k1) {
+			const int64_t r0 = ((int64_t)blockIdx.x + (int64_t)(q / spw) * gridDim.x) * 16;
+			const int64_t ra = min(r0 + g, a.rows - 1), rb = min(r0 + g + 8, a.rows - 1);
 			const int c = ke >> 5;
-			qa[i] = gm_ld16(wa + (size_t)c * 16);
-			qb[i] = gm_ld16(wb + (size_t)c * 16);
+			qa[i] = gm_ld16(a.data + (size_t)ra * rowb + (size_t)c * 16);
+			qb[i] = gm_ld16(a.data + (size_t)rb * rowb + (size_t)c * 16);
 			if (F == GM_NVFP4) {
-				ca[i] = gm_ld_u16(sa + (size_t)c * 2);
-				cb[i] = gm_ld_u16(sb + (size_t)c * 2);
+				ca[i] = gm_ld_u16(a.scales + (size_t)ra * spr + (size_t)c * 2);
+				cb[i] = gm_ld_u16(a.scales + (size_t)rb * spr + (size_t)c * 2);
 			} else {
-				ca[i] = gm_ld_u8(sa + c);
-				cb[i] = gm_ld_u8(sb + c);
+				ca[i] = gm_ld_u8(a.scales + (size_t)ra * spr + c);
+				cb[i] = gm_ld_u8(a.scales + (size_t)rb * spr + c);
 			}
 		} else {
 			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);
@@ -208,8 +214,7 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 	};
 #pragma unroll
 	for (int i = 0; i < GM_DEPTH; i++)
-		if (s0 + i < s1)
-			load(i, s0 + i);
+		load(i, i);
 
 	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded */
 	for (int it = threadIdx.x; it < a.M * nch * 4; it += GM_THREADS) {
@@ -243,99 +248,105 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 	for (int gg = 0; gg < NG; gg++)
 		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
 
-	for (int s = s0; s < s1; s += GM_DEPTH) {
+	int sit = 0, tile_it = 0; /* step within the tile, tile count */
+	for (int q0 = 0; q0 < nitems; q0 += GM_DEPTH) {
 #pragma unroll
 		for (int i = 0; i < GM_DEPTH; i++) {
-			if (s + i >= s1)
+			const int q = q0 + i;
+			if (q >= nitems)
 				break;
-			const int lc = 4 * (s + i) + t;
+			const int s = s0 + sit;
 			const uint4 wqa = qa[i], wqb = qb[i];
-			uint32_t sca0, sca1, scb0, scb1;
-			if (F == GM_NVFP4) {
-				gm_nv_scales(ca[i], sca0, sca1);
-				gm_nv_scales(cb[i], scb0, scb1);
-			} else {
-				/* 2^(e - 127 + C) as BF16 bits: exponent field e + C (1..254 by the range check) */
-				const uint32_t ea = ca[i] & 0x100u ? 0u : ((ca[i] + a.ec) << 7);
-				const uint32_t eb = cb[i] & 0x100u ? 0u : ((cb[i] + a.ec) << 7);
-				sca0 = sca1 = ea | (ea << 16);
-				scb0 = scb1 = eb | (eb << 16);
-			}
-			if (s + i + GM_DEPTH < s1)
-				load(i, s + i + GM_DEPTH);
-			const int sw = (lc >> 1) & 1;
-#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				const uint32_t q0 = gm_word(wqa, j), q1 = gm_word(wqb, j);
-				const uint32_t s_a = j < 2 ? sca0 : sca1, s_b = j < 2 ? scb0 : scb1;
-				uint32_t A0[4], A1[4];
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					A0[k] = gm_hmul2(gm_pair(q0, k), s_a);
-					A1[k] = gm_hmul2(gm_pair(q1, k), s_b);
+			const uint32_t cai = ca[i], cbi = cb[i];
+			load(i, q + GM_DEPTH);
+			if (s < nsteps) {
+				const int lc = 4 * s + t;
+				uint32_t sca0, sca1, scb0, scb1;
+				if (F == GM_NVFP4) {
+					gm_nv_scales(cai, sca0, sca1);
+					gm_nv_scales(cbi, scb0, scb1);
+				} else {
+					/* 2^(e - 127 + C) as BF16 bits: exponent field e + C (1..254 by the range check) */
+					const uint32_t ea = cai & 0x100u ? 0u : ((cai + a.ec) << 7);
+					const uint32_t eb = cbi & 0x100u ? 0u : ((cbi + a.ec) << 7);
+					sca0 = sca1 = ea | (ea << 16);
+					scb0 = scb1 = eb | (eb << 16);
 				}
-				const int off = lc * 64 + ((j ^ sw) * 16);
+				const int sw = (lc >> 1) & 1;
 #pragma unroll
-				for (int gg = 0; gg < NG; gg++) {
-					const uint4 xb = *reinterpret_cast<const uint4 *>(xcol[gg] + off);
-					gm_mma(acc[gg], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
-					gm_mma(acc[gg], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
+				for (int j = 0; j < 4; j++) {
+					const uint32_t w0 = gm_word(wqa, j), w1 = gm_word(wqb, j);
+					const uint32_t s_a = j < 2 ? sca0 : sca1, s_b = j < 2 ? scb0 : scb1;
+					uint32_t A0[4], A1[4];
+#pragma unroll
+					for (int k = 0; k < 4; k++) {
+						A0[k] = gm_hmul2(gm_pair(w0, k), s_a);
+						A1[k] = gm_hmul2(gm_pair(w1, k), s_b);
+					}
+					const int off = lc * 64 + ((j ^ sw) * 16);
+#pragma unroll
+					for (int gg = 0; gg < NG; gg++) {
+						const uint4 xb = *reinterpret_cast<const uint4 *>(xcol[gg] + off);
+						gm_mma(acc[gg], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
+						gm_mma(acc[gg], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
+					}
 				}
 			}
-		}
-	}
-
-	/* warps -> shared partials red[warp][token][16 rows], then one thread per (token, row) */
-	__syncthreads(); /* the staged x is dead */
-	float *red = reinterpret_cast<float *>(sm);
+			if (++sit < spw)
+				continue;
+			/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier,
+			 * then one thread per (token, row) sums the warps in order */
+			sit = 0;
+			float *rp = red + (size_t)(tile_it & 1) * GM_WARPS * a.M * 16;
 #pragma unroll
-	for (int gg = 0; gg < NG; gg++) {
-		const int tok = 4 * gg + t;
-		if (tok < a.M) {
-			red[(warp * 16 + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
-			red[(warp * 16 + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
+			for (int gg = 0; gg < NG; gg++) {
+				const int tok = 4 * gg + t;
+				if (tok < a.M) {
+					rp[(warp * a.M + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
+					rp[(warp * a.M + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
+				}
+				acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
+			}
+			__syncthreads();
+			const int64_t tile = (int64_t)blockIdx.x + (int64_t)tile_it * gridDim.x;
+			tile_it++;
+			const int tid = threadIdx.x, tok = tid >> 4, r = tid & 15;
+			const int64_t row = tile * 16 + r;
+			const bool mine = tok < a.M && row < a.rows;
+			float v = 0.0f;
+			if (mine)
+				for (int w = 0; w < GM_WARPS; w++)
+					v += rp[(w * a.M + tok) * 16 + r];
+			if (gridDim.y > 1) {
+				/* split K: leave the partial; the block that arrives last sums all in order */
+				if (mine)
+					a.ws[((size_t)blockIdx.y * a.M + tok) * a.rows + row] = v;
+				__threadfence();
+				__syncthreads();
+				if (tid == 0)
+					last = atomicAdd(&a.cnt[tile], 1u) == gridDim.y - 1;
+				__syncthreads();
+				if (last) {
+					__threadfence();
+					if (mine) {
+						v = 0.0f;
+						for (unsigned ks = 0; ks < gridDim.y; ks++)
+							v += __ldcg(&a.ws[((size_t)ks * a.M + tok) * a.rows + row]);
+					}
+					if (tid == 0)
+						a.cnt[tile] = 0; /* ready for the next launch */
+				}
+				if (!last)
+					continue;
+			}
+			if (mine) {
+				float out = ldexpf(v, a.pexp) * a.post;
+				if (a.bias)
+					out += a.bias[row];
+				float *yp = a.y + (size_t)tok * a.rows + row;
+				*yp = a.accumulate ? *yp + out : out;
+			}
 		}
-	}
-	__syncthreads();
-	const int tid = threadIdx.x;
-	const int tok = tid >> 4, r = tid & 15;
-	const int64_t row = row0 + r;
-	const bool mine = tok < a.M && row < a.rows;
-	float v = 0.0f;
-	if (mine) {
-#pragma unroll
-		for (int w = 0; w < GM_WARPS; w++)
-			v += red[(w * 16 + tok) * 16 + r];
-	}
-	if (gridDim.y > 1) {
-		/* split K: leave the partial, and the block that arrives last sums all in order */
-		__shared__ int last;
-		if (mine)
-			a.ws[((size_t)blockIdx.y * a.M + tok) * a.rows + row] = v;
-		__threadfence();
-		__syncthreads();
-		if (tid == 0) {
-			const unsigned prev = atomicAdd(&a.cnt[blockIdx.x], 1u);
-			last = prev == gridDim.y - 1;
-		}
-		__syncthreads();
-		if (!last)
-			return;
-		__threadfence();
-		if (mine) {
-			v = 0.0f;
-			for (unsigned ks = 0; ks < gridDim.y; ks++)
-				v += __ldcg(&a.ws[((size_t)ks * a.M + tok) * a.rows + row]);
-		}
-		if (tid == 0)
-			a.cnt[blockIdx.x] = 0; /* ready for the next launch */
-	}
-	if (mine) {
-		float out = ldexpf(v, a.pexp) * a.post;
-		if (a.bias)
-			out += a.bias[row];
-		float *yp = a.y + (size_t)tok * a.rows + row;
-		*yp = a.accumulate ? *yp + out : out;
 	}
 }
 
@@ -421,9 +432,7 @@ static cudaError_t gm_launch(const gm_args &a, dim3 grid, size_t smem, cudaStrea
 
 static size_t gm_smem(int M, int kb)
 {
-	const size_t x = (size_t)2 * M * gm_col_stride(kb / 32);
-	const size_t red = (size_t)GM_WARPS * 16 * 16 * sizeof(float);
-	return x > red ? x : red;
+	return (size_t)2 * M * gm_col_stride(kb / 32) + (size_t)2 * GM_WARPS * M * 16 * sizeof(float);
 }
 
 extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
@@ -466,14 +475,9 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 	const int nsteps = (int)((K + 127) / 128);
 	for (int32_t t0 = 0; t0 < M; t0 += 16) {
 		const int m = M - t0 < 16 ? M - t0 : 16;
-		/* K split: enough blocks for ~3 per SM, each warp at least one step, staging within the
-		 * shared-memory budget, partials within the workspace */
-		int ks = kblocks > 0 ? kblocks : (int)((3 * gm_dev[dev].sms + tiles - 1) / tiles);
-		const int most = nsteps / GM_WARPS > 1 ? nsteps / GM_WARPS : 1;
-		if (kblocks <= 0 && ks > most)
-			ks = most;
-		if (ks < 1)
-			ks = 1;
+		/* K split only where the staged activations would not fit (large M x K), or asked for:
+		 * blocks loop over row tiles instead, so each keeps loads in flight across tiles */
+		int ks = kblocks > 0 ? kblocks : 1;
 		if (ks > nsteps)
 			ks = nsteps;
 		int kb = (nsteps + ks - 1) / ks * 128;
@@ -502,7 +506,10 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 		a.pexp = pexp;
 		a.post = post;
 		a.ec = ec;
-		const dim3 grid((unsigned)tiles, (unsigned)ks);
+		/* persistent blocks: two per SM (the register limit), tiles strided over them */
+		int64_t bx = 2 * (int64_t)gm_dev[dev].sms / ks;
+		bx = bx < 1 ? 1 : bx > tiles ? tiles : bx;
+		const dim3 grid((unsigned)bx, (unsigned)ks);
 		const size_t smem = gm_smem(m, kb);
 		cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, grid, smem, s) : gm_launch<GM_MXFP4>(a, grid, smem, s);
 		FP4S_CUDA_TRY(err, e);
