@@ -254,6 +254,118 @@ static int run_case(const struct gcase *c, const char *filter)
 	return failed;
 }
 
+/* The MoE form (fp4s_gemv_mma_experts): E experts stacked at a stride, slots choosing experts
+ * (repeats included), x rows shared by x_div slots, SwiGLU of h staged on the fly (act 1: halves,
+ * act 2: gpt-oss interleaved and clamped), per-expert bias and NVFP4 per-expert ws2. */
+static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, int per_expert_ws2,
+                        const char *filter)
+{
+	char name[160];
+	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s)", fmtname(fmt), (long long)rows,
+	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "");
+	if (filter && !strstr(name, filter))
+		return;
+	const int E = 5, slots = 7, x_div = act ? 1 : 2;
+	struct gcase c = {fmt, rows, k, 1, 1};
+	struct hw h[5];
+	for (int e = 0; e < E; e++)
+		if (make_weights(&c, &h[e])) {
+			t_fail++;
+			return;
+		}
+	const size_t db = h[0].data_b, sb = h[0].scales_b;
+	uint8_t *hd = (uint8_t *)malloc(db * E), *hs = (uint8_t *)malloc(sb * E);
+	float *bias = (float *)malloc(sizeof(float) * rows * E), ws2[5];
+	for (int e = 0; e < E; e++) {
+		memcpy(hd + db * e, h[e].data, db);
+		memcpy(hs + sb * e, h[e].scales, sb);
+		ws2[e] = per_expert_ws2 ? h[e].ws2 : h[0].ws2;
+	}
+	for (int64_t i = 0; i < rows * E; i++)
+		bias[i] = (float)(t_rand_normal() * 0.1);
+	int32_t idx[7];
+	for (int i = 0; i < slots; i++)
+		idx[i] = i == 3 ? idx[1] : (int32_t)(t_rand_u64() % E);
+	const int64_t xs = act ? 2 * k : k, nrows_x = act ? slots : (slots + x_div - 1) / x_div;
+	float *x = (float *)malloc(sizeof(float) * xs * nrows_x), *xa = (float *)malloc(sizeof(float) * k);
+	for (int64_t i = 0; i < xs * nrows_x; i++)
+		x[i] = (float)(t_rand_normal() * (act ? 2.0 : 1.0));
+	float *yref = (float *)malloc(sizeof(float) * rows * slots), *ygpu = (float *)malloc(sizeof(float) * rows * slots);
+	struct fp4s_error err = {0};
+	const float alpha = 1.702f, limit = 7.0f;
+	for (int sl = 0; sl < slots; sl++) {
+		const float *xr = x + (int64_t)(sl / x_div) * xs;
+		for (int64_t i = 0; i < k; i++) {
+			if (act == 0) {
+				xa[i] = xr[i];
+			} else if (act == 1) {
+				xa[i] = xr[i] / (1.0f + expf(-xr[i])) * xr[k + i];
+			} else {
+				const float g = fminf(xr[2 * i], limit), u = fminf(fmaxf(xr[2 * i + 1], -limit), limit);
+				xa[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+			}
+		}
+		const int e = idx[sl];
+		struct fp4s_mat wc = {fmt, rows, k, h[e].data, h[e].scales, ws2[e], bias + rows * e};
+		fp4s_cpu_matmul(xa, 1, &wc, yref + rows * sl, &err);
+	}
+	uint8_t *dd, *ds;
+	float *db_, *dx, *dy, *dws;
+	int32_t *didx;
+	CK(cudaMalloc(&dd, db * E));
+	CK(cudaMalloc(&ds, sb * E));
+	CK(cudaMalloc(&db_, sizeof(float) * rows * E));
+	CK(cudaMalloc(&dx, sizeof(float) * xs * nrows_x));
+	CK(cudaMalloc(&dy, sizeof(float) * rows * slots));
+	CK(cudaMalloc(&dws, sizeof ws2));
+	CK(cudaMalloc(&didx, sizeof idx));
+	CK(cudaMemcpy(dd, hd, db * E, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(ds, hs, sb * E, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(db_, bias, sizeof(float) * rows * E, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dx, x, sizeof(float) * xs * nrows_x, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dws, ws2, sizeof ws2, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(didx, idx, sizeof idx, cudaMemcpyHostToDevice));
+	for (int64_t i = 0; i < rows * slots; i++)
+		ygpu[i] = NAN;
+	CK(cudaMemcpy(dy, ygpu, sizeof(float) * rows * slots, cudaMemcpyHostToDevice));
+	struct fp4s_stacked st = {fmt, rows, k, dd, ds, db_, (int64_t)db, (int64_t)sb, ws2[0],
+	                          per_expert_ws2 ? dws : NULL, 0};
+	int rc = fp4s_cuda_mx_scale_range_stacked(&st, E, 0, &err);
+	if (!rc)
+		rc = fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
+	int failed = rc != 0;
+	if (rc) {
+		fprintf(stderr, "%s: failed: %d %s\n", name, rc, err.msg);
+	} else {
+		CK(cudaMemcpy(ygpu, dy, sizeof(float) * rows * slots, cudaMemcpyDeviceToHost));
+		double num = 0, den = 0;
+		for (int64_t i = 0; i < rows * slots; i++) {
+			const double d = (double)ygpu[i] - yref[i];
+			num += isnan(d) ? INFINITY : d * d;
+			den += (double)yref[i] * yref[i];
+		}
+		const double rel = sqrt(num / den);
+		if (!(rel <= 1e-5)) {
+			fprintf(stderr, "%s: FAIL rel L2 %.3g\n", name, rel);
+			failed = 1;
+		}
+	}
+	if (failed)
+		t_fail++;
+	else
+		t_pass++;
+	CK(cudaFree(dd));
+	CK(cudaFree(ds));
+	CK(cudaFree(db_));
+	CK(cudaFree(dx));
+	CK(cudaFree(dy));
+	CK(cudaFree(dws));
+	CK(cudaFree(didx));
+	for (int e = 0; e < E; e++)
+		free(h[e].data), free(h[e].scales);
+	free(hd), free(hs), free(bias), free(x), free(xa), free(yref), free(ygpu);
+}
+
 int main(int argc, char **argv)
 {
 	int ndev = 0;
@@ -384,6 +496,11 @@ int main(int argc, char **argv)
 		c.wild = 2;
 		run_case(&c, filter);
 	}
+	for (size_t f = 0; f < 2; f++)
+		for (int act = 0; act <= 2; act++) {
+			run_experts(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, act == 1, filter);
+			run_experts(fmts[f], 5760 / (act == 2 ? 2 : 1) - (act == 2 ? 0 : 37), 2880, act, 0, filter);
+		}
 	/* bad arguments are errors, not launches */
 	{
 		struct fp4s_error err = {0};

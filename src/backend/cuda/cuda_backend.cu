@@ -500,7 +500,8 @@ static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *part
 	out->stride_data = (int64_t)(row_d * (size_t)rows);
 	out->stride_scales = (int64_t)(row_s * (size_t)rows);
 	out->ws2 = m0->ws2, out->ws2e = ws2e;
-	return FP4S_OK;
+	out->e8_range = 0;
+	return fp4s_cuda_mx_scale_range_stacked(out, E, c->s, err);
 }
 
 static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, struct fp4s_error *err)
@@ -786,6 +787,16 @@ static int moe_reserve(struct cuda_impl *c, int64_t n, int32_t E, int64_t I, int
 	return FP4S_OK;
 }
 
+/* gate|up of the selected experts: tensor cores where the format allows */
+static int expert_gu(struct cuda_impl *c, struct cu_moe *m, const int32_t *idx, int32_t slots, const float *x,
+                     int32_t x_div, int64_t x_stride, float *h, struct fp4s_error *err)
+{
+	int rc = fp4s_gemv_mma_experts(&m->gu, idx, slots, x, x_div, x_stride, 0, 0.0f, 0.0f, h, c->s, err);
+	if (rc == FP4S_EUNSUPPORTED)
+		rc = fp4s_cuda_expert_matmul(&m->gu, idx, slots, x, x_div, x_stride, h, c->s, err);
+	return rc;
+}
+
 static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, const float *x, int64_t n,
                          float *y, struct fp4s_error *err)
 {
@@ -816,9 +827,15 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 	    (rc = fp4s_cuda_moe_route(lg, (int32_t)n, (int32_t)E, (int32_t)K,
 	                              p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, idx, w,
 	                              c->s, err)) ||
-	    (rc = fp4s_cuda_expert_matmul(&m->gu, idx, slots, x, (int32_t)K, H, h, c->s, err)) ||
-	    (rc = fp4s_cuda_moe_act(h, slots, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, a, c->s, err)) ||
-	    (rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err)))
+	    (rc = expert_gu(c, m, idx, slots, x, (int32_t)K, H, h, err)))
+		return rc;
+	/* down: the tensor-core kernel computes SwiGLU while staging its input; else act + matmul */
+	rc = fp4s_gemv_mma_experts(&m->down, idx, slots, h, 1, 2 * I, m->interleaved ? 2 : 1, p->swiglu_alpha,
+	                           p->swiglu_limit, o, c->s, err);
+	if (rc == FP4S_EUNSUPPORTED &&
+	    (!(rc = fp4s_cuda_moe_act(h, slots, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, a, c->s, err))))
+		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
+	if (rc)
 		return rc;
 	return fp4s_cuda_moe_combine(o, w, (int32_t)n, (int32_t)K, H, y, c->s, err);
 }

@@ -42,6 +42,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
+#include "backend/cuda/moe_cuda.h"
 
 #define GM_WARPS 8
 #define GM_THREADS (GM_WARPS * 32)
@@ -69,6 +70,15 @@ struct gm_args {
 	int pexp;    /* epilogue: y = ldexp(sum, pexp) * post */
 	float post;
 	uint32_t ec; /* MXFP4: C, added to each scale exponent */
+	/* experts (blockIdx.z = slot): W_{idx[slot]} at these strides, x row (slot / x_div) of
+	 * x_stride floats, y row slot; NULL idx = one matrix, M tokens */
+	const int32_t *idx;
+	int64_t stride_data, stride_scales;
+	const float *ws2e;
+	int x_div;
+	int64_t x_stride;
+	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped */
+	float alpha, limit;
 };
 
 static __device__ __forceinline__ uint4 gm_ld16(const void *p)
@@ -162,12 +172,57 @@ static __device__ __forceinline__ uint32_t gm_split(float a, float b, uint32_t &
 	       ((uint32_t)*reinterpret_cast<const unsigned short *>(&hb) << 16);
 }
 
+/* x[ke..ke + 8) of SwiGLU(h) for an expert's down projection, the same float math as
+ * moe.cu's moe_act_kernel: act 1: h = [gate | up] halves of K each; act 2 (gpt-oss): gate and up
+ * interleaved, gate clamped above at limit, up to [-limit, limit], gate * sigmoid(alpha gate) *
+ * (up + 1). */
+static __device__ __forceinline__ void gm_act8(const float *h, int K, int ke, int act, float alpha, float limit,
+                                               float xe[8])
+{
+	if (act == 1) {
+		const float4 *gp = reinterpret_cast<const float4 *>(h + ke);
+		const float4 *up = reinterpret_cast<const float4 *>(h + K + ke);
+		const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1), u0 = __ldg(up), u1 = __ldg(up + 1);
+		const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+		const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			xe[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	} else {
+		const float4 *hp = reinterpret_cast<const float4 *>(h + 2 * (size_t)ke);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float4 q = __ldg(hp + i);
+			const float ga = fminf(q.x, limit), ua = fminf(fmaxf(q.y, -limit), limit);
+			const float gb = fminf(q.z, limit), ub = fminf(fmaxf(q.w, -limit), limit);
+			xe[2 * i] = ga / (1.0f + expf(-alpha * ga)) * (ua + 1.0f);
+			xe[2 * i + 1] = gb / (1.0f + expf(-alpha * gb)) * (ub + 1.0f);
+		}
+	}
+}
+
 template <int F, int NG>
 static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm_args a)
 {
 	extern __shared__ __align__(16) uint8_t sm[];
 	__shared__ int last;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint8_t *data = a.data, *scales = a.scales;
+	const float *xin = a.x, *bias = a.bias;
+	float *yout = a.y;
+	float post = a.post;
+	if (a.idx) {
+		const int slot = blockIdx.z;
+		const int64_t e = a.idx[slot];
+		data += e * a.stride_data;
+		scales += e * a.stride_scales;
+		if (bias)
+			bias += e * a.rows;
+		if (a.ws2e)
+			post *= a.ws2e[e];
+		xin += (int64_t)(slot / a.x_div) * a.x_stride;
+		yout += (int64_t)slot * a.rows;
+	}
 	const int g = lane >> 2, t = lane & 3;
 	const int k0 = blockIdx.y * a.kb;
 	const int k1 = min(a.K, k0 + a.kb);
@@ -198,14 +253,14 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 			const int64_t r0 = ((int64_t)blockIdx.x + (int64_t)(q / spw) * gridDim.x) * 16;
 			const int64_t ra = min(r0 + g, a.rows - 1), rb = min(r0 + g + 8, a.rows - 1);
 			const int c = ke >> 5;
-			qa[i] = gm_ld16(a.data + (size_t)ra * rowb + (size_t)c * 16);
-			qb[i] = gm_ld16(a.data + (size_t)rb * rowb + (size_t)c * 16);
+			qa[i] = gm_ld16(data + (size_t)ra * rowb + (size_t)c * 16);
+			qb[i] = gm_ld16(data + (size_t)rb * rowb + (size_t)c * 16);
 			if (F == GM_NVFP4) {
-				ca[i] = gm_ld_u16(a.scales + (size_t)ra * spr + (size_t)c * 2);
-				cb[i] = gm_ld_u16(a.scales + (size_t)rb * spr + (size_t)c * 2);
+				ca[i] = gm_ld_u16(scales + (size_t)ra * spr + (size_t)c * 2);
+				cb[i] = gm_ld_u16(scales + (size_t)rb * spr + (size_t)c * 2);
 			} else {
-				ca[i] = gm_ld_u8(a.scales + (size_t)ra * spr + c);
-				cb[i] = gm_ld_u8(a.scales + (size_t)rb * spr + c);
+				ca[i] = gm_ld_u8(scales + (size_t)ra * spr + c);
+				cb[i] = gm_ld_u8(scales + (size_t)rb * spr + c);
 			}
 		} else {
 			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);
@@ -222,8 +277,16 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 		const int ke = k0 + 32 * lc + 8 * j;
 		uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
 		if (ke < k1) {
-			const float4 *xp = reinterpret_cast<const float4 *>(a.x + (size_t)tok * a.K + ke);
-			const float4 u = __ldg(xp), v = __ldg(xp + 1);
+			float4 u, v;
+			if (a.act == 0) {
+				const float4 *xp = reinterpret_cast<const float4 *>(xin + (size_t)tok * a.K + ke);
+				u = __ldg(xp), v = __ldg(xp + 1);
+			} else {
+				float xe[8];
+				gm_act8(xin, a.K, ke, a.act, a.alpha, a.limit, xe);
+				u = make_float4(xe[0], xe[1], xe[2], xe[3]);
+				v = make_float4(xe[4], xe[5], xe[6], xe[7]);
+			}
 			/* pair k = (x[3 - k], x[7 - k]) */
 			hi.x = gm_split(u.w, v.w, lo.x);
 			hi.y = gm_split(u.z, v.z, lo.y);
@@ -340,10 +403,10 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 					continue;
 			}
 			if (mine) {
-				float out = ldexpf(v, a.pexp) * a.post;
-				if (a.bias)
-					out += a.bias[row];
-				float *yp = a.y + (size_t)tok * a.rows + row;
+				float out = ldexpf(v, a.pexp) * post;
+				if (bias)
+					out += bias[row];
+				float *yp = yout + (size_t)tok * a.rows + row;
 				*yp = a.accumulate ? *yp + out : out;
 			}
 		}
@@ -435,6 +498,29 @@ static size_t gm_smem(int M, int kb)
 	return (size_t)2 * M * gm_col_stride(kb / 32) + (size_t)2 * GM_WARPS * M * 16 * sizeof(float);
 }
 
+/* The BF16 scale offset C and the epilogue factors (see the header comment); nonzero when MXFP4
+ * scales span more than BF16 can hold exactly (or were not measured). */
+static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, int *pexp, float *post)
+{
+	if (nv) {
+		*ec = 0;
+		*pexp = 126 - GM_NV_C;
+		*post = ws2;
+		return 0;
+	}
+	/* C = 254 - e_max keeps every scaled code large (no FP32 underflow in the MMA) and the
+	 * smallest still exact in BF16 when e_max - e_min <= 133 */
+	if (!e8_range)
+		return 1;
+	const int lo = (e8_range - 1) & 0xFF, hi = ((e8_range - 1) >> 8) & 0xFF;
+	if (hi >= 255 || hi - lo > 133)
+		return 1;
+	*ec = (uint32_t)(254 - hi);
+	*pexp = 126 - (int)*ec;
+	*post = 1.0f;
+	return 0;
+}
+
 extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
                              int kblocks, cudaStream_t s, struct fp4s_error *err)
 {
@@ -445,24 +531,11 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 	if (K % 32 || K > (1 << 30) || w->rows <= 0 || M < 1 || ((uintptr_t)w->data % 16) ||
 	    ((uintptr_t)x % 16) || (nv && ((uintptr_t)w->scales % 2)) || !w->scales)
 		return FP4S_EUNSUPPORTED;
-	uint32_t ec = 0;
+	uint32_t ec;
 	int pexp;
 	float post;
-	if (nv) {
-		pexp = 126 - GM_NV_C;
-		post = w->ws2;
-	} else {
-		/* C = 254 - e_max keeps every scaled code large (no FP32 underflow in the MMA) and the
-		 * smallest still exact in BF16 when e_max - e_min <= 133; else the FP32 kernel runs */
-		if (!w->e8_range)
-			return FP4S_EUNSUPPORTED;
-		const int lo = (w->e8_range - 1) & 0xFF, hi = ((w->e8_range - 1) >> 8) & 0xFF;
-		if (hi >= 255 || hi - lo > 133)
-			return FP4S_EUNSUPPORTED;
-		ec = (uint32_t)(254 - hi);
-		pexp = 126 - (int)ec;
-		post = 1.0f;
-	}
+	if (gm_scale_params(nv, w->ws2, w->e8_range, &ec, &pexp, &post))
+		return FP4S_EUNSUPPORTED;
 	int dev = 0, rc;
 	const int ready = gm_setup(s, &dev, err, &rc);
 	if (rc)
@@ -490,7 +563,7 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 			return FP4S_EUNSUPPORTED;
 		if (ks > 1 && ((int64_t)ks * m * w->rows > GM_WS_FLOATS || tiles > GM_CNT || ks > 65535))
 			return FP4S_EUNSUPPORTED;
-		gm_args a;
+		gm_args a = {};
 		a.data = (const uint8_t *)w->data;
 		a.scales = w->scales;
 		a.x = x + (size_t)t0 * K;
@@ -517,6 +590,65 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 	return FP4S_OK;
 }
 
+extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
+                                     const float *x, int32_t x_div, int64_t x_stride, int act, float alpha,
+                                     float limit, float *y, cudaStream_t s, struct fp4s_error *err)
+{
+	const int nv = w->fmt == FP4S_WF_NVFP4;
+	if (!nv && w->fmt != FP4S_WF_MXFP4)
+		return FP4S_EUNSUPPORTED;
+	const int64_t K = w->cols;
+	if (K % 32 || K > (1 << 28) || w->rows <= 0 || n_slots < 1 || n_slots > 65535 || x_div < 1 ||
+	    ((uintptr_t)w->data % 16) || ((uintptr_t)x % 16) || x_stride % 4 || w->stride_data % 16 ||
+	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 2)
+		return FP4S_EUNSUPPORTED;
+	uint32_t ec;
+	int pexp;
+	float post;
+	if (gm_scale_params(nv, w->ws2e ? 1.0f : w->ws2, w->e8_range, &ec, &pexp, &post))
+		return FP4S_EUNSUPPORTED;
+	int dev = 0, rc;
+	const int ready = gm_setup(s, &dev, err, &rc);
+	if (rc)
+		return rc;
+	if (!ready)
+		return FP4S_EUNSUPPORTED;
+	const int64_t tiles = (w->rows + 15) / 16;
+	const int nsteps = (int)((K + 127) / 128), kb = nsteps * 128;
+	if (gm_smem(1, kb) > GM_SMEM_MAX)
+		return FP4S_EUNSUPPORTED;
+	gm_args a = {};
+	a.data = (const uint8_t *)w->data;
+	a.scales = w->scales;
+	a.x = x;
+	a.bias = w->bias;
+	a.y = y;
+	a.rows = w->rows;
+	a.K = (int)K;
+	a.M = 1;
+	a.kb = kb;
+	a.pexp = pexp;
+	a.post = post;
+	a.ec = ec;
+	a.idx = idx;
+	a.stride_data = w->stride_data;
+	a.stride_scales = w->stride_scales;
+	a.ws2e = w->ws2e;
+	a.x_div = x_div;
+	a.x_stride = x_stride;
+	a.act = act;
+	a.alpha = alpha;
+	a.limit = limit;
+	/* the slots share the two-blocks-per-SM budget; each slot's blocks stride over its tiles */
+	int64_t bx = (2 * (int64_t)gm_dev[dev].sms + n_slots - 1) / n_slots;
+	bx = bx < 1 ? 1 : bx > tiles ? tiles : bx;
+	const dim3 grid((unsigned)bx, 1, (unsigned)n_slots);
+	const size_t smem = gm_smem(1, kb);
+	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, grid, smem, s) : gm_launch<GM_MXFP4>(a, grid, smem, s);
+	FP4S_CUDA_TRY(err, e);
+	return FP4S_OK;
+}
+
 /* E8M0 range of a device scale array: min and max byte */
 static __global__ void e8_range_kernel(const uint8_t *s, int64_t n, unsigned *mm)
 {
@@ -536,18 +668,15 @@ static __global__ void e8_range_kernel(const uint8_t *s, int64_t n, unsigned *mm
 	}
 }
 
-extern "C" int fp4s_cuda_mx_scale_range(struct fp4s_mat *w, cudaStream_t s, struct fp4s_error *err)
+static int mx_range(const uint8_t *scales, int64_t n, int32_t *out, cudaStream_t s, struct fp4s_error *err)
 {
-	if (w->fmt != FP4S_WF_MXFP4 || !w->scales)
-		return FP4S_OK;
-	const int64_t n = w->rows * (w->cols / 32);
 	unsigned init[2] = {255, 0}, mm[2];
 	unsigned *d = NULL;
 	FP4S_CUDA_TRY(err, cudaMalloc((void **)&d, sizeof init));
 	cudaError_t e = cudaMemcpyAsync(d, init, sizeof init, cudaMemcpyHostToDevice, s);
 	if (e == cudaSuccess) {
 		const int64_t blocks = (n + 255) / 256 < 1024 ? (n + 255) / 256 : 1024;
-		e8_range_kernel<<<(unsigned)(blocks > 0 ? blocks : 1), 256, 0, s>>>(w->scales, n, d);
+		e8_range_kernel<<<(unsigned)(blocks > 0 ? blocks : 1), 256, 0, s>>>(scales, n, d);
 		e = cudaGetLastError();
 	}
 	if (e == cudaSuccess)
@@ -556,6 +685,23 @@ extern "C" int fp4s_cuda_mx_scale_range(struct fp4s_mat *w, cudaStream_t s, stru
 		e = cudaStreamSynchronize(s);
 	cudaFree(d);
 	FP4S_CUDA_TRY(err, e);
-	w->e8_range = n > 0 ? (int32_t)(1 + mm[0] + 256 * mm[1]) : 0;
+	*out = n > 0 ? (int32_t)(1 + mm[0] + 256 * mm[1]) : 0;
 	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_mx_scale_range(struct fp4s_mat *w, cudaStream_t s, struct fp4s_error *err)
+{
+	if (w->fmt != FP4S_WF_MXFP4 || !w->scales)
+		return FP4S_OK;
+	return mx_range(w->scales, w->rows * (w->cols / 32), &w->e8_range, s, err);
+}
+
+extern "C" int fp4s_cuda_mx_scale_range_stacked(struct fp4s_stacked *w, int32_t n_experts, cudaStream_t s,
+                                                struct fp4s_error *err)
+{
+	if (w->fmt != FP4S_WF_MXFP4 || !w->scales)
+		return FP4S_OK;
+	/* the stack is contiguous at stride_scales per expert: measure the whole span */
+	return mx_range(w->scales, w->stride_scales * (n_experts - 1) + w->rows * (w->cols / 32), &w->e8_range, s,
+	                err);
 }

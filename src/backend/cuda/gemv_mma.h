@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/moe_cuda.h"
 #include "util/status.h"
 
 #ifdef __cplusplus
@@ -19,6 +20,14 @@ extern "C" {
 int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   cudaStream_t s, struct fp4s_error *err);
 
+/* The MoE form: y[slot] = W_{idx[slot]} . x_row(slot) for slot < n_slots (moe_cuda.h's
+ * fp4s_cuda_expert_matmul), x_row(slot) = x + (slot / x_div) * x_stride; act 1/2 makes x_row
+ * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit). FP4S_EUNSUPPORTED
+ * where it declines (then nothing is enqueued). */
+int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x,
+                          int32_t x_div, int64_t x_stride, int act, float alpha, float limit, float *y,
+                          cudaStream_t s, struct fp4s_error *err);
+
 /* Per-device setup (workspace, shared-memory limits); done by the first call otherwise, which
  * must then not be inside a stream capture. Call it where the backend is made. */
 int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err);
@@ -26,6 +35,10 @@ int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err);
 /* Measures w's E8M0 scale range into w->e8_range (MXFP4 with device scales; else a no-op).
  * Synchronizes s. */
 int fp4s_cuda_mx_scale_range(struct fp4s_mat *w, cudaStream_t s, struct fp4s_error *err);
+
+/* The same over a stacked projection of n_experts experts, into w->e8_range. */
+int fp4s_cuda_mx_scale_range_stacked(struct fp4s_stacked *w, int32_t n_experts, cudaStream_t s,
+                                     struct fp4s_error *err);
 
 #ifdef __cplusplus
 }

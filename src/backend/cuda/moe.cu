@@ -19,44 +19,65 @@
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 
+/* One warp per token: softmax and k rounds of a warp argmax (ties to the lower expert id, NaN
+ * never chosen unless nothing else is left, as in the CPU's loop). */
+static __device__ __forceinline__ void argmax_pick(float &bv, int32_t &bi, float v, int32_t i)
+{
+	if (v > bv || (v == bv && i < bi))
+		bv = v, bi = i;
+}
+
 static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_t E, int32_t K,
                                         int kind, int norm, int32_t *__restrict__ idx,
                                         float *__restrict__ w)
 {
-	extern __shared__ float pr[]; /* [E] */
+	extern __shared__ float pr[]; /* [E] values, then [E] taken flags */
+	uint8_t *taken = reinterpret_cast<uint8_t *>(pr + E);
 	__shared__ int32_t sel[64];
 	__shared__ float selv[64];
 	const float *l = logits + (int64_t)blockIdx.x * E;
+	const int lane = threadIdx.x;
+	float m = -INFINITY;
+	for (int32_t e = lane; e < E; e += 32) {
+		pr[e] = l[e];
+		taken[e] = 0;
+		m = fmaxf(m, pr[e]);
+	}
 	if (kind == 0) {
 		/* softmax over all experts, in FP32 as transformers does */
-		if (threadIdx.x == 0) {
-			float m = -INFINITY, s = 0.0f;
-			for (int32_t e = 0; e < E; e++)
-				m = fmaxf(m, l[e]);
-			for (int32_t e = 0; e < E; e++)
-				s += pr[e] = expf(l[e] - m);
-			for (int32_t e = 0; e < E; e++)
-				pr[e] /= s;
-		}
-	} else {
-		for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
-			pr[e] = l[e];
+		for (int o = 16; o; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+		float sum = 0.0f;
+		for (int32_t e = lane; e < E; e += 32)
+			sum += pr[e] = expf(pr[e] - m);
+		for (int o = 16; o; o >>= 1)
+			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+		for (int32_t e = lane; e < E; e += 32)
+			pr[e] /= sum;
 	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		/* k rounds of argmax: k <= 8 in every model, E <= a few hundred */
-		for (int32_t j = 0; j < K; j++) {
-			int32_t best = -1;
-			for (int32_t e = 0; e < E; e++) {
-				bool taken = false;
-				for (int32_t q = 0; q < j; q++)
-					taken |= sel[q] == e;
-				if (!taken && (best < 0 || pr[e] > pr[best]))
-					best = e;
-			}
-			sel[j] = best;
-			selv[j] = pr[best];
+	__syncwarp();
+	for (int32_t j = 0; j < K; j++) {
+		float bv = -INFINITY;
+		int32_t bi = INT32_MAX;
+		for (int32_t e = lane; e < E; e += 32)
+			if (!taken[e])
+				argmax_pick(bv, bi, pr[e], e);
+		for (int o = 16; o; o >>= 1) {
+			const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+			const int32_t oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+			argmax_pick(bv, bi, ov, oi);
 		}
+		if (lane == 0) {
+			if (bi == INT32_MAX) /* only NaN left: the lowest untaken id, as the CPU */
+				for (bi = 0; taken[bi]; bi++)
+					;
+			taken[bi] = 1;
+			sel[j] = bi;
+			selv[j] = pr[bi];
+		}
+		__syncwarp();
+	}
+	if (lane == 0) {
 		if (kind == 0) {
 			float sum = 0.0f;
 			for (int32_t j = 0; j < K; j++)
@@ -64,12 +85,12 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
 			for (int32_t j = 0; j < K; j++)
 				w[blockIdx.x * K + j] = norm ? selv[j] / sum : selv[j];
 		} else {
-			const float m = selv[0];
-			float s = 0.0f;
+			const float mx = selv[0];
+			float sum = 0.0f;
 			for (int32_t j = 0; j < K; j++)
-				s += selv[j] = expf(selv[j] - m);
+				sum += selv[j] = expf(selv[j] - mx);
 			for (int32_t j = 0; j < K; j++)
-				w[blockIdx.x * K + j] = selv[j] / s;
+				w[blockIdx.x * K + j] = selv[j] / sum;
 		}
 		for (int32_t j = 0; j < K; j++)
 			idx[blockIdx.x * K + j] = sel[j];
@@ -193,7 +214,7 @@ extern "C" int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, in
 {
 	if (K < 1 || K > 64 || K > E || E > 8192)
 		return fp4s_error_set(err, FP4S_EINVAL, "moe: top-%d of %d experts", K, E);
-	moe_route_kernel<<<n, 128, (size_t)E * sizeof(float), s>>>(logits, E, K, kind, norm, idx, w);
+	moe_route_kernel<<<n, 32, (size_t)E * (sizeof(float) + 1), s>>>(logits, E, K, kind, norm, idx, w);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }

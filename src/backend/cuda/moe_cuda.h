@@ -24,6 +24,7 @@ struct fp4s_stacked {
 	int64_t stride_data, stride_scales;
 	float ws2;          /* NVFP4 per-tensor scale shared by all experts, or */
 	const float *ws2e;  /* NVFP4 per-expert scales [E] (device), when not NULL */
+	int32_t e8_range;   /* MXFP4: as struct fp4s_mat's, over all experts (0 = not measured) */
 };
 
 /* kind 0: softmax over all experts then top-k (renormalized when norm); kind 1: top-k of the
