@@ -209,8 +209,9 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		CK(cudaEventCreate(&e));
 	int next = 0;
 	/* mma: 0 = the default (tensor cores for FP4), -1 = the FP32 kernels; st < 0: kblocks -st */
+	int variant = 0, probe = 0; /* tensor-core kernel shape and load-only probe for the sweep */
 	auto iteration = [&](int m, int mma, int tile, int pf, int rpg, int st) {
-		struct fp4s_gemv_tune tune = {0, tile, 0, pf, rpg, st > 0 ? st : 0, mma, st < 0 ? -st : 0};
+		struct fp4s_gemv_tune tune = {0, tile, 0, pf, rpg, st > 0 ? st : 0, mma, st < 0 ? -st : 0, variant, probe};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
@@ -258,6 +259,21 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 			time_it(q[0], 1, &st, &b2b, 0, 0, 0, -q[1]);
 			printf(" %d/%d:%.2f", q[0], q[1], tbs(b2b));
 		}
+		printf("\n");
+		/* M = 1: the kernel shapes (warps a block / steps in flight), and each one's loads alone */
+		printf("sweep %-14s %-6s tensor-core M=1 variant(W/D) b2b TB/s [loads only]:", shp, fmtname(fmt));
+		const char *vn[] = {"8/4", "8/8", "4/4", "4/8"};
+		for (int v = 0; v < 4; v++) {
+			stats st;
+			float b2b, b2bp;
+			variant = v;
+			time_it(1, 1, &st, &b2b, 0, 0, 0, 0);
+			probe = 1;
+			time_it(1, 1, &st, &b2bp, 0, 0, 0, 0);
+			probe = 0;
+			printf(" %s:%.2f[%.2f]", vn[v], tbs(b2b), tbs(b2bp));
+		}
+		variant = 0;
 		printf("\n");
 		fflush(stdout);
 	}

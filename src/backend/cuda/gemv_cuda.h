@@ -39,6 +39,8 @@ struct fp4s_gemv_tune {
 	int mma;      /* FP4: 1 = the tensor-core kernel only (an error where it declines), -1 = the
 	               * FP32 kernels only, 0 = the tensor-core kernel wherever it takes the shape */
 	int kblocks;  /* tensor-core kernel: blocks along K (0 = automatic) */
+	int variant;  /* tensor-core kernel shape (gemv_mma.h), 0 = default */
+	int probe;    /* benchmarks: the tensor-core kernel's loads without the math (wrong results) */
 };
 
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,

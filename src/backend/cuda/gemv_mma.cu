@@ -44,9 +44,7 @@
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/moe_cuda.h"
 
-#define GM_WARPS 8
-#define GM_THREADS (GM_WARPS * 32)
-#define GM_DEPTH 4              /* steps in flight per lane */
+#define GM_WARPS_MAX 8          /* warps per block of the largest variant */
 #define GM_SMEM_MAX (96 * 1024) /* activation staging per block */
 #define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
 #define GM_WS_FLOATS (4 << 20)  /* split-K partials (16 MB) */
@@ -79,6 +77,7 @@ struct gm_args {
 	int64_t x_stride;
 	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped */
 	float alpha, limit;
+	int probe; /* benchmarks: loads only (results are garbage) */
 };
 
 static __device__ __forceinline__ uint4 gm_ld16(const void *p)
@@ -201,8 +200,9 @@ static __device__ __forceinline__ void gm_act8(const float *h, int K, int ke, in
 	}
 }
 
-template <int F, int NG>
-static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm_args a)
+/* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM) */
+template <int F, int NG, int W, int D>
+static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma_kernel(const gm_args a)
 {
 	extern __shared__ __align__(16) uint8_t sm[];
 	__shared__ int last;
@@ -231,7 +231,7 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 	const int cs = gm_col_stride(nch);
 	/* every warp walks the same number of steps a tile (steps past the end are empty), so all
 	 * reach the per-tile barrier at the same point of the loop */
-	const int spw = (nsteps + GM_WARPS - 1) / GM_WARPS;
+	const int spw = (nsteps + W - 1) / W;
 	const int s0 = warp * spw;
 	const int64_t tiles = (a.rows + 15) >> 4;
 	const int ntile = (int)((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x); /* this block's */
@@ -240,8 +240,8 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 	const int spr = F == GM_NVFP4 ? a.K / 16 : a.K / 32;
 	float *red = reinterpret_cast<float *>(sm + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
 
-	uint4 qa[GM_DEPTH], qb[GM_DEPTH];
-	uint32_t ca[GM_DEPTH], cb[GM_DEPTH];
+	uint4 qa[D], qb[D];
+	uint32_t ca[D], cb[D];
 	/* item q = (tile blockIdx.x + (q / spw) * gridDim.x, step s0 + q % spw). Chunks past k1 (and
 	 * steps past the range) load as zero codes with zero scales; their staged x is zero too, and
 	 * a NaN scale byte of the next row stays out. Rows past the end read the last row; their sums
@@ -268,11 +268,11 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 		}
 	};
 #pragma unroll
-	for (int i = 0; i < GM_DEPTH; i++)
+	for (int i = 0; i < D; i++)
 		load(i, i);
 
 	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded */
-	for (int it = threadIdx.x; it < a.M * nch * 4; it += GM_THREADS) {
+	for (int it = threadIdx.x; it < a.M * nch * 4; it += (W * 32)) {
 		const int tok = it / (nch * 4), rem = it - tok * nch * 4, lc = rem >> 2, j = rem & 3;
 		const int ke = k0 + 32 * lc + 8 * j;
 		uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
@@ -312,17 +312,21 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
 
 	int sit = 0, tile_it = 0; /* step within the tile, tile count */
-	for (int q0 = 0; q0 < nitems; q0 += GM_DEPTH) {
+	for (int q0 = 0; q0 < nitems; q0 += D) {
 #pragma unroll
-		for (int i = 0; i < GM_DEPTH; i++) {
+		for (int i = 0; i < D; i++) {
 			const int q = q0 + i;
 			if (q >= nitems)
 				break;
 			const int s = s0 + sit;
 			const uint4 wqa = qa[i], wqb = qb[i];
 			const uint32_t cai = ca[i], cbi = cb[i];
-			load(i, q + GM_DEPTH);
-			if (s < nsteps) {
+			load(i, q + D);
+			if (s < nsteps && a.probe) {
+				/* bandwidth probe (benchmarks only): the same loads, no decode or MMA */
+				acc[0][0] += __uint_as_float((wqa.x ^ wqa.y ^ wqa.z ^ wqa.w ^ wqb.x ^ wqb.y ^ wqb.z ^ wqb.w ^
+				                              cai ^ cbi) & 0x007FFFFFu);
+			} else if (s < nsteps) {
 				const int lc = 4 * s + t;
 				uint32_t sca0, sca1, scb0, scb1;
 				if (F == GM_NVFP4) {
@@ -360,7 +364,7 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 			/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier,
 			 * then one thread per (token, row) sums the warps in order */
 			sit = 0;
-			float *rp = red + (size_t)(tile_it & 1) * GM_WARPS * a.M * 16;
+			float *rp = red + (size_t)(tile_it & 1) * W * a.M * 16;
 #pragma unroll
 			for (int gg = 0; gg < NG; gg++) {
 				const int tok = 4 * gg + t;
@@ -378,7 +382,7 @@ static __global__ void __launch_bounds__(GM_THREADS, 2) gemv_mma_kernel(const gm
 			const bool mine = tok < a.M && row < a.rows;
 			float v = 0.0f;
 			if (mine)
-				for (int w = 0; w < GM_WARPS; w++)
+				for (int w = 0; w < W; w++)
 					v += rp[(w * a.M + tok) * 16 + r];
 			if (gridDim.y > 1) {
 				/* split K: leave the partial; the block that arrives last sums all in order */
@@ -422,11 +426,28 @@ static struct {
 	int ready;
 } gm_dev[64];
 
-template <int F, int NG>
+template <int F, int NG, int W, int D>
 static cudaError_t gm_attr(void)
 {
-	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG, W, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 	                            GM_SMEM_MAX);
+}
+
+template <int F>
+static cudaError_t gm_attrs(void)
+{
+	cudaError_t e = gm_attr<F, 1, 8, 4>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 2, 8, 4>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 4, 8, 4>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 8, 8>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 4, 4>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 4, 8>();
+	return e;
 }
 
 /* Per-device setup (shared-memory limit, workspace); 1 when ready, 0 when it could not be done
@@ -445,17 +466,9 @@ static int gm_setup(cudaStream_t s, int *dev_out, struct fp4s_error *err, int *r
 		if (cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
 			cudaError_t e = cudaDeviceGetAttribute(&gm_dev[dev].sms, cudaDevAttrMultiProcessorCount, dev);
 			if (e == cudaSuccess)
-				e = gm_attr<GM_NVFP4, 1>();
+				e = gm_attrs<GM_NVFP4>();
 			if (e == cudaSuccess)
-				e = gm_attr<GM_NVFP4, 2>();
-			if (e == cudaSuccess)
-				e = gm_attr<GM_NVFP4, 4>();
-			if (e == cudaSuccess)
-				e = gm_attr<GM_MXFP4, 1>();
-			if (e == cudaSuccess)
-				e = gm_attr<GM_MXFP4, 2>();
-			if (e == cudaSuccess)
-				e = gm_attr<GM_MXFP4, 4>();
+				e = gm_attrs<GM_MXFP4>();
 			if (e == cudaSuccess)
 				e = cudaMalloc((void **)&gm_dev[dev].ws, (size_t)GM_WS_FLOATS * sizeof(float));
 			if (e == cudaSuccess)
@@ -481,21 +494,45 @@ extern "C" int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err)
 	return rc;
 }
 
-template <int F>
-static cudaError_t gm_launch(const gm_args &a, dim3 grid, size_t smem, cudaStream_t s)
+/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; the others
+ * exist for M <= 4 only) with blocks enough for every SM to hold as many as fit. */
+template <int F, int NG, int W, int D>
+static cudaError_t gm_go(gm_args a, int64_t units, int per_z, int ks, int nz, int sms, size_t smem, cudaStream_t s)
 {
-	if (a.M <= 4)
-		gemv_mma_kernel<F, 1><<<grid, GM_THREADS, smem, s>>>(a);
-	else if (a.M <= 8)
-		gemv_mma_kernel<F, 2><<<grid, GM_THREADS, smem, s>>>(a);
-	else
-		gemv_mma_kernel<F, 4><<<grid, GM_THREADS, smem, s>>>(a);
+	int per_sm = 0;
+	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<F, NG, W, D>, W * 32, smem);
+	if (e != cudaSuccess)
+		return e;
+	if (per_sm < 1)
+		return cudaErrorInvalidConfiguration;
+	/* persistent blocks strided over the row tiles; the K blocks and expert slots share them */
+	int64_t bx = ((int64_t)per_sm * sms + (int64_t)ks * nz - 1) / ((int64_t)ks * nz);
+	(void)per_z;
+	bx = bx < 1 ? 1 : bx > units ? units : bx;
+	gemv_mma_kernel<F, NG, W, D><<<dim3((unsigned)bx, (unsigned)ks, (unsigned)nz), W * 32, smem, s>>>(a);
 	return cudaGetLastError();
 }
 
-static size_t gm_smem(int M, int kb)
+template <int F>
+static cudaError_t gm_launch(const gm_args &a, int64_t tiles, int ks, int nz, int sms, int var, cudaStream_t s,
+                             size_t (*smem_of)(int, int, int))
 {
-	return (size_t)2 * M * gm_col_stride(kb / 32) + (size_t)2 * GM_WARPS * M * 16 * sizeof(float);
+	if (a.M <= 4) {
+		switch (var) {
+		case 1: return gm_go<F, 1, 8, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 2: return gm_go<F, 1, 4, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		case 3: return gm_go<F, 1, 4, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		default: return gm_go<F, 1, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		}
+	}
+	if (a.M <= 8)
+		return gm_go<F, 2, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+	return gm_go<F, 4, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+}
+
+static size_t gm_smem(int M, int kb, int w)
+{
+	return (size_t)2 * M * gm_col_stride(kb / 32) + (size_t)2 * w * M * 16 * sizeof(float);
 }
 
 /* The BF16 scale offset C and the epilogue factors (see the header comment); nonzero when MXFP4
@@ -521,8 +558,8 @@ static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, in
 	return 0;
 }
 
-extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
-                             int kblocks, cudaStream_t s, struct fp4s_error *err)
+extern "C" int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                                int kblocks, int variant, int probe, cudaStream_t s, struct fp4s_error *err)
 {
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
@@ -554,12 +591,12 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 		if (ks > nsteps)
 			ks = nsteps;
 		int kb = (nsteps + ks - 1) / ks * 128;
-		while (gm_smem(m, kb) > GM_SMEM_MAX && ks < nsteps) {
+		while (gm_smem(m, kb, GM_WARPS_MAX) > GM_SMEM_MAX && ks < nsteps) {
 			ks++;
 			kb = (nsteps + ks - 1) / ks * 128;
 		}
 		ks = (int)((K + kb - 1) / kb);
-		if (gm_smem(m, kb) > GM_SMEM_MAX)
+		if (gm_smem(m, kb, GM_WARPS_MAX) > GM_SMEM_MAX)
 			return FP4S_EUNSUPPORTED;
 		if (ks > 1 && ((int64_t)ks * m * w->rows > GM_WS_FLOATS || tiles > GM_CNT || ks > 65535))
 			return FP4S_EUNSUPPORTED;
@@ -579,12 +616,10 @@ extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M
 		a.pexp = pexp;
 		a.post = post;
 		a.ec = ec;
-		/* persistent blocks: two per SM (the register limit), tiles strided over them */
-		int64_t bx = 2 * (int64_t)gm_dev[dev].sms / ks;
-		bx = bx < 1 ? 1 : bx > tiles ? tiles : bx;
-		const dim3 grid((unsigned)bx, (unsigned)ks);
-		const size_t smem = gm_smem(m, kb);
-		cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, grid, smem, s) : gm_launch<GM_MXFP4>(a, grid, smem, s);
+		a.probe = probe;
+		const int sms = gm_dev[dev].sms;
+		cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem)
+		                   : gm_launch<GM_MXFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem);
 		FP4S_CUDA_TRY(err, e);
 	}
 	return FP4S_OK;
@@ -615,7 +650,7 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 		return FP4S_EUNSUPPORTED;
 	const int64_t tiles = (w->rows + 15) / 16;
 	const int nsteps = (int)((K + 127) / 128), kb = nsteps * 128;
-	if (gm_smem(1, kb) > GM_SMEM_MAX)
+	if (gm_smem(1, kb, GM_WARPS_MAX) > GM_SMEM_MAX)
 		return FP4S_EUNSUPPORTED;
 	gm_args a = {};
 	a.data = (const uint8_t *)w->data;
@@ -639,14 +674,17 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 	a.act = act;
 	a.alpha = alpha;
 	a.limit = limit;
-	/* the slots share the two-blocks-per-SM budget; each slot's blocks stride over its tiles */
-	int64_t bx = (2 * (int64_t)gm_dev[dev].sms + n_slots - 1) / n_slots;
-	bx = bx < 1 ? 1 : bx > tiles ? tiles : bx;
-	const dim3 grid((unsigned)bx, 1, (unsigned)n_slots);
-	const size_t smem = gm_smem(1, kb);
-	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, grid, smem, s) : gm_launch<GM_MXFP4>(a, grid, smem, s);
+	const int sms = gm_dev[dev].sms;
+	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem)
+	                   : gm_launch<GM_MXFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem);
 	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;
+}
+
+extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                             int kblocks, cudaStream_t s, struct fp4s_error *err)
+{
+	return fp4s_gemv_mma_ex(w, x, M, y, accumulate, kblocks, 0, 0, s, err);
 }
 
 /* E8M0 range of a device scale array: min and max byte */

@@ -20,6 +20,11 @@ extern "C" {
 int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   cudaStream_t s, struct fp4s_error *err);
 
+/* The same with the kernel variant (0 default; 1-3: other warps-per-block / loads-in-flight
+ * shapes, M <= 4) and, for benchmarks, probe = 1: loads only, garbage results. */
+int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
+                     int variant, int probe, cudaStream_t s, struct fp4s_error *err);
+
 /* The MoE form: y[slot] = W_{idx[slot]} . x_row(slot) for slot < n_slots (moe_cuda.h's
  * fp4s_cuda_expert_matmul), x_row(slot) = x + (slot / x_div) * x_stride; act 1/2 makes x_row
  * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit). FP4S_EUNSUPPORTED
