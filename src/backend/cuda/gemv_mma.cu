@@ -242,34 +242,53 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 
 	uint4 qa[D], qb[D];
 	uint32_t ca[D], cb[D];
-	/* item q = (tile blockIdx.x + (q / spw) * gridDim.x, step s0 + q % spw). Chunks past k1 (and
-	 * steps past the range) load as zero codes with zero scales; their staged x is zero too, and
-	 * a NaN scale byte of the next row stays out. Rows past the end read the last row; their sums
-	 * are never stored. */
-	auto load = [&](int i, int q) {
-		const int s = s0 + q % spw;
-		const int ke = k0 + 32 * (4 * s + t);
-		if (q < nitems && s < nsteps && ke < k1) {
-			const int64_t r0 = ((int64_t)blockIdx.x + (int64_t)(q / spw) * gridDim.x) * 16;
-			const int64_t ra = min(r0 + g, a.rows - 1), rb = min(r0 + g + 8, a.rows - 1);
-			const int c = ke >> 5;
-			qa[i] = gm_ld16(data + (size_t)ra * rowb + (size_t)c * 16);
-			qb[i] = gm_ld16(data + (size_t)rb * rowb + (size_t)c * 16);
+	/* The load cursor walks this block's items in order: (tile blockIdx.x + i * gridDim.x, step
+	 * s0 + j) for j < spw, with pointers advanced in place (no divisions in the loop). Chunks past
+	 * k1 (and steps past the range) load as zero codes with zero scales: their staged x is zero
+	 * too, and a NaN scale byte of the next row stays out. Rows past the end read the last row;
+	 * their sums are never stored. */
+	int nvalid = 0; /* this lane's steps of a tile that hold data */
+	for (int j = 0; j < spw; j++)
+		nvalid += s0 + j < nsteps && k0 + 32 * (4 * (s0 + j) + t) < k1;
+	const int64_t tile_rows = (int64_t)16 * gridDim.x;
+	int64_t l_r0 = (int64_t)blockIdx.x * 16;
+	int l_sit = 0;
+	const uint8_t *pa, *pb, *qsa, *qsb;
+	auto aim = [&]() { /* pointers for the tile at l_r0, step s0 */
+		const int64_t ra = min(l_r0 + g, a.rows - 1), rb = min(l_r0 + g + 8, a.rows - 1);
+		const int c = (k0 >> 5) + 4 * s0 + t;
+		pa = data + (size_t)ra * rowb + (size_t)c * 16;
+		pb = data + (size_t)rb * rowb + (size_t)c * 16;
+		qsa = scales + (size_t)ra * spr + (size_t)c * (F == GM_NVFP4 ? 2 : 1);
+		qsb = scales + (size_t)rb * spr + (size_t)c * (F == GM_NVFP4 ? 2 : 1);
+	};
+	aim();
+	auto load = [&](int i) {
+		if (l_r0 < a.rows && l_sit < nvalid) {
+			qa[i] = gm_ld16(pa);
+			qb[i] = gm_ld16(pb);
 			if (F == GM_NVFP4) {
-				ca[i] = gm_ld_u16(scales + (size_t)ra * spr + (size_t)c * 2);
-				cb[i] = gm_ld_u16(scales + (size_t)rb * spr + (size_t)c * 2);
+				ca[i] = gm_ld_u16(qsa);
+				cb[i] = gm_ld_u16(qsb);
 			} else {
-				ca[i] = gm_ld_u8(scales + (size_t)ra * spr + c);
-				cb[i] = gm_ld_u8(scales + (size_t)rb * spr + c);
+				ca[i] = gm_ld_u8(qsa);
+				cb[i] = gm_ld_u8(qsb);
 			}
 		} else {
 			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);
 			ca[i] = cb[i] = F == GM_NVFP4 ? 0u : 0x100u; /* MXFP4: flag for a zero scale */
 		}
+		pa += 64, pb += 64; /* next step: 4 chunks on */
+		qsa += F == GM_NVFP4 ? 8 : 4, qsb += F == GM_NVFP4 ? 8 : 4;
+		if (++l_sit == spw) {
+			l_sit = 0;
+			l_r0 += tile_rows;
+			aim();
+		}
 	};
 #pragma unroll
 	for (int i = 0; i < D; i++)
-		load(i, i);
+		load(i);
 
 	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded */
 	for (int it = threadIdx.x; it < a.M * nch * 4; it += (W * 32)) {
@@ -321,7 +340,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			const int s = s0 + sit;
 			const uint4 wqa = qa[i], wqb = qb[i];
 			const uint32_t cai = ca[i], cbi = cb[i];
-			load(i, q + D);
+			load(i);
 			if (s < nsteps && a.probe) {
 				/* bandwidth probe (benchmarks only): the same loads, no decode or MMA */
 				acc[0][0] += __uint_as_float((wqa.x ^ wqa.y ^ wqa.z ^ wqa.w ^ wqb.x ^ wqb.y ^ wqb.z ^ wqb.w ^
