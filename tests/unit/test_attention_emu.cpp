@@ -25,6 +25,9 @@
 struct att_u4 {
 	uint32_t x, y, z, w;
 };
+struct float4 {
+	float x, y, z, w;
+};
 
 namespace {
 

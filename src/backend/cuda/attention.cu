@@ -301,7 +301,7 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 	if (n <= 0)
 		return FP4S_OK;
 	const int32_t G = nh / nkv;
-	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc) & 15) == 0;
+	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)q) & 15) == 0;
 	if (kv_bf16 && (d == 64 || d == 128) && G <= 8 && aligned && !tune->generic) {
 		const int W = tune->warps ? tune->warps : 4;
 		if (W != 2 && W != 4 && W != 8)

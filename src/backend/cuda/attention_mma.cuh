@@ -183,13 +183,12 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	/* q of head g (zero rows past G): scaled, split into BF16 hi and lo, in this lane's dims */
 	uint32_t qh[NJ][4], ql[NJ][4];
 	{
-		const float *qp = a.q + ((size_t)i * a.nh + (size_t)g0 * G + (g < G ? g : 0)) * D + 8 * c;
+		const float4 *qp = (const float4 *)(a.q + ((size_t)i * a.nh + (size_t)g0 * G + (g < G ? g : 0)) * D + 8 * c);
 #pragma unroll
 		for (int j = 0; j < NJ; j++) {
-			float x[8];
-#pragma unroll
-			for (int e = 0; e < 8; e++)
-				x[e] = g < G ? qp[32 * j + e] * a.qscale : 0.0f;
+			const float4 u = qp[8 * j], v = qp[8 * j + 1];
+			const float sc = g < G ? a.qscale : 0.0f;
+			const float x[8] = {u.x * sc, u.y * sc, u.z * sc, u.w * sc, v.x * sc, v.y * sc, v.z * sc, v.w * sc};
 #pragma unroll
 			for (int w = 0; w < 4; w++) {
 				const uint32_t h = att_pack(x[2 * w], x[2 * w + 1]);
