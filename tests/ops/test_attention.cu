@@ -322,6 +322,9 @@ static int run_case(const acase &c, const char *filter)
 		}
 		std::vector<float> poison(q.size(), NAN);
 		CK(cudaMemcpy(dout, poison.data(), poison.size() * 4, cudaMemcpyHostToDevice));
+		/* pageable copies may still be landing when cudaMemcpy returns, and st does not wait
+		 * for the legacy stream */
+		CK(cudaDeviceSynchronize());
 		int rc = 0;
 		if (c.graph) {
 			if (!exec) {
@@ -414,7 +417,7 @@ int main(int argc, char **argv)
 	    {"g16-d128", 16, 1, 128, 40, 1}, {"tiny16", 4, 2, 16, 0, 0},  {"tiny32", 8, 2, 32, 5, 1},
 	    {"d256", 8, 2, 256, 0, 0},       {"g2-win", 4, 2, 128, 17, 0},
 	};
-	const fp4s_attn_tune dflt = {0, 0, 0, 0, 0};
+	const fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0};
 	/* decode at every context class, both cache types, the engine's split counts */
 	for (const geo &g : main_geos)
 		for (int bf16 = 0; bf16 <= 1; bf16++) {
@@ -451,20 +454,20 @@ int main(int argc, char **argv)
 	for (int w = 2; w <= 8; w *= 2)
 		for (int bps = 1; bps <= 8; bps *= 2)
 			for (int uf = 0; uf <= 1; uf++) {
-				const fp4s_attn_tune t = {w, bps, (w + bps + uf) % 3 == 0 ? 1 : 0, uf, 0};
+				const fp4s_attn_tune t = {w, bps, (w + bps + uf) % 3 == 0 ? 1 : 0, uf, 0, 2 + (w + bps + uf) % 3};
 				run_case({"llama3-8b", 32, 8, 128, 1, 0, 0, decode({4096, 17, 1500}), 128, t, 0, 1.0}, filter);
 				run_case({"gpt-oss-swa", 64, 8, 64, 1, 128, 1, decode({4000, 130}), 128, t, 0, 1.0}, filter);
 				run_case({"gpt-oss", 64, 8, 64, 1, 0, 1, decode({6000, 1}), 64, t, 0, 1.0}, filter);
 			}
 	/* the generic kernel forced on the main geometries */
 	{
-		const fp4s_attn_tune t = {0, 0, 0, 0, 1};
+		const fp4s_attn_tune t = {0, 0, 0, 0, 1, 0};
 		run_case({"llama3-8b", 32, 8, 128, 1, 0, 0, decode({4096, 200}), 128, t, 0, 1.0}, filter);
 		run_case({"gpt-oss-swa", 64, 8, 64, 1, 128, 1, decode({999}), 128, t, 0, 1.0}, filter);
 	}
 	/* more tokens x KV heads than the counters: the separate merge kernel by default */
 	{
-		const fp4s_attn_tune t = {4, 400, 1, 0, 0};
+		const fp4s_attn_tune t = {4, 400, 1, 0, 0, 0};
 		run_case({"many", 8, 8, 64, 1, 0, 1, random_decode(1100, 200), 4, t, 0, 1.0}, filter);
 		run_case({"many", 8, 8, 64, 1, 0, 1, random_decode(1100, 200), 1, dflt, 0, 1.0}, filter);
 	}
@@ -481,9 +484,11 @@ int main(int argc, char **argv)
 		                          1.0f, 1, d, d, 0, &err) == FP4S_EUNSUPPORTED);
 		CHECK(fp4s_cuda_attention(d, d, d, 1, (int32_t *)d, (int32_t *)d, (int32_t *)d, 1, 1, 8, 8, 48, 0, NULL,
 		                          1.0f, 1, d, d, 0, &err) == FP4S_EUNSUPPORTED);
-		const fp4s_attn_tune bad = {3, 0, 0, 0, 0};
+		const fp4s_attn_tune bad = {3, 0, 0, 0, 0, 0}, bad_stages = {0, 0, 0, 0, 0, 5};
 		CHECK(fp4s_cuda_attention_ex(d, d, d, 1, (int32_t *)d, (int32_t *)d, (int32_t *)d, 1, 1, 8, 8, 64, 0, NULL,
 		                             1.0f, 1, d, d, &bad, 0, &err) == FP4S_EINVAL);
+		CHECK(fp4s_cuda_attention_ex(d, d, d, 1, (int32_t *)d, (int32_t *)d, (int32_t *)d, 1, 1, 8, 8, 64, 0, NULL,
+		                             1.0f, 1, d, d, &bad_stages, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));
 	}
 	printf("worst relative L2: tensor-core path %.3g, generic path %.3g\n", worst_mma, worst_generic);

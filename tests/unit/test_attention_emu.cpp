@@ -21,6 +21,7 @@
 
 #define FP4S_ATTN_EMU 1
 #define ATT_DEV static inline
+#define ATT_HD static inline
 
 struct att_u4 {
 	uint32_t x, y, z, w;
@@ -78,12 +79,10 @@ float bf16_half(uint32_t v, int hi) { return fp4s_bf16_to_f32((uint16_t)(hi ? v 
 
 } // namespace
 
-ATT_DEV att_u4 att_ld16(const uint16_t *p)
-{
-	att_u4 r;
-	memcpy(&r, p, 16);
-	return r;
-}
+/* the copy lands at once: waits have nothing to wait for */
+ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src) { memcpy(dst, src, 16); }
+ATT_DEV void att_cp_commit(void) {}
+ATT_DEV void att_cp_wait(int n) {}
 
 /* d += A B with A 16x16 (a0..a3: rows g / g + 8, k 2c.. / 2c + 8..), B 16x8 (b0, b1: k 2c.. /
  * 2c + 8.., column g), C rows g / g + 8, columns 2c, 2c + 1 (PTX ISA, mma.m16n8k16 .bf16) */
@@ -131,6 +130,12 @@ ATT_DEV uint32_t att_pack(float lo, float hi) { return fp4s_f32_to_bf16(lo) | (u
 ATT_DEV float att_lo_f(uint32_t v) { return fp4s_bits_f32(v << 16); }
 ATT_DEV float att_hi_f(uint32_t v) { return fp4s_bits_f32(v & 0xFFFF0000u); }
 ATT_DEV float att_ldcg(const float *p) { return *(volatile const float *)p; }
+ATT_DEV float4 att_ldcg4(const float *p)
+{
+	float4 v;
+	memcpy(&v, (const void *)p, 16);
+	return v;
+}
 ATT_DEV void att_fence(void) { std::atomic_thread_fence(std::memory_order_seq_cst); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return __atomic_fetch_add(p, 1u, __ATOMIC_SEQ_CST); }
 
@@ -142,7 +147,7 @@ ATT_DEV unsigned att_atomic_inc(unsigned *p) { return __atomic_fetch_add(p, 1u, 
 namespace {
 
 struct ecase {
-	int nh, nkv, d, window, sinks, warps, min_tiles, fused;
+	int nh, nkv, d, window, sinks, warps, min_tiles, fused, stages;
 	int splits;
 	std::vector<int> seqlen; /* tokens: one per sequence, at position seqlen - 1 */
 };
@@ -155,16 +160,17 @@ void emu_launch(const att_mma_args &a, int n, bool fused)
 			for (int bz = 0; bz < a.splits; bz++) {
 				emu_block blk(W);
 				emu_cur = &blk;
-				att_mma_smem<D, W> *sm = new att_mma_smem<D, W>();
+				/* garbage, as shared memory starts */
+				std::vector<float4> sm(att_smem_bytes<D, W>(a.stages) / 16 + 1);
+				memset(sm.data(), 0xFF, sm.size() * 16);
 				std::vector<std::thread> th;
 				for (int t = 0; t < 32 * W; t++)
 					th.emplace_back([&, t] {
 						emu_tid = t;
-						att_mma_block<D, W>(a, t, bx, by, bz, *sm);
+						att_mma_block<D, W>(a, t, bx, by, bz, (unsigned char *)sm.data());
 					});
 				for (auto &x : th)
 					x.join();
-				delete sm;
 			}
 	if (fused)
 		return;
@@ -174,17 +180,19 @@ void emu_launch(const att_mma_args &a, int n, bool fused)
 			const att_range r = att_range_of(a.pos[bx], a.window, a.splits, a.min_tiles);
 			if (r.nact <= 1)
 				continue;
-			emu_block blk(4);
+			emu_block blk(8);
 			emu_cur = &blk;
-			static float wt[8][ATT_MERGE_MAX];
+			static float wt[8][ATT_MERGE_MAX], wl[8][ATT_MERGE_MAX];
+			static float4 red[256];
 			const int G = a.nh / a.nkv;
+			const float *part = a.work + ((size_t)bx * a.nkv + by) * a.region;
 			std::vector<std::thread> th;
-			for (int t = 0; t < 128; t++)
+			for (int t = 0; t < 256; t++)
 				th.emplace_back([&, t] {
 					emu_tid = t;
-					att_merge_group<D>(a.work + (((size_t)bx * a.nkv + by) * a.splits) * G * (D + 2), r.nact, G,
+					att_merge_group<D>(part, part + (size_t)a.splits * G * D, r.nact, G,
 					                   a.sinks ? a.sinks + (size_t)by * G : nullptr,
-					                   a.out + ((size_t)bx * a.nh + (size_t)by * G) * D, t, 128, wt);
+					                   a.out + ((size_t)bx * a.nh + (size_t)by * G) * D, t, 256, wt, wl, red);
 				});
 			for (auto &x : th)
 				x.join();
@@ -229,7 +237,8 @@ int run_case(const ecase &c)
 	for (auto &x : sinks)
 		x = (float)(t_rand_normal() * 2.0);
 	const float scale = 1.0f / sqrtf((float)c.d);
-	std::vector<float> work((size_t)n * c.nkv * c.splits * G * (c.d + 2), NAN);
+	const int region = (c.splits * G * (c.d + 2) + 3) & ~3;
+	std::vector<float> work((size_t)n * c.nkv * region, NAN);
 	std::vector<unsigned> counters((size_t)n * c.nkv, 0u);
 
 	att_mma_args a;
@@ -245,15 +254,17 @@ int run_case(const ecase &c)
 	a.window = c.window;
 	a.splits = c.splits;
 	a.min_tiles = c.min_tiles;
+	a.stages = c.stages;
+	a.region = region;
 	a.sinks = c.sinks ? sinks.data() : nullptr;
 	a.qscale = scale * ATT_LOG2E;
 	a.work = work.data();
 	a.out = out.data();
 	a.counters = c.fused ? counters.data() : nullptr;
 	if (c.d == 64)
-		c.warps == 2 ? emu_launch<64, 2>(a, n, c.fused) : emu_launch<64, 4>(a, n, c.fused);
+		c.warps == 2 ? emu_launch<64, 2>(a, n, c.fused) : c.warps == 4 ? emu_launch<64, 4>(a, n, c.fused) : emu_launch<64, 8>(a, n, c.fused);
 	else
-		c.warps == 2 ? emu_launch<128, 2>(a, n, c.fused) : emu_launch<128, 4>(a, n, c.fused);
+		c.warps == 2 ? emu_launch<128, 2>(a, n, c.fused) : c.warps == 4 ? emu_launch<128, 4>(a, n, c.fused) : emu_launch<128, 8>(a, n, c.fused);
 
 	double num = 0, den = 0;
 	int bad = 0;
@@ -288,8 +299,8 @@ int run_case(const ecase &c)
 			}
 		}
 	const double rel = sqrt(num / den);
-	printf("emu nh=%d nkv=%d d=%d window=%d sinks=%d warps=%d min_tiles=%d splits=%d %s n=%d: rel L2 %.3g%s\n",
-	       c.nh, c.nkv, c.d, c.window, c.sinks, c.warps, c.min_tiles, c.splits, c.fused ? "fused" : "merge-kernel",
+	printf("emu nh=%d nkv=%d d=%d window=%d sinks=%d warps=%d min_tiles=%d stages=%d splits=%d %s n=%d: rel L2 %.3g%s\n",
+	       c.nh, c.nkv, c.d, c.window, c.sinks, c.warps, c.min_tiles, c.stages, c.splits, c.fused ? "fused" : "merge-kernel",
 	       n, rel, bad ? " NaN!" : "");
 	CHECK_MSG(!bad && rel <= 1e-5, "rel L2 %.3g, %d NaN", rel, bad);
 	for (unsigned v : counters)
@@ -302,12 +313,14 @@ int run_case(const ecase &c)
 int main(void)
 {
 	t_seed_from_env();
-	/* nh, nkv, d, window, sinks, warps, min_tiles, fused, splits, sequence lengths */
-	run_case({8, 2, 64, 0, 0, 2, 1, 1, 3, {1, 17, 40}});
-	run_case({16, 2, 64, 0, 1, 4, 1, 0, 4, {33, 5, 70}});
-	run_case({8, 2, 128, 0, 0, 2, 2, 1, 2, {64, 16, 95}});
-	run_case({6, 2, 128, 23, 1, 2, 1, 1, 3, {60, 23, 24, 9}});
-	run_case({16, 2, 64, 20, 1, 4, 1, 0, 5, {81, 19}});
-	run_case({4, 4, 128, 0, 1, 4, 1, 1, 1, {50}});
+	/* nh, nkv, d, window, sinks, warps, min_tiles, fused, stages, splits, sequence lengths */
+	run_case({8, 2, 64, 0, 0, 2, 1, 1, 2, 3, {1, 17, 40}});
+	run_case({16, 2, 64, 0, 1, 4, 1, 0, 3, 4, {33, 5, 70}});
+	run_case({8, 2, 128, 0, 0, 2, 2, 1, 4, 2, {64, 16, 95}});
+	run_case({6, 2, 128, 23, 1, 2, 1, 1, 3, 3, {60, 23, 24, 9}});
+	run_case({16, 2, 64, 20, 1, 4, 1, 0, 2, 5, {81, 19}});
+	run_case({4, 4, 128, 0, 1, 4, 1, 1, 3, 1, {50}});
+	run_case({24, 8, 128, 0, 1, 8, 1, 1, 3, 3, {180, 33}});
+	run_case({5, 1, 64, 0, 0, 2, 1, 1, 4, 7, {150}});
 	return TEST_DONE();
 }

@@ -217,30 +217,43 @@ static __device__ unsigned att_counters[ATT_COUNTERS];
 template <int D, int W>
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
-	__shared__ att_mma_smem<D, W> sm;
-	att_mma_block<D, W>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, sm);
+	extern __shared__ float4 att_smem[];
+	att_mma_block<D, W>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
 }
 
 /* grid (tokens, KV heads): merges the partials of tokens whose range took several blocks */
+#define ATT_MERGE_THREADS 256
 template <int D>
-static __global__ void __launch_bounds__(128) attn_mma_merge_kernel(const att_mma_args a)
+static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kernel(const att_mma_args a)
 {
-	__shared__ float wt[8][ATT_MERGE_MAX];
+	__shared__ float wt[8][ATT_MERGE_MAX], wl[8][ATT_MERGE_MAX];
+	__shared__ float4 red[ATT_MERGE_THREADS];
 	const int32_t i = blockIdx.x, g0 = blockIdx.y, G = a.nh / a.nkv;
 	const att_range r = att_range_of(a.pos[i], a.window, a.splits, a.min_tiles);
 	if (r.nact <= 1)
 		return; /* the block wrote the output itself */
-	att_merge_group<D>(a.work + (((size_t)i * a.nkv + g0) * a.splits) * G * (D + 2), r.nact, G,
-	                   a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
-	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, threadIdx.x, 128, wt);
+	const float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
+	att_merge_group<D>(part, part + (size_t)a.splits * G * D, r.nact, G, a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
+	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, threadIdx.x, ATT_MERGE_THREADS, wt, wl, red);
+}
+
+/* the most dynamic shared memory a block may have (Hopper: 227 KB) */
+#define ATT_SMEM_MAX (227 * 1024)
+
+template <int D, int W>
+static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, cudaStream_t s)
+{
+	const size_t smem = att_smem_bytes<D, W>(a.stages);
+	attn_mma_kernel<D, W><<<dim3((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits), W * 32, smem, s>>>(a);
+	if (!fused)
+		attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
+	return cudaGetLastError();
 }
 
 template <int D, int W>
-static void attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, cudaStream_t s)
+static cudaError_t attn_mma_setup(void)
 {
-	attn_mma_kernel<D, W><<<dim3((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits), W * 32, 0, s>>>(a);
-	if (!fused)
-		attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), 128, 0, s>>>(a);
+	return cudaFuncSetAttribute(attn_mma_kernel<D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
 }
 
 /* per device: SM count and the counters' address (looked up once, outside any graph capture
@@ -261,6 +274,12 @@ static int att_device_info(int *sms, unsigned **counters, struct fp4s_error *err
 	void *cnt = nullptr;
 	FP4S_CUDA_TRY(err, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
 	FP4S_CUDA_TRY(err, cudaGetSymbolAddress(&cnt, att_counters));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<64, 2>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<64, 4>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<64, 8>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 2>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 4>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 8>()));
 	*counters = (unsigned *)cnt;
 	if (dev >= 0 && dev < 64) {
 		cache[dev].counters = *counters;
@@ -288,7 +307,7 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
                                       float *work, float *out, const struct fp4s_attn_tune *tune,
                                       cudaStream_t s, struct fp4s_error *err)
 {
-	const struct fp4s_attn_tune dflt = {0, 0, 0, 0, 0};
+	const struct fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0};
 	if (!tune)
 		tune = &dflt;
 	const float *q = (const float *)q_;
@@ -301,25 +320,43 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 	if (n <= 0)
 		return FP4S_OK;
 	const int32_t G = nh / nkv;
-	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)q) & 15) == 0;
+	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)q | (uintptr_t)work | (uintptr_t)out) & 15) == 0;
 	if (kv_bf16 && (d == 64 || d == 128) && G <= 8 && aligned && !tune->generic) {
-		const int W = tune->warps ? tune->warps : 4;
+		const int W = tune->warps ? tune->warps : 8;
 		if (W != 2 && W != 4 && W != 8)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d warps per block (2, 4 or 8)", W);
-		/* blocks per (token, KV head): enough to fill the GPU about once, at most the caller's
-		 * splits (the work buffer) and what one merge handles */
+		int S = tune->stages ? tune->stages : 3;
+		if (S < 2 || S > 4)
+			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (2 to 4)", S);
+		/* a ring that does not fit takes fewer stages (8 warps of dim 128: 3) */
+		auto bytes = [&](int st) {
+			return d == 64 ? (W == 2 ? att_smem_bytes<64, 2>(st) : W == 4 ? att_smem_bytes<64, 4>(st) : att_smem_bytes<64, 8>(st))
+			               : (W == 2 ? att_smem_bytes<128, 2>(st) : W == 4 ? att_smem_bytes<128, 4>(st)
+			                                                               : att_smem_bytes<128, 8>(st));
+		};
+		while (S > 2 && bytes(S) > ATT_SMEM_MAX)
+			S--;
 		int sms = 0;
 		unsigned *counters = nullptr;
 		if (att_device_info(&sms, &counters, err))
 			return err->code;
-		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : 2;
-		int64_t nb = (bps * sms + (int64_t)n * nkv - 1) / ((int64_t)n * nkv);
+		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
+		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
+		 * merge handles */
+		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : 1;
+		int64_t nb = bps * sms / ((int64_t)n * nkv);
 		if (nb > splits)
 			nb = splits;
 		if (nb > ATT_MERGE_MAX)
 			nb = ATT_MERGE_MAX;
 		if (nb < 1)
 			nb = 1;
+		/* partials of a (token, KV head): a region of a multiple of 4 floats (16-byte loads) */
+		int64_t region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
+		if (nb > 1 && region > (int64_t)splits * G * (d + 2)) {
+			nb--;
+			region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
+		}
 		att_mma_args a;
 		a.q = q;
 		a.kc = (const uint16_t *)kc;
@@ -333,19 +370,22 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		a.window = window;
 		a.splits = (int32_t)nb;
 		a.min_tiles = tune->min_tiles > 0 ? tune->min_tiles : W;
+		a.stages = S;
+		a.region = (int32_t)region;
 		a.sinks = sinks;
 		a.qscale = scale * ATT_LOG2E;
 		a.work = work;
 		a.out = out;
 		const bool fused = !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS;
 		a.counters = fused ? counters : nullptr;
+		cudaError_t e;
 		if (d == 64)
-			W == 2 ? attn_mma_launch<64, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, s)
-			                                                         : attn_mma_launch<64, 8>(a, n, fused, s);
+			e = W == 2 ? attn_mma_launch<64, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, s)
+			                                                             : attn_mma_launch<64, 8>(a, n, fused, s);
 		else
-			W == 2 ? attn_mma_launch<128, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, s)
-			                                                          : attn_mma_launch<128, 8>(a, n, fused, s);
-		FP4S_CUDA_TRY(err, cudaGetLastError());
+			e = W == 2 ? attn_mma_launch<128, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, s)
+			                                                              : attn_mma_launch<128, 8>(a, n, fused, s);
+		FP4S_CUDA_TRY(err, e);
 		return FP4S_OK;
 	}
 	const int smem = fp4s_cuda_attention_smem(nh, nkv, d);

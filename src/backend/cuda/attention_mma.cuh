@@ -22,9 +22,11 @@
  *               (h, t) then holds dims 64h + 8n + t, so lane (g, c) ends with head g's dims
  *               [64h + 16c, 64h + 16c + 16) in its accumulators (rows g and g + 8 summed).
  *
- * Per tile a warp issues d/16 + d/16 16-byte loads per lane for K and V (the whole tile, 2 x 16 x
- * d x 2 bytes), 2d/16 + d/8 mma; the next tile's K is loaded as soon as the scores are out of
- * the K registers and its V once P.V is done, so a warp always has about a tile in flight.
+ * Loads: each lane copies its own 16-byte pieces of a tile (2 x 16 x d x 2 bytes for the warp,
+ * d/16 pieces of K and d/16 of V per lane) with cp.async into its own slots of a ring of
+ * `stages` tiles in shared memory, and reads back only those, so the warp needs no barrier: up
+ * to `stages` tiles per warp are in flight without holding registers. Per tile a warp then runs
+ * 2d/16 + d/8 mma.
  * Keys outside [start, pos] in the first and last tile score -inf and their V rows are zeroed
  * (the pool may hold anything there, NaN included). The warps of a block merge through shared
  * memory; a block with the whole range writes the output, otherwise it leaves (max, sum,
@@ -39,19 +41,28 @@
 #include <cuda_bf16.h>
 
 #define ATT_DEV static __device__ __forceinline__
+#define ATT_HD static __host__ __device__ __forceinline__
 
 struct att_u4 {
 	uint32_t x, y, z, w;
 };
 
-/* 16 bytes of the cache: read once per step, keep it out of L1 */
-ATT_DEV att_u4 att_ld16(const uint16_t *p)
+/* 16 bytes of the cache into this lane's shared-memory slot, through L2 only */
+ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src)
 {
-	att_u4 r;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-	             : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-	             : "l"(p));
-	return r;
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+	             : "memory");
+}
+ATT_DEV void att_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* waits until at most n of this thread's groups are in flight (n = 1..3) */
+ATT_DEV void att_cp_wait(int n)
+{
+	if (n <= 1)
+		asm volatile("cp.async.wait_group 1;" ::: "memory");
+	else if (n == 2)
+		asm volatile("cp.async.wait_group 2;" ::: "memory");
+	else
+		asm volatile("cp.async.wait_group 3;" ::: "memory");
 }
 
 /* d += A B, A 16x16 row-major, B 16x8 column-major, BF16 in, FP32 accumulate */
@@ -76,6 +87,7 @@ ATT_DEV uint32_t att_pack(float lo, float hi)
 ATT_DEV float att_lo_f(uint32_t v) { return __uint_as_float(v << 16); }
 ATT_DEV float att_hi_f(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
 ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
+ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
 ATT_DEV void att_fence(void) { __threadfence(); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
 #endif
@@ -87,9 +99,12 @@ struct att_mma_args {
 	int32_t table_stride, nh, nkv, window;
 	int32_t splits;           /* blocks per (token, KV head) in the grid */
 	int32_t min_tiles;        /* fewest tiles per block */
+	int32_t stages;           /* tiles in flight per warp (shared-memory ring), 2..4 */
+	int32_t region;           /* work floats per (token, KV head), a multiple of 4 */
 	const float *sinks;       /* [nh] natural-log logits, or NULL */
 	float qscale;             /* scale * log2(e) */
-	float *work;              /* [n][nkv][splits][G][D + 2] partials: max (log2), sum, output */
+	float *work;              /* per (token, KV head) a region: outputs [splits][G][D], then
+	                           * [splits][G] (max in log2 units, sum) */
 	float *out;               /* [n][nh * D] */
 	unsigned *counters;       /* [n * nkv], zero between calls; NULL: the merge kernel merges */
 };
@@ -116,69 +131,98 @@ ATT_DEV att_range att_range_of(int32_t p, int32_t window, int32_t splits, int32_
 	return r;
 }
 
+/* Shared memory of a block: the ring [W][stages][D / 8 chunks][32 lanes] of 16-byte slots (each
+ * lane reads back only what it copied itself), reused after the tile loop for the warps' outputs
+ * [W][8][D] floats; then per-warp max/sum [2][W][8], the merge's weights and sums [2][8][MAX]
+ * and a flag. */
 template <int D, int W>
-struct att_mma_smem {
-	float m[W][8], l[W][8];
-	float o[W][8][D];
-	float wt[8][ATT_MERGE_MAX];
-	int last;
-};
-
-/* Merges the nact partials of one (token, KV head): part points at split 0's head 0, stride
- * G * (D + 2) floats per split; out at the group's first head. nthr threads, wt >= G x nact. */
-template <int D>
-ATT_DEV void att_merge_group(const float *part, int32_t nact, int32_t G, const float *sinks, float *out,
-                             int tid, int nthr, float (*wt)[ATT_MERGE_MAX])
+ATT_HD size_t att_smem_ring(int stages)
 {
-	const size_t stride = (size_t)G * (D + 2);
+	return (size_t)W * stages * (D / 8) * 32 * 16;
+}
+template <int D, int W>
+ATT_HD size_t att_smem_bytes(int stages)
+{
+	return att_smem_ring<D, W>(stages) + sizeof(float) * (2 * W * 8 + 2 * 8 * ATT_MERGE_MAX + 4);
+}
+
+/* Merges the nact partials of one (token, KV head): part points at its region (outputs
+ * [nact][G][D], then [nact][G] (max, sum) pairs at ml); out at the group's first head. nthr
+ * threads; wt, wl: [8][ATT_MERGE_MAX] floats of shared memory; red: nthr float4 of shared memory.
+ * All loads of a phase are independent, so they are in flight together. */
+template <int D>
+ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks,
+                             float *out, int tid, int nthr, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX],
+                             float4 *red)
+{
 	const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
+	for (int32_t x = tid; x < G * nact; x += nthr) {
+		const int32_t s = x / G, g = x - s * G;
+		wt[g][s] = att_ldcg(ml + 2 * (size_t)x);
+		wl[g][s] = att_ldcg(ml + 2 * (size_t)x + 1);
+	}
+	att_sync();
 	for (int32_t g = warp; g < G; g += nw) {
 		float mx = sinks ? sinks[g] * ATT_LOG2E : -INFINITY;
 		for (int32_t s = lane; s < nact; s += 32)
-			mx = fmaxf(mx, att_ldcg(part + s * stride + (size_t)g * (D + 2)));
+			mx = fmaxf(mx, wt[g][s]);
 		for (int o = 16; o > 0; o >>= 1)
 			mx = fmaxf(mx, att_shfl_xor(mx, o));
 		float l = 0.0f;
-		for (int32_t s = lane; s < nact; s += 32) {
-			const float *w = part + s * stride + (size_t)g * (D + 2);
-			const float ms = att_ldcg(w);
-			const float f = ms == -INFINITY ? 0.0f : att_ex2(ms - mx);
-			wt[g][s] = f;
-			l += f * att_ldcg(w + 1);
-		}
+		for (int32_t s = lane; s < nact; s += 32)
+			l += wt[g][s] == -INFINITY ? 0.0f : wl[g][s] * att_ex2(wt[g][s] - mx);
 		for (int o = 16; o > 0; o >>= 1)
 			l += att_shfl_xor(l, o);
 		if (sinks)
 			l += att_ex2(sinks[g] * ATT_LOG2E - mx);
 		const float inv = 1.0f / l;
 		for (int32_t s = lane; s < nact; s += 32)
-			wt[g][s] *= inv;
+			wt[g][s] = wt[g][s] == -INFINITY ? 0.0f : att_ex2(wt[g][s] - mx) * inv;
 	}
 	att_sync();
-	for (int32_t x = tid; x < G * D; x += nthr) {
-		const int32_t g = x / D, j = x - g * D;
-		const float *w = part + (size_t)g * (D + 2) + 2 + j;
-		float a0 = 0.0f, a1 = 0.0f;
-		int32_t s = 0;
-		for (; s + 1 < nact; s += 2) {
-			a0 += wt[g][s] * att_ldcg(w + s * stride);
-			a1 += wt[g][s + 1] * att_ldcg(w + (s + 1) * stride);
+	/* output quads: nq of them, tpo threads each summing every tpo-th partial */
+	const int32_t nq = G * D / 4;
+	const int tpo = nthr >= 2 * nq ? nthr / nq : 1;
+	const size_t stride = (size_t)G * D;
+	for (int32_t x = tpo > 1 ? tid % nq : tid; x < nq && tid < tpo * nq; x += tpo > 1 ? nq : nthr) {
+		const int32_t g = x / (D / 4), part0 = tpo > 1 ? tid / nq : 0;
+		const float *src = part + 4 * (size_t)x;
+		float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+		for (int32_t s = part0; s < nact; s += tpo) {
+			const float4 v = att_ldcg4(src + s * stride);
+			const float w = wt[g][s];
+			acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
 		}
-		if (s < nact)
-			a0 += wt[g][s] * att_ldcg(w + s * stride);
-		out[x] = a0 + a1;
+		if (tpo > 1)
+			red[tid] = acc;
+		else
+			((float4 *)out)[x] = acc;
+	}
+	if (tpo > 1) {
+		att_sync();
+		for (int32_t x = tid; x < nq; x += nthr) {
+			float4 acc = red[x];
+			for (int k = 1; k < tpo; k++) {
+				const float4 v = red[k * nq + x];
+				acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+			}
+			((float4 *)out)[x] = acc;
+		}
 	}
 }
 
-/* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split). */
+/* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above. */
 template <int D, int W>
-ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, att_mma_smem<D, W> &sm)
+ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem)
 {
-	constexpr int NJ = D / 32;  /* 32-dim chunks of a K row (one 16-byte load each per lane) */
-	constexpr int NH = D / 64;  /* 64-dim chunks of a V row */
+	constexpr int NJ = D / 32; /* 32-dim chunks of a K row (one 16-byte load each per lane) */
+	constexpr int NH = D / 64; /* 64-dim chunks of a V row */
+	constexpr int NC = D / 8;  /* 16-byte slots per lane per tile: K then V */
 	const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
 	const int32_t i = bx, g0 = by, split = bz;
 	const int32_t G = a.nh / a.nkv, kvw = a.nkv * D;
+	const int S = a.stages;
 
 	/* q of head g (zero rows past G): scaled, split into BF16 hi and lo, in this lane's dims */
 	uint32_t qh[NJ][4], ql[NJ][4];
@@ -204,9 +248,45 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	const int32_t *trow = a.table + (size_t)a.seq[i] * a.table_stride;
 	const int32_t b_begin = r.b_lo + split * r.per;
 	const int32_t b_end = b_begin + r.per < r.b_lo + r.nb ? b_begin + r.per : r.b_lo + r.nb;
-	const uint16_t *kb = a.kc + (size_t)g0 * D + 8 * c;     /* + row * kvw + 32 j */
-	const uint16_t *vb = a.vc + (size_t)g0 * D + 8 * g;     /* + row * kvw + 64 h */
+	const uint16_t *kb = a.kc + (size_t)g0 * D + 8 * c; /* + row * kvw + 32 j */
+	const uint16_t *vb = a.vc + (size_t)g0 * D + 8 * g; /* + row * kvw + 64 h */
 	const int vrow[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+	att_u4 *ring = (att_u4 *)smem + (size_t)warp * S * NC * 32 + lane; /* slot (stage, k) at [(stage NC + k) 32] */
+	float *sm_m = (float *)(smem + att_smem_ring<D, W>(S)), *sm_l = sm_m + W * 8;
+	float(*wt)[ATT_MERGE_MAX] = (float(*)[ATT_MERGE_MAX])(sm_l + W * 8);
+	float(*wl)[ATT_MERGE_MAX] = wt + 8;
+	int *last = (int *)(wl + 8);
+
+	/* this warp's tiles: b_begin + warp + k W, k < nt; tile k streams into stage k % S */
+	const int32_t nt = b_end - b_begin > warp ? (b_end - b_begin - warp + W - 1) / W : 0;
+	auto issue = [&](int32_t k, int32_t blk) {
+		att_u4 *dst = ring + (size_t)(k % S) * NC * 32;
+		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+			for (int j = 0; j < NJ; j++)
+				att_cp16(dst + (nt2 * NJ + j) * 32, kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
+#pragma unroll
+		for (int rr = 0; rr < 4; rr++)
+#pragma unroll
+			for (int h = 0; h < NH; h++)
+				att_cp16(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow[rr]) * kvw + 64 * h);
+	};
+	{
+		int32_t tb[4];
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			tb[k] = k < S && k < nt ? trow[b_begin + warp + k * W] : 0;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			if (k < S) {
+				if (k < nt)
+					issue(k, tb[k]);
+				att_cp_commit();
+			}
+	}
+	int32_t tb_next = S < nt ? trow[b_begin + warp + S * W] : 0;
 
 	float o[NH * 8][4];
 #pragma unroll
@@ -214,53 +294,46 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 	float m = -INFINITY, l = 0.0f;
 
-	int32_t b = b_begin + warp;
-	att_u4 kr[2][NJ], vr[4][NH];
-	if (b < b_end) {
-		const size_t row0 = (size_t)trow[b] * FP4S_KV_BLOCK;
+	for (int32_t k = 0; k < nt; k++) {
+		const int32_t b = b_begin + warp + k * W;
+		const int32_t tb_after = k + S + 1 < nt ? trow[b_begin + warp + (k + S + 1) * W] : 0;
+		att_cp_wait(S - 1);
+		att_u4 kr[2][NJ], vr[4][NH];
+		{
+			const att_u4 *src = ring + (size_t)(k % S) * NC * 32;
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++)
+			for (int nt2 = 0; nt2 < 2; nt2++)
 #pragma unroll
-			for (int j = 0; j < NJ; j++)
-				kr[nt][j] = att_ld16(kb + (row0 + 8 * nt + g) * kvw + 32 * j);
+				for (int j = 0; j < NJ; j++)
+					kr[nt2][j] = src[(nt2 * NJ + j) * 32];
 #pragma unroll
-		for (int rr = 0; rr < 4; rr++)
+			for (int rr = 0; rr < 4; rr++)
 #pragma unroll
-			for (int h = 0; h < NH; h++)
-				vr[rr][h] = att_ld16(vb + (row0 + vrow[rr]) * kvw + 64 * h);
-	}
-	for (; b < b_end; b += W) {
-		const int32_t bn = b + W;
-		const size_t rown = bn < b_end ? (size_t)trow[bn] * FP4S_KV_BLOCK : 0;
+				for (int h = 0; h < NH; h++)
+					vr[rr][h] = src[(2 * NJ + rr * NH + h) * 32];
+		}
 		/* scores: s[nt] rows g (hi) and g + 8 (lo) for keys 8 nt + 2c, 8 nt + 2c + 1 */
 		float s[2][4];
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++) {
-			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+		for (int nt2 = 0; nt2 < 2; nt2++) {
+			s[nt2][0] = s[nt2][1] = s[nt2][2] = s[nt2][3] = 0.0f;
 #pragma unroll
 			for (int j = 0; j < NJ; j++) {
-				att_mma(s[nt], qh[j][0], ql[j][0], qh[j][1], ql[j][1], kr[nt][j].x, kr[nt][j].y);
-				att_mma(s[nt], qh[j][2], ql[j][2], qh[j][3], ql[j][3], kr[nt][j].z, kr[nt][j].w);
+				att_mma(s[nt2], qh[j][0], ql[j][0], qh[j][1], ql[j][1], kr[nt2][j].x, kr[nt2][j].y);
+				att_mma(s[nt2], qh[j][2], ql[j][2], qh[j][3], ql[j][3], kr[nt2][j].z, kr[nt2][j].w);
 			}
-		}
-		if (bn < b_end) {
-#pragma unroll
-			for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-				for (int j = 0; j < NJ; j++)
-					kr[nt][j] = att_ld16(kb + (rown + 8 * nt + g) * kvw + 32 * j);
 		}
 		/* key r of this tile is position 16 b + r; valid in [start, p] */
 		const int32_t t0 = b * FP4S_KV_BLOCK;
 		const bool full = t0 >= r.start && t0 + FP4S_KV_BLOCK - 1 <= p;
 		float x[2][2];
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++)
+		for (int nt2 = 0; nt2 < 2; nt2++)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
-				const int32_t kp = t0 + 8 * nt + 2 * c + e;
-				const float v = s[nt][e] + s[nt][e + 2];
-				x[nt][e] = full || (kp >= r.start && kp <= p) ? v : -INFINITY;
+				const int32_t kp = t0 + 8 * nt2 + 2 * c + e;
+				const float v = s[nt2][e] + s[nt2][e + 2];
+				x[nt2][e] = full || (kp >= r.start && kp <= p) ? v : -INFINITY;
 			}
 		float mt = fmaxf(fmaxf(x[0][0], x[0][1]), fmaxf(x[1][0], x[1][1]));
 		mt = fmaxf(mt, att_shfl_xor(mt, 1));
@@ -270,19 +343,19 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		m = mn;
 		float pr[2][2];
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++)
+		for (int nt2 = 0; nt2 < 2; nt2++)
 #pragma unroll
 			for (int e = 0; e < 2; e++)
-				pr[nt][e] = att_ex2(x[nt][e] - mn);
+				pr[nt2][e] = att_ex2(x[nt2][e] - mn);
 		l = l * alpha + ((pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
 #pragma unroll
 		for (int t = 0; t < NH * 8; t++)
 			o[t][0] *= alpha, o[t][1] *= alpha, o[t][2] *= alpha, o[t][3] *= alpha;
 		uint32_t ph[2], pl[2];
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++) {
-			ph[nt] = att_pack(pr[nt][0], pr[nt][1]);
-			pl[nt] = att_pack(pr[nt][0] - att_lo_f(ph[nt]), pr[nt][1] - att_hi_f(ph[nt]));
+		for (int nt2 = 0; nt2 < 2; nt2++) {
+			ph[nt2] = att_pack(pr[nt2][0], pr[nt2][1]);
+			pl[nt2] = att_pack(pr[nt2][0] - att_lo_f(ph[nt2]), pr[nt2][1] - att_hi_f(ph[nt2]));
 		}
 		if (!full) {
 #pragma unroll
@@ -308,31 +381,31 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 				att_mma(o[h * 8 + t], ph[0], pl[0], ph[1], pl[1], b0, b1);
 			}
 		}
-		if (bn < b_end) {
-#pragma unroll
-			for (int rr = 0; rr < 4; rr++)
-#pragma unroll
-				for (int h = 0; h < NH; h++)
-					vr[rr][h] = att_ld16(vb + (rown + vrow[rr]) * kvw + 64 * h);
-		}
+		/* the stage is consumed: refill it with tile k + S */
+		if (k + S < nt)
+			issue(k + S, tb_next);
+		att_cp_commit();
+		tb_next = tb_after;
 	}
 	l += att_shfl_xor(l, 1);
 	l += att_shfl_xor(l, 2);
 
-	/* merge the block's warps: scale each warp's output to the block max, sum through smem */
+	/* merge the block's warps: scale each warp's output to the block max, sum through smem
+	 * (the outputs reuse the ring: every warp is past its tiles after the first barrier) */
 	if (c == 0) {
-		sm.m[warp][g] = m;
-		sm.l[warp][g] = l;
+		sm_m[warp * 8 + g] = m;
+		sm_l[warp * 8 + g] = l;
 	}
 	att_sync();
+	float *sm_o = (float *)smem; /* [W][8][D] */
 	float mb = -INFINITY;
 #pragma unroll
 	for (int w = 0; w < W; w++)
-		mb = fmaxf(mb, sm.m[w][g]);
+		mb = fmaxf(mb, sm_m[w * 8 + g]);
 	const float f = m == -INFINITY ? 0.0f : att_ex2(m - mb);
 #pragma unroll
 	for (int h = 0; h < NH; h++) {
-		float *dst = &sm.o[warp][g][64 * h + 16 * c];
+		float *dst = sm_o + ((size_t)warp * 8 + g) * D + 64 * h + 16 * c;
 #pragma unroll
 		for (int t = 0; t < 8; t++) {
 			dst[t] = (o[h * 8 + t][0] + o[h * 8 + t][2]) * f;
@@ -341,18 +414,19 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	}
 	att_sync();
 	const bool whole = r.nact == 1;
-	float *part = a.work + (((size_t)i * a.nkv + g0) * a.splits) * G * (D + 2);
+	float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
+	float *ml = part + (size_t)a.splits * G * D;
 	for (int32_t x = tid; x < G * D; x += 32 * W) {
 		const int32_t gg = x / D, j = x - gg * D;
 		float mx = -INFINITY;
 #pragma unroll
 		for (int w = 0; w < W; w++)
-			mx = fmaxf(mx, sm.m[w][gg]);
+			mx = fmaxf(mx, sm_m[w * 8 + gg]);
 		float acc = 0.0f, den = 0.0f;
 #pragma unroll
 		for (int w = 0; w < W; w++) {
-			acc += sm.o[w][gg][j];
-			den += sm.m[w][gg] == -INFINITY ? 0.0f : sm.l[w][gg] * att_ex2(sm.m[w][gg] - mx);
+			acc += sm_o[((size_t)w * 8 + gg) * D + j];
+			den += sm_m[w * 8 + gg] == -INFINITY ? 0.0f : sm_l[w * 8 + gg] * att_ex2(sm_m[w * 8 + gg] - mx);
 		}
 		if (whole) {
 			const int32_t h = g0 * G + gg;
@@ -363,12 +437,11 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			}
 			a.out[((size_t)i * a.nh + h) * D + j] = acc / den;
 		} else {
-			float *w = part + ((size_t)split * G + gg) * (D + 2);
+			part[((size_t)split * G + gg) * D + j] = acc;
 			if (j == 0) {
-				w[0] = mx;
-				w[1] = den;
+				ml[2 * ((size_t)split * G + gg)] = mx;
+				ml[2 * ((size_t)split * G + gg) + 1] = den;
 			}
-			w[2 + j] = acc;
 		}
 	}
 	if (whole || !a.counters)
@@ -377,13 +450,13 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	att_fence();
 	att_sync();
 	if (tid == 0)
-		sm.last = att_atomic_inc(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
+		*last = att_atomic_inc(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
 	att_sync();
-	if (!sm.last)
+	if (!*last)
 		return;
 	att_fence();
-	att_merge_group<D>(part, r.nact, G, a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
-	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, tid, 32 * W, sm.wt);
+	att_merge_group<D>(part, ml, r.nact, G, a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
+	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, tid, 32 * W, wt, wl, (float4 *)smem);
 	if (tid == 0)
 		a.counters[(size_t)i * a.nkv + g0] = 0u; /* ready for the next call */
 }
