@@ -2,7 +2,8 @@
 // of KV bytes read and % of the copy ceiling, old kernel (dev/attn_bench_old.cuh) vs new.
 //
 // Build: part of the CMake build when nvcc exists (target attn_bench).
-// Run: ./attn_bench [sweep]   (sweep: also time the tensor-core kernel's tunings)
+// Run: ./attn_bench [sweep]   (sweep: also time the tensor-core kernel's tunings: warps / blocks
+// per SM / shared-memory ring stages or "regs" (tiles straight into registers))
 //
 // Method (performance.md §7): first the device-to-device copy ceiling (bytes read + written);
 // then per geometry (llama3-8b 32/8 x 128; gpt-oss 64/8 x 64 with sinks, full and 128-window
@@ -336,8 +337,12 @@ int main(int argc, char **argv)
 		vars.push_back({"w8/b1/s3/unf", 0, {8, 1, 0, 1, 0, 3}});
 		vars.push_back({"w8/b1/s3/mt4", 0, {8, 1, 4, 0, 0, 3}});
 		vars.push_back({"w8/b2/s2/mt2", 0, {8, 2, 2, 0, 0, 2}});
-		vars.push_back({"w2/b2/s4", 0, {2, 2, 0, 0, 0, 4}});
-		vars.push_back({"w2/b4/s4", 0, {2, 4, 0, 0, 0, 4}});
+		for (int w = 4; w <= 8; w *= 2)
+			for (int bps = 1; bps <= 2; bps++) {
+				snprintf(names[k], sizeof names[k], "w%d/b%d/regs", w, bps);
+				vars.push_back({names[k], 0, {w, bps, 0, 0, 0, 1}});
+				k++;
+			}
 	}
 	std::vector<char *> table_lines;
 	int failed = 0;

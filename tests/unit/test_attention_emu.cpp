@@ -81,6 +81,12 @@ float bf16_half(uint32_t v, int hi) { return fp4s_bf16_to_f32((uint16_t)(hi ? v 
 
 /* the copy lands at once: waits have nothing to wait for */
 ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src) { memcpy(dst, src, 16); }
+ATT_DEV att_u4 att_ld16(const uint16_t *p)
+{
+	att_u4 r;
+	memcpy(&r, p, 16);
+	return r;
+}
 ATT_DEV void att_cp_commit(void) {}
 ATT_DEV void att_cp_wait(int n) {}
 
@@ -167,7 +173,10 @@ void emu_launch(const att_mma_args &a, int n, bool fused)
 				for (int t = 0; t < 32 * W; t++)
 					th.emplace_back([&, t] {
 						emu_tid = t;
-						att_mma_block<D, W>(a, t, bx, by, bz, (unsigned char *)sm.data());
+						if (a.stages > 1)
+							att_mma_block<D, W, true>(a, t, bx, by, bz, (unsigned char *)sm.data());
+						else
+							att_mma_block<D, W, false>(a, t, bx, by, bz, (unsigned char *)sm.data());
 					});
 				for (auto &x : th)
 					x.join();
@@ -322,5 +331,10 @@ int main(void)
 	run_case({4, 4, 128, 0, 1, 4, 1, 1, 3, 1, {50}});
 	run_case({24, 8, 128, 0, 1, 8, 1, 1, 3, 3, {180, 33}});
 	run_case({5, 1, 64, 0, 0, 2, 1, 1, 4, 7, {150}});
+	/* stages 1: tiles straight into registers */
+	run_case({8, 2, 64, 0, 1, 2, 1, 1, 1, 3, {1, 17, 100}});
+	run_case({16, 2, 128, 30, 1, 4, 1, 0, 1, 4, {33, 5, 120}});
+	run_case({8, 8, 64, 0, 0, 4, 2, 1, 1, 2, {64, 16, 95}});
+	run_case({32, 8, 128, 0, 0, 4, 1, 1, 1, 1, {70}});
 	return TEST_DONE();
 }

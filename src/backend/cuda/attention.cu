@@ -214,11 +214,11 @@ static __global__ void attn_merge_kernel(const float *__restrict__ work, int32_t
 #define ATT_COUNTERS 8192
 static __device__ unsigned att_counters[ATT_COUNTERS];
 
-template <int D, int W>
+template <int D, int W, bool RING>
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
 	extern __shared__ float4 att_smem[];
-	att_mma_block<D, W>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
+	att_mma_block<D, W, RING>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
 }
 
 /* grid (tokens, KV heads): merges the partials of tokens whose range took several blocks */
@@ -244,7 +244,11 @@ template <int D, int W>
 static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, cudaStream_t s)
 {
 	const size_t smem = att_smem_bytes<D, W>(a.stages);
-	attn_mma_kernel<D, W><<<dim3((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits), W * 32, smem, s>>>(a);
+	const dim3 grid((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits);
+	if (a.stages > 1)
+		attn_mma_kernel<D, W, true><<<grid, W * 32, smem, s>>>(a);
+	else
+		attn_mma_kernel<D, W, false><<<grid, W * 32, smem, s>>>(a);
 	if (!fused)
 		attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
 	return cudaGetLastError();
@@ -253,7 +257,12 @@ static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused,
 template <int D, int W>
 static cudaError_t attn_mma_setup(void)
 {
-	return cudaFuncSetAttribute(attn_mma_kernel<D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+	cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, W, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                                     ATT_SMEM_MAX);
+	if (e == cudaSuccess)
+		e = cudaFuncSetAttribute(attn_mma_kernel<D, W, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                         ATT_SMEM_MAX);
+	return e;
 }
 
 /* per device: SM count and the counters' address (looked up once, outside any graph capture
@@ -322,28 +331,33 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 	const int32_t G = nh / nkv;
 	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)q | (uintptr_t)work | (uintptr_t)out) & 15) == 0;
 	if (kv_bf16 && (d == 64 || d == 128) && G <= 8 && aligned && !tune->generic) {
-		const int W = tune->warps ? tune->warps : 8;
+		int sms = 0;
+		unsigned *counters = nullptr;
+		if (att_device_info(&sms, &counters, err))
+			return err->code;
+		/* Defaults, from dev/attn_bench on an H200 (bench/results/2026-11-21-h100-attention.md):
+		 * fewer (token, KV head) pairs than SMs (decode of a few sequences): 8 warps, about one
+		 * block per SM, tiles through a 3-deep shared-memory ring; more (batches, prefill): 4
+		 * warps, tiles straight into registers, two blocks per SM. */
+		const bool few = (int64_t)n * nkv < sms;
+		const int W = tune->warps ? tune->warps : few ? 8 : 4;
 		if (W != 2 && W != 4 && W != 8)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d warps per block (2, 4 or 8)", W);
-		int S = tune->stages ? tune->stages : 3;
-		if (S < 2 || S > 4)
-			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (2 to 4)", S);
+		int S = tune->stages ? tune->stages : few ? 3 : 1;
+		if (S < 1 || S > 4)
+			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (1 to 4)", S);
 		/* a ring that does not fit takes fewer stages (8 warps of dim 128: 3) */
 		auto bytes = [&](int st) {
 			return d == 64 ? (W == 2 ? att_smem_bytes<64, 2>(st) : W == 4 ? att_smem_bytes<64, 4>(st) : att_smem_bytes<64, 8>(st))
 			               : (W == 2 ? att_smem_bytes<128, 2>(st) : W == 4 ? att_smem_bytes<128, 4>(st)
 			                                                               : att_smem_bytes<128, 8>(st));
 		};
-		while (S > 2 && bytes(S) > ATT_SMEM_MAX)
+		while (S > 1 && bytes(S) > ATT_SMEM_MAX)
 			S--;
-		int sms = 0;
-		unsigned *counters = nullptr;
-		if (att_device_info(&sms, &counters, err))
-			return err->code;
 		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
 		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
 		 * merge handles */
-		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : 1;
+		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : few ? 1 : 2;
 		int64_t nb = bps * sms / ((int64_t)n * nkv);
 		if (nb > splits)
 			nb = splits;

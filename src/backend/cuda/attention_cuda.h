@@ -30,13 +30,16 @@ int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_bf
                         float *work, float *out, cudaStream_t s, struct fp4s_error *err);
 /* Tuning knobs for tests and dev/attn_bench; zero fields take the defaults. */
 struct fp4s_attn_tune {
-	int32_t warps;         /* warps per block of the BF16 tensor-core kernel: 2, 4 or 8 (8) */
-	int32_t blocks_per_sm; /* blocks per (token, KV head) = this x SMs / (n x nkv), <= splits (1) */
+	int32_t warps;         /* warps per block of the BF16 tensor-core kernel: 2, 4 or 8 */
+	int32_t blocks_per_sm; /* blocks per (token, KV head) = this x SMs / (n x nkv), <= splits */
 	int32_t min_tiles;     /* fewest 16-key tiles per block (one per warp) */
 	int32_t unfused;       /* merge the splits in a second kernel rather than in the last block */
 	int32_t generic;       /* the CUDA-core kernel even where the tensor-core one applies */
-	int32_t stages;        /* KV tiles in flight per warp, 2..4 (3; fewer where they do not fit) */
+	int32_t stages;        /* KV tiles per warp in a shared-memory ring, 2..4 (fewer where they
+	                        * do not fit), or 1: straight into registers */
 };
+/* Defaults (attention.cu): n x nkv < SMs: 8 warps, 1 block per SM, 3 stages; else 4 warps, 2
+ * blocks per SM, registers. */
 int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv_bf16, const int32_t *pos,
                            const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n,
                            int32_t nh, int32_t nkv, int32_t d, int32_t window, const float *sinks,

@@ -47,6 +47,16 @@ struct att_u4 {
 	uint32_t x, y, z, w;
 };
 
+/* 16 bytes of the cache into registers: read once per step, kept out of L1 */
+ATT_DEV att_u4 att_ld16(const uint16_t *p)
+{
+	att_u4 r;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+	             : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+	             : "l"(p));
+	return r;
+}
+
 /* 16 bytes of the cache into this lane's shared-memory slot, through L2 only */
 ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src)
 {
@@ -99,7 +109,7 @@ struct att_mma_args {
 	int32_t table_stride, nh, nkv, window;
 	int32_t splits;           /* blocks per (token, KV head) in the grid */
 	int32_t min_tiles;        /* fewest tiles per block */
-	int32_t stages;           /* tiles in flight per warp (shared-memory ring), 2..4 */
+	int32_t stages;           /* tiles in flight per warp in the shared-memory ring, 2..4; 1: none */
 	int32_t region;           /* work floats per (token, KV head), a multiple of 4 */
 	const float *sinks;       /* [nh] natural-log logits, or NULL */
 	float qscale;             /* scale * log2(e) */
@@ -212,8 +222,12 @@ ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, i
 	}
 }
 
-/* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above. */
-template <int D, int W>
+/* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above.
+ * RING: tiles stream through the shared-memory ring, a.stages deep (the decode default: few
+ * blocks, each must keep many bytes in flight); otherwise straight into registers, the next
+ * tile's K loaded once the scores are out of the K registers and its V once P.V is done (many
+ * blocks per SM: the batch default, where that streams faster). */
+template <int D, int W, bool RING>
 ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem)
 {
 	constexpr int NJ = D / 32; /* 32-dim chunks of a K row (one 16-byte load each per lane) */
@@ -222,7 +236,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
 	const int32_t i = bx, g0 = by, split = bz;
 	const int32_t G = a.nh / a.nkv, kvw = a.nkv * D;
-	const int S = a.stages;
+	const int S = RING ? a.stages : 1;
 
 	/* q of head g (zero rows past G): scaled, split into BF16 hi and lo, in this lane's dims */
 	uint32_t qh[NJ][4], ql[NJ][4];
@@ -273,7 +287,25 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			for (int h = 0; h < NH; h++)
 				att_cp16(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow[rr]) * kvw + 64 * h);
 	};
-	{
+	att_u4 kr[2][NJ], vr[4][NH];
+	auto load_k = [&](int32_t blk) {
+		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+			for (int j = 0; j < NJ; j++)
+				kr[nt2][j] = att_ld16(kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
+	};
+	auto load_v = [&](int32_t blk) {
+		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
+#pragma unroll
+		for (int rr = 0; rr < 4; rr++)
+#pragma unroll
+			for (int h = 0; h < NH; h++)
+				vr[rr][h] = att_ld16(vb + (row0 + vrow[rr]) * kvw + 64 * h);
+	};
+	int32_t tb_next = 0;
+	if (RING) {
 		int32_t tb[4];
 #pragma unroll
 		for (int k = 0; k < 4; k++)
@@ -285,8 +317,12 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 					issue(k, tb[k]);
 				att_cp_commit();
 			}
+		tb_next = S < nt ? trow[b_begin + warp + S * W] : 0;
+	} else if (nt > 0) {
+		const int32_t blk = trow[b_begin + warp];
+		load_k(blk);
+		load_v(blk);
 	}
-	int32_t tb_next = S < nt ? trow[b_begin + warp + S * W] : 0;
 
 	float o[NH * 8][4];
 #pragma unroll
@@ -296,10 +332,10 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 
 	for (int32_t k = 0; k < nt; k++) {
 		const int32_t b = b_begin + warp + k * W;
-		const int32_t tb_after = k + S + 1 < nt ? trow[b_begin + warp + (k + S + 1) * W] : 0;
-		att_cp_wait(S - 1);
-		att_u4 kr[2][NJ], vr[4][NH];
-		{
+		/* the table entry used next: tile k + S + 1 (ring) or k + 1 (registers) */
+		const int32_t tb_after = k + S + (RING ? 1 : 0) < nt ? trow[b_begin + warp + (k + S + (RING ? 1 : 0)) * W] : 0;
+		if (RING) {
+			att_cp_wait(S - 1);
 			const att_u4 *src = ring + (size_t)(k % S) * NC * 32;
 #pragma unroll
 			for (int nt2 = 0; nt2 < 2; nt2++)
@@ -323,6 +359,8 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 				att_mma(s[nt2], qh[j][2], ql[j][2], qh[j][3], ql[j][3], kr[nt2][j].z, kr[nt2][j].w);
 			}
 		}
+		if (!RING && k + 1 < nt)
+			load_k(tb_after); /* the scores are out of the K registers */
 		/* key r of this tile is position 16 b + r; valid in [start, p] */
 		const int32_t t0 = b * FP4S_KV_BLOCK;
 		const bool full = t0 >= r.start && t0 + FP4S_KV_BLOCK - 1 <= p;
@@ -381,11 +419,15 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 				att_mma(o[h * 8 + t], ph[0], pl[0], ph[1], pl[1], b0, b1);
 			}
 		}
-		/* the stage is consumed: refill it with tile k + S */
-		if (k + S < nt)
-			issue(k + S, tb_next);
-		att_cp_commit();
-		tb_next = tb_after;
+		if (RING) {
+			/* the stage is consumed: refill it with tile k + S */
+			if (k + S < nt)
+				issue(k + S, tb_next);
+			att_cp_commit();
+			tb_next = tb_after;
+		} else if (k + 1 < nt) {
+			load_v(tb_after);
+		}
 	}
 	l += att_shfl_xor(l, 1);
 	l += att_shfl_xor(l, 2);
