@@ -11,9 +11,10 @@
  *
  *   attn_mma_kernel (attention_mma.cuh): BF16 cache, head_dim 64 or 128, G <= 8: the decode
  *     path. Tensor cores (BF16 operands carried to ~16 bits by hi/lo splits of q and P), 16-byte
- *     loads of whole KV blocks, chunks of whole KV blocks, W warps per block merged in shared
- *     memory, and the chunks merged by the last block to finish (one launch), or by
- *     attn_mma_merge_kernel for batches too large for the counters.
+ *     loads of whole KV blocks (through a per-lane cp.async ring in shared memory for decode of
+ *     few sequences, straight into registers for batches), chunks of whole KV blocks, W warps
+ *     per block merged in shared memory, and the chunks merged by the last block to finish (one
+ *     launch), or by attn_mma_merge_kernel for batches too large for the counters.
  *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
  *     golden tests use) included: CUDA cores, one warp per key. */
 #include <math.h>
