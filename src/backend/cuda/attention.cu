@@ -1,14 +1,22 @@
 /* attention.cu: attention over the KV cache for a flattened batch (decode and prefill), GQA with
  * an optional sliding window and per-head sinks (architectures.md §1.5).
  *
- * Split-K ("flash decoding"): a token's keys [start, pos] are cut into `splits` chunks; one block
- * handles one (token, KV head, chunk) and all G = nh/nkv query heads that share that KV head, so
- * each K/V row is read once for the whole group. Inside a chunk the block walks tiles of 128 keys
- * with an online softmax (see attn_partial_kernel). The cache holds FP32 or BF16. Each block leaves (max, sum, unnormalized output)
- * per head; a second kernel merges the chunks (and the sink, which joins the denominator as a
- * key with a zero value vector). A decode step has few tokens and heads, so the splits are what
- * fills the GPU; their count is fixed per call shape so the step can be replayed as a graph, and
- * each block finds its key range from the position it reads on the device. */
+ * Split-K ("flash decoding"): a token's keys are cut into chunks; one block handles one (token,
+ * KV head, chunk) and all G = nh/nkv query heads that share that KV head, so each K/V row is read
+ * once for the whole group, with an online softmax. Each block leaves (max, sum, unnormalized
+ * output) per head and the chunks are merged (the sink joins the denominator as a key with a zero
+ * value vector). A decode step has few tokens and heads, so the chunks are what fills the GPU;
+ * their count is fixed per call shape so the step can be replayed as a graph, and each block
+ * finds its key range from the position it reads on the device. Two kernels:
+ *
+ *   attn_mma_kernel (attention_mma.cuh): BF16 cache, head_dim 64 or 128, G <= 8: the decode
+ *     path. Tensor cores (BF16 operands carried to ~16 bits by hi/lo splits of q and P), 16-byte
+ *     loads of whole KV blocks (through a per-lane cp.async ring in shared memory for decode of
+ *     few sequences, straight into registers for batches), chunks of whole KV blocks, W warps
+ *     per block merged in shared memory, and the chunks merged by the last block to finish (one
+ *     launch), or by attn_mma_merge_kernel for batches too large for the counters.
+ *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
+ *     golden tests use) included: CUDA cores, one warp per key. */
 #include <math.h>
 
 #include "backend/cuda/attention_cuda.h"
@@ -17,12 +25,16 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/cuda/attention_mma.cuh"
+
 #define ATT_TILE 128
 #define ATT_THREADS 128
 #define ATT_MAX_G 16
 
 static __device__ __forceinline__ float kv_load(const float *p) { return *p; }
 static __device__ __forceinline__ float kv_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+
+/* ---- the generic CUDA-core path: FP32 KV (exact), other head dims, G > 8 ----------------- */
 
 /* Partial attention of one (token, KV head, key chunk) for the G query heads of the group.
  *   scores: one warp per key, lanes over dims (coalesced row loads), G dot products reduced by
@@ -197,6 +209,95 @@ static __global__ void attn_merge_kernel(const float *__restrict__ work, int32_t
 	}
 }
 
+/* ---- the BF16 tensor-core path -------------------------------------------------------------- */
+
+/* counters for the merge by the last block: one per (token, KV head), zero between calls */
+#define ATT_COUNTERS 8192
+static __device__ unsigned att_counters[ATT_COUNTERS];
+
+template <int D, int W, bool RING>
+static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
+{
+	extern __shared__ float4 att_smem[];
+	att_mma_block<D, W, RING>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
+}
+
+/* grid (tokens, KV heads): merges the partials of tokens whose range took several blocks */
+#define ATT_MERGE_THREADS 256
+template <int D>
+static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kernel(const att_mma_args a)
+{
+	__shared__ float wt[8][ATT_MERGE_MAX], wl[8][ATT_MERGE_MAX];
+	__shared__ float4 red[ATT_MERGE_THREADS];
+	const int32_t i = blockIdx.x, g0 = blockIdx.y, G = a.nh / a.nkv;
+	const att_range r = att_range_of(a.pos[i], a.window, a.splits, a.min_tiles);
+	if (r.nact <= 1)
+		return; /* the block wrote the output itself */
+	const float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
+	att_merge_group<D>(part, part + (size_t)a.splits * G * D, r.nact, G, a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
+	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, threadIdx.x, ATT_MERGE_THREADS, wt, wl, red);
+}
+
+/* the most dynamic shared memory a block may have (Hopper: 227 KB) */
+#define ATT_SMEM_MAX (227 * 1024)
+
+template <int D, int W>
+static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, cudaStream_t s)
+{
+	const size_t smem = att_smem_bytes<D, W>(a.stages);
+	const dim3 grid((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits);
+	if (a.stages > 1)
+		attn_mma_kernel<D, W, true><<<grid, W * 32, smem, s>>>(a);
+	else
+		attn_mma_kernel<D, W, false><<<grid, W * 32, smem, s>>>(a);
+	if (!fused)
+		attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
+	return cudaGetLastError();
+}
+
+template <int D, int W>
+static cudaError_t attn_mma_setup(void)
+{
+	cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, W, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                                     ATT_SMEM_MAX);
+	if (e == cudaSuccess)
+		e = cudaFuncSetAttribute(attn_mma_kernel<D, W, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                         ATT_SMEM_MAX);
+	return e;
+}
+
+/* per device: SM count and the counters' address (looked up once, outside any graph capture
+ * when fp4s_cuda_attention_setup ran first) */
+static int att_device_info(int *sms, unsigned **counters, struct fp4s_error *err)
+{
+	static struct {
+		int sms;
+		unsigned *counters;
+	} cache[64];
+	int dev = 0;
+	FP4S_CUDA_TRY(err, cudaGetDevice(&dev));
+	if (dev >= 0 && dev < 64 && cache[dev].sms) {
+		*sms = cache[dev].sms;
+		*counters = cache[dev].counters;
+		return FP4S_OK;
+	}
+	void *cnt = nullptr;
+	FP4S_CUDA_TRY(err, cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+	FP4S_CUDA_TRY(err, cudaGetSymbolAddress(&cnt, att_counters));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<64, 2>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<64, 4>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<64, 8>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 2>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 4>()));
+	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 8>()));
+	*counters = (unsigned *)cnt;
+	if (dev >= 0 && dev < 64) {
+		cache[dev].counters = *counters;
+		cache[dev].sms = *sms;
+	}
+	return FP4S_OK;
+}
+
 extern "C" int64_t fp4s_cuda_attention_work_floats(int32_t n, int32_t nh, int32_t nkv, int32_t d,
                                                    int32_t splits)
 {
@@ -209,13 +310,16 @@ extern "C" int fp4s_cuda_attention_smem(int32_t nh, int32_t nkv, int32_t d)
 	return (int)sizeof(float) * (G * d + G * ATT_TILE + 3 * G + ATT_THREADS * ATT_MAX_G);
 }
 
-extern "C" int fp4s_cuda_attention(const void *q_, const void *kc, const void *vc, int kv_bf16,
-                                   const int32_t *pos, const int32_t *seq, const int32_t *table,
-                                   int32_t table_stride, int32_t n,
-                                   int32_t nh, int32_t nkv, int32_t d, int32_t window,
-                                   const float *sinks, float scale, int32_t splits, float *work,
-                                   float *out, cudaStream_t s, struct fp4s_error *err)
+extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void *vc, int kv_bf16,
+                                      const int32_t *pos, const int32_t *seq, const int32_t *table,
+                                      int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
+                                      int32_t window, const float *sinks, float scale, int32_t splits,
+                                      float *work, float *out, const struct fp4s_attn_tune *tune,
+                                      cudaStream_t s, struct fp4s_error *err)
 {
+	const struct fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0};
+	if (!tune)
+		tune = &dflt;
 	const float *q = (const float *)q_;
 	/* d: 16..256 with 128 % d == 0 or d == 256 (every model here: 64, 128, 256; tests 16, 32) */
 	const bool d_ok = d == 256 || (d >= 1 && d <= ATT_THREADS && ATT_THREADS % d == 0);
@@ -223,6 +327,82 @@ extern "C" int fp4s_cuda_attention(const void *q_, const void *kc, const void *v
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: %d query heads over %d KV heads of "
 		                      "dim %d (supported: up to %d heads per KV head; dim 256 or a divisor of 128)",
 		                      nh, nkv, d, ATT_MAX_G);
+	if (n <= 0)
+		return FP4S_OK;
+	const int32_t G = nh / nkv;
+	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)q | (uintptr_t)work | (uintptr_t)out) & 15) == 0;
+	if (kv_bf16 && (d == 64 || d == 128) && G <= 8 && aligned && !tune->generic) {
+		int sms = 0;
+		unsigned *counters = nullptr;
+		if (att_device_info(&sms, &counters, err))
+			return err->code;
+		/* Defaults, from dev/attn_bench on an H200 (bench/results/2026-11-21-h100-attention.md):
+		 * fewer (token, KV head) pairs than SMs (decode of a few sequences): 8 warps, about one
+		 * block per SM, tiles through a 3-deep shared-memory ring; more (batches, prefill): 4
+		 * warps, tiles straight into registers, two blocks per SM. */
+		const bool few = (int64_t)n * nkv < sms;
+		const int W = tune->warps ? tune->warps : few ? 8 : 4;
+		if (W != 2 && W != 4 && W != 8)
+			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d warps per block (2, 4 or 8)", W);
+		int S = tune->stages ? tune->stages : few ? 3 : 1;
+		if (S < 1 || S > 4)
+			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (1 to 4)", S);
+		/* a ring that does not fit takes fewer stages (8 warps of dim 128: 3) */
+		auto bytes = [&](int st) {
+			return d == 64 ? (W == 2 ? att_smem_bytes<64, 2>(st) : W == 4 ? att_smem_bytes<64, 4>(st) : att_smem_bytes<64, 8>(st))
+			               : (W == 2 ? att_smem_bytes<128, 2>(st) : W == 4 ? att_smem_bytes<128, 4>(st)
+			                                                               : att_smem_bytes<128, 8>(st));
+		};
+		while (S > 1 && bytes(S) > ATT_SMEM_MAX)
+			S--;
+		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
+		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
+		 * merge handles */
+		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : few ? 1 : 2;
+		int64_t nb = bps * sms / ((int64_t)n * nkv);
+		if (nb > splits)
+			nb = splits;
+		if (nb > ATT_MERGE_MAX)
+			nb = ATT_MERGE_MAX;
+		if (nb < 1)
+			nb = 1;
+		/* partials of a (token, KV head): a region of a multiple of 4 floats (16-byte loads) */
+		int64_t region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
+		if (nb > 1 && region > (int64_t)splits * G * (d + 2)) {
+			nb--;
+			region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
+		}
+		att_mma_args a;
+		a.q = q;
+		a.kc = (const uint16_t *)kc;
+		a.vc = (const uint16_t *)vc;
+		a.pos = pos;
+		a.seq = seq;
+		a.table = table;
+		a.table_stride = table_stride;
+		a.nh = nh;
+		a.nkv = nkv;
+		a.window = window;
+		a.splits = (int32_t)nb;
+		a.min_tiles = tune->min_tiles > 0 ? tune->min_tiles : W;
+		a.stages = S;
+		a.region = (int32_t)region;
+		a.sinks = sinks;
+		a.qscale = scale * ATT_LOG2E;
+		a.work = work;
+		a.out = out;
+		const bool fused = !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS;
+		a.counters = fused ? counters : nullptr;
+		cudaError_t e;
+		if (d == 64)
+			e = W == 2 ? attn_mma_launch<64, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, s)
+			                                                             : attn_mma_launch<64, 8>(a, n, fused, s);
+		else
+			e = W == 2 ? attn_mma_launch<128, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, s)
+			                                                              : attn_mma_launch<128, 8>(a, n, fused, s);
+		FP4S_CUDA_TRY(err, e);
+		return FP4S_OK;
+	}
 	const int smem = fp4s_cuda_attention_smem(nh, nkv, d);
 	const dim3 grid((unsigned)n, (unsigned)nkv, (unsigned)splits);
 	if (kv_bf16)
@@ -239,6 +419,16 @@ extern "C" int fp4s_cuda_attention(const void *q_, const void *kc, const void *v
 	return FP4S_OK;
 }
 
+extern "C" int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_bf16,
+                                   const int32_t *pos, const int32_t *seq, const int32_t *table,
+                                   int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
+                                   int32_t window, const float *sinks, float scale, int32_t splits,
+                                   float *work, float *out, cudaStream_t s, struct fp4s_error *err)
+{
+	return fp4s_cuda_attention_ex(q, kc, vc, kv_bf16, pos, seq, table, table_stride, n, nh, nkv, d, window,
+	                              sinks, scale, splits, work, out, NULL, s, err);
+}
+
 extern "C" int fp4s_cuda_attention_setup(struct fp4s_error *err)
 {
 	/* the largest shape: 16 heads x 256 dims of q, 16 x 128 scores, partial sums */
@@ -247,5 +437,7 @@ extern "C" int fp4s_cuda_attention_setup(struct fp4s_error *err)
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attn_partial_kernel<__nv_bfloat16>,
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-	return FP4S_OK;
+	int sms;
+	unsigned *counters;
+	return att_device_info(&sms, &counters, err);
 }

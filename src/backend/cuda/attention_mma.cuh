@@ -1,0 +1,506 @@
+/* attention_mma.cuh: decode attention over a BF16 paged KV cache on the tensor cores (mma.sync
+ * m16n8k16, BF16 in, FP32 accumulate), for head_dim D = 64 or 128 and up to 8 query heads per
+ * KV head. Included by attention.cu; written against a handful of primitives (att_ld16, att_mma,
+ * att_shfl_xor, att_sync, ...) so that a host emulator (tests/unit/test_attention_emu.cpp) can
+ * run this very code with one host thread per GPU thread.
+ *
+ * One block = one (token, KV head, split) of W warps. A split is a range of whole KV blocks
+ * (FP4S_KV_BLOCK = 16 positions: one "tile"); warp w takes tiles w, w + W, ... of it. Per tile:
+ *
+ *   S = Q K^T   M = 16 rows: rows 0-7 the G <= 8 heads' scaled q rounded to BF16 (hi), rows
+ *               8-15 the BF16 residual q - hi (lo); N = 8 keys (two n-tiles per tile); K = the
+ *               dims. Score = row g + row g + 8: q is carried to ~16 bits, K is exact in BF16.
+ *               A lane (g, c) = (lane / 4, lane % 4) supplies, as the B operand, 16-byte loads of
+ *               key row g (n-tile 0) and 8 + g (n-tile 1), dims [32j + 8c, 32j + 8c + 8): the
+ *               mma's k order is a permutation of the dims, and q's A fragment uses the same one.
+ *   softmax     online, per head, in log2 units (q carries scale * log2(e)); a quad of lanes
+ *               holds one head's 16 scores.
+ *   O += P V    M = rows 0-7 P rounded to BF16, rows 8-15 its residual (same trick); K = the 16
+ *               keys; N = 8 dims. The score C fragment is already P's A fragment. V's B fragment
+ *               needs two keys of one dim per register: lane (g, c) loads rows 2c, 2c+1, 2c+8,
+ *               2c+9 at dims [64h + 8g, 64h + 8g + 8) and pairs them with byte permutes; n-tile
+ *               (h, t) then holds dims 64h + 8n + t, so lane (g, c) ends with head g's dims
+ *               [64h + 16c, 64h + 16c + 16) in its accumulators (rows g and g + 8 summed).
+ *
+ * Loads: each lane copies its own 16-byte pieces of a tile (2 x 16 x d x 2 bytes for the warp,
+ * d/16 pieces of K and d/16 of V per lane) with cp.async into its own slots of a ring of
+ * `stages` tiles in shared memory, and reads back only those, so the warp needs no barrier: up
+ * to `stages` tiles per warp are in flight without holding registers. Per tile a warp then runs
+ * 2d/16 + d/8 mma.
+ * Keys outside [start, pos] in the first and last tile score -inf and their V rows are zeroed
+ * (the pool may hold anything there, NaN included). The warps of a block merge through shared
+ * memory; a block with the whole range writes the output, otherwise it leaves (max, sum,
+ * unnormalized output) per head and the last block of the (token, KV head) to finish, found by
+ * an atomic counter, merges them (or a separate merge kernel does, see attention.cu). */
+#ifndef FP4S_ATTENTION_MMA_CUH
+#define FP4S_ATTENTION_MMA_CUH
+
+#include <stdint.h>
+
+#ifndef FP4S_ATTN_EMU
+#include <cuda_bf16.h>
+
+#define ATT_DEV static __device__ __forceinline__
+#define ATT_HD static __host__ __device__ __forceinline__
+
+struct att_u4 {
+	uint32_t x, y, z, w;
+};
+
+/* 16 bytes of the cache into registers: read once per step, kept out of L1 */
+ATT_DEV att_u4 att_ld16(const uint16_t *p)
+{
+	att_u4 r;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+	             : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+	             : "l"(p));
+	return r;
+}
+
+/* 16 bytes of the cache into this lane's shared-memory slot, through L2 only */
+ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+	             : "memory");
+}
+ATT_DEV void att_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* waits until at most n of this thread's groups are in flight (n = 1..3) */
+ATT_DEV void att_cp_wait(int n)
+{
+	if (n <= 1)
+		asm volatile("cp.async.wait_group 1;" ::: "memory");
+	else if (n == 2)
+		asm volatile("cp.async.wait_group 2;" ::: "memory");
+	else
+		asm volatile("cp.async.wait_group 3;" ::: "memory");
+}
+
+/* d += A B, A 16x16 row-major, B 16x8 column-major, BF16 in, FP32 accumulate */
+ATT_DEV void att_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+	    "{%8, %9}, {%0, %1, %2, %3};"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+ATT_DEV float att_shfl_xor(float v, int m) { return __shfl_xor_sync(0xFFFFFFFFu, v, m); }
+ATT_DEV void att_sync(void) { __syncthreads(); }
+ATT_DEV float att_ex2(float x) { return exp2f(x); }
+ATT_DEV uint32_t att_prmt(uint32_t a, uint32_t b, uint32_t s) { return __byte_perm(a, b, s); }
+/* (lo, hi) rounded to BF16 (RNE) in one register, lo in the low half */
+ATT_DEV uint32_t att_pack(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+ATT_DEV float att_lo_f(uint32_t v) { return __uint_as_float(v << 16); }
+ATT_DEV float att_hi_f(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
+ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
+ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
+ATT_DEV void att_fence(void) { __threadfence(); }
+ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
+#endif
+
+struct att_mma_args {
+	const float *q;           /* [n][nh * D], FP32, pre-RoPE'd */
+	const uint16_t *kc, *vc;  /* the layer's pool, BF16 [blocks][16][nkv * D] */
+	const int32_t *pos, *seq, *table;
+	int32_t table_stride, nh, nkv, window;
+	int32_t splits;           /* blocks per (token, KV head) in the grid */
+	int32_t min_tiles;        /* fewest tiles per block */
+	int32_t stages;           /* tiles in flight per warp in the shared-memory ring, 2..4; 1: none */
+	int32_t region;           /* work floats per (token, KV head), a multiple of 4 */
+	const float *sinks;       /* [nh] natural-log logits, or NULL */
+	float qscale;             /* scale * log2(e) */
+	float *work;              /* per (token, KV head) a region: outputs [splits][G][D], then
+	                           * [splits][G] (max in log2 units, sum) */
+	float *out;               /* [n][nh * D] */
+	unsigned *counters;       /* [n * nkv], zero between calls; NULL: the merge kernel merges */
+};
+
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_MERGE_MAX 128 /* most splits a merge handles (the host caps the grid) */
+
+/* A token's keys [start, p] as KV blocks [b_lo, b_lo + nb), cut into chunks of per >= min_tiles
+ * blocks; nact chunks are non-empty. Every block and the merge derive the same numbers. */
+struct att_range {
+	int32_t start, b_lo, nb, per, nact;
+};
+
+ATT_DEV att_range att_range_of(int32_t p, int32_t window, int32_t splits, int32_t min_tiles)
+{
+	att_range r;
+	r.start = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+	r.b_lo = r.start / FP4S_KV_BLOCK;
+	r.nb = p / FP4S_KV_BLOCK - r.b_lo + 1;
+	r.per = (r.nb + splits - 1) / splits;
+	if (r.per < min_tiles)
+		r.per = min_tiles;
+	r.nact = (r.nb + r.per - 1) / r.per;
+	return r;
+}
+
+/* Shared memory of a block: the ring [W][stages][D / 8 chunks][32 lanes] of 16-byte slots (each
+ * lane reads back only what it copied itself), reused after the tile loop for the warps' outputs
+ * [W][8][D] floats; then per-warp max/sum [2][W][8], the merge's weights and sums [2][8][MAX]
+ * and a flag. */
+template <int D, int W>
+ATT_HD size_t att_smem_ring(int stages)
+{
+	return (size_t)W * stages * (D / 8) * 32 * 16;
+}
+template <int D, int W>
+ATT_HD size_t att_smem_bytes(int stages)
+{
+	return att_smem_ring<D, W>(stages) + sizeof(float) * (2 * W * 8 + 2 * 8 * ATT_MERGE_MAX + 4);
+}
+
+/* Merges the nact partials of one (token, KV head): part points at its region (outputs
+ * [nact][G][D], then [nact][G] (max, sum) pairs at ml); out at the group's first head. nthr
+ * threads; wt, wl: [8][ATT_MERGE_MAX] floats of shared memory; red: nthr float4 of shared memory.
+ * All loads of a phase are independent, so they are in flight together. */
+template <int D>
+ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks,
+                             float *out, int tid, int nthr, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX],
+                             float4 *red)
+{
+	const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
+	for (int32_t x = tid; x < G * nact; x += nthr) {
+		const int32_t s = x / G, g = x - s * G;
+		wt[g][s] = att_ldcg(ml + 2 * (size_t)x);
+		wl[g][s] = att_ldcg(ml + 2 * (size_t)x + 1);
+	}
+	att_sync();
+	for (int32_t g = warp; g < G; g += nw) {
+		float mx = sinks ? sinks[g] * ATT_LOG2E : -INFINITY;
+		for (int32_t s = lane; s < nact; s += 32)
+			mx = fmaxf(mx, wt[g][s]);
+		for (int o = 16; o > 0; o >>= 1)
+			mx = fmaxf(mx, att_shfl_xor(mx, o));
+		float l = 0.0f;
+		for (int32_t s = lane; s < nact; s += 32)
+			l += wt[g][s] == -INFINITY ? 0.0f : wl[g][s] * att_ex2(wt[g][s] - mx);
+		for (int o = 16; o > 0; o >>= 1)
+			l += att_shfl_xor(l, o);
+		if (sinks)
+			l += att_ex2(sinks[g] * ATT_LOG2E - mx);
+		const float inv = 1.0f / l;
+		for (int32_t s = lane; s < nact; s += 32)
+			wt[g][s] = wt[g][s] == -INFINITY ? 0.0f : att_ex2(wt[g][s] - mx) * inv;
+	}
+	att_sync();
+	/* output quads: nq of them, tpo threads each summing every tpo-th partial */
+	const int32_t nq = G * D / 4;
+	const int tpo = nthr >= 2 * nq ? nthr / nq : 1;
+	const size_t stride = (size_t)G * D;
+	for (int32_t x = tpo > 1 ? tid % nq : tid; x < nq && tid < tpo * nq; x += tpo > 1 ? nq : nthr) {
+		const int32_t g = x / (D / 4), part0 = tpo > 1 ? tid / nq : 0;
+		const float *src = part + 4 * (size_t)x;
+		float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+		for (int32_t s = part0; s < nact; s += tpo) {
+			const float4 v = att_ldcg4(src + s * stride);
+			const float w = wt[g][s];
+			acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+		}
+		if (tpo > 1)
+			red[tid] = acc;
+		else
+			((float4 *)out)[x] = acc;
+	}
+	if (tpo > 1) {
+		att_sync();
+		for (int32_t x = tid; x < nq; x += nthr) {
+			float4 acc = red[x];
+			for (int k = 1; k < tpo; k++) {
+				const float4 v = red[k * nq + x];
+				acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+			}
+			((float4 *)out)[x] = acc;
+		}
+	}
+}
+
+/* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above.
+ * RING: tiles stream through the shared-memory ring, a.stages deep (the decode default: few
+ * blocks, each must keep many bytes in flight); otherwise straight into registers, the next
+ * tile's K loaded once the scores are out of the K registers and its V once P.V is done (many
+ * blocks per SM: the batch default, where that streams faster). */
+template <int D, int W, bool RING>
+ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem)
+{
+	constexpr int NJ = D / 32; /* 32-dim chunks of a K row (one 16-byte load each per lane) */
+	constexpr int NH = D / 64; /* 64-dim chunks of a V row */
+	constexpr int NC = D / 8;  /* 16-byte slots per lane per tile: K then V */
+	const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+	const int32_t i = bx, g0 = by, split = bz;
+	const int32_t G = a.nh / a.nkv, kvw = a.nkv * D;
+	const int S = RING ? a.stages : 1;
+
+	/* q of head g (zero rows past G): scaled, split into BF16 hi and lo, in this lane's dims */
+	uint32_t qh[NJ][4], ql[NJ][4];
+	{
+		const float4 *qp = (const float4 *)(a.q + ((size_t)i * a.nh + (size_t)g0 * G + (g < G ? g : 0)) * D + 8 * c);
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			const float4 u = qp[8 * j], v = qp[8 * j + 1];
+			const float sc = g < G ? a.qscale : 0.0f;
+			const float x[8] = {u.x * sc, u.y * sc, u.z * sc, u.w * sc, v.x * sc, v.y * sc, v.z * sc, v.w * sc};
+#pragma unroll
+			for (int w = 0; w < 4; w++) {
+				const uint32_t h = att_pack(x[2 * w], x[2 * w + 1]);
+				qh[j][w] = h;
+				ql[j][w] = att_pack(x[2 * w] - att_lo_f(h), x[2 * w + 1] - att_hi_f(h));
+			}
+		}
+	}
+	const int32_t p = a.pos[bx];
+	const att_range r = att_range_of(p, a.window, a.splits, a.min_tiles);
+	if (split >= r.nact)
+		return; /* the whole block: nothing to do */
+	const int32_t *trow = a.table + (size_t)a.seq[i] * a.table_stride;
+	const int32_t b_begin = r.b_lo + split * r.per;
+	const int32_t b_end = b_begin + r.per < r.b_lo + r.nb ? b_begin + r.per : r.b_lo + r.nb;
+	const uint16_t *kb = a.kc + (size_t)g0 * D + 8 * c; /* + row * kvw + 32 j */
+	const uint16_t *vb = a.vc + (size_t)g0 * D + 8 * g; /* + row * kvw + 64 h */
+	const int vrow[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+	att_u4 *ring = (att_u4 *)smem + (size_t)warp * S * NC * 32 + lane; /* slot (stage, k) at [(stage NC + k) 32] */
+	float *sm_m = (float *)(smem + att_smem_ring<D, W>(S)), *sm_l = sm_m + W * 8;
+	float(*wt)[ATT_MERGE_MAX] = (float(*)[ATT_MERGE_MAX])(sm_l + W * 8);
+	float(*wl)[ATT_MERGE_MAX] = wt + 8;
+	int *last = (int *)(wl + 8);
+
+	/* this warp's tiles: b_begin + warp + k W, k < nt; tile k streams into stage k % S */
+	const int32_t nt = b_end - b_begin > warp ? (b_end - b_begin - warp + W - 1) / W : 0;
+	auto issue = [&](int32_t k, int32_t blk) {
+		att_u4 *dst = ring + (size_t)(k % S) * NC * 32;
+		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+			for (int j = 0; j < NJ; j++)
+				att_cp16(dst + (nt2 * NJ + j) * 32, kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
+#pragma unroll
+		for (int rr = 0; rr < 4; rr++)
+#pragma unroll
+			for (int h = 0; h < NH; h++)
+				att_cp16(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow[rr]) * kvw + 64 * h);
+	};
+	att_u4 kr[2][NJ], vr[4][NH];
+	auto load_k = [&](int32_t blk) {
+		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+			for (int j = 0; j < NJ; j++)
+				kr[nt2][j] = att_ld16(kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
+	};
+	auto load_v = [&](int32_t blk) {
+		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
+#pragma unroll
+		for (int rr = 0; rr < 4; rr++)
+#pragma unroll
+			for (int h = 0; h < NH; h++)
+				vr[rr][h] = att_ld16(vb + (row0 + vrow[rr]) * kvw + 64 * h);
+	};
+	int32_t tb_next = 0;
+	if (RING) {
+		int32_t tb[4];
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			tb[k] = k < S && k < nt ? trow[b_begin + warp + k * W] : 0;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			if (k < S) {
+				if (k < nt)
+					issue(k, tb[k]);
+				att_cp_commit();
+			}
+		tb_next = S < nt ? trow[b_begin + warp + S * W] : 0;
+	} else if (nt > 0) {
+		const int32_t blk = trow[b_begin + warp];
+		load_k(blk);
+		load_v(blk);
+	}
+
+	float o[NH * 8][4];
+#pragma unroll
+	for (int t = 0; t < NH * 8; t++)
+		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+	float m = -INFINITY, l = 0.0f;
+
+	for (int32_t k = 0; k < nt; k++) {
+		const int32_t b = b_begin + warp + k * W;
+		/* the table entry used next: tile k + S + 1 (ring) or k + 1 (registers) */
+		const int32_t tb_after = k + S + (RING ? 1 : 0) < nt ? trow[b_begin + warp + (k + S + (RING ? 1 : 0)) * W] : 0;
+		if (RING) {
+			att_cp_wait(S - 1);
+			const att_u4 *src = ring + (size_t)(k % S) * NC * 32;
+#pragma unroll
+			for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+				for (int j = 0; j < NJ; j++)
+					kr[nt2][j] = src[(nt2 * NJ + j) * 32];
+#pragma unroll
+			for (int rr = 0; rr < 4; rr++)
+#pragma unroll
+				for (int h = 0; h < NH; h++)
+					vr[rr][h] = src[(2 * NJ + rr * NH + h) * 32];
+		}
+		/* scores: s[nt] rows g (hi) and g + 8 (lo) for keys 8 nt + 2c, 8 nt + 2c + 1 */
+		float s[2][4];
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++) {
+			s[nt2][0] = s[nt2][1] = s[nt2][2] = s[nt2][3] = 0.0f;
+#pragma unroll
+			for (int j = 0; j < NJ; j++) {
+				att_mma(s[nt2], qh[j][0], ql[j][0], qh[j][1], ql[j][1], kr[nt2][j].x, kr[nt2][j].y);
+				att_mma(s[nt2], qh[j][2], ql[j][2], qh[j][3], ql[j][3], kr[nt2][j].z, kr[nt2][j].w);
+			}
+		}
+		if (!RING && k + 1 < nt)
+			load_k(tb_after); /* the scores are out of the K registers */
+		/* key r of this tile is position 16 b + r; valid in [start, p] */
+		const int32_t t0 = b * FP4S_KV_BLOCK;
+		const bool full = t0 >= r.start && t0 + FP4S_KV_BLOCK - 1 <= p;
+		float x[2][2];
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int32_t kp = t0 + 8 * nt2 + 2 * c + e;
+				const float v = s[nt2][e] + s[nt2][e + 2];
+				x[nt2][e] = full || (kp >= r.start && kp <= p) ? v : -INFINITY;
+			}
+		float mt = fmaxf(fmaxf(x[0][0], x[0][1]), fmaxf(x[1][0], x[1][1]));
+		mt = fmaxf(mt, att_shfl_xor(mt, 1));
+		mt = fmaxf(mt, att_shfl_xor(mt, 2));
+		const float mn = fmaxf(m, mt); /* finite: every tile holds a valid key */
+		const float alpha = att_ex2(m - mn);
+		m = mn;
+		float pr[2][2];
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++)
+#pragma unroll
+			for (int e = 0; e < 2; e++)
+				pr[nt2][e] = att_ex2(x[nt2][e] - mn);
+		l = l * alpha + ((pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
+#pragma unroll
+		for (int t = 0; t < NH * 8; t++)
+			o[t][0] *= alpha, o[t][1] *= alpha, o[t][2] *= alpha, o[t][3] *= alpha;
+		uint32_t ph[2], pl[2];
+#pragma unroll
+		for (int nt2 = 0; nt2 < 2; nt2++) {
+			ph[nt2] = att_pack(pr[nt2][0], pr[nt2][1]);
+			pl[nt2] = att_pack(pr[nt2][0] - att_lo_f(ph[nt2]), pr[nt2][1] - att_hi_f(ph[nt2]));
+		}
+		if (!full) {
+#pragma unroll
+			for (int rr = 0; rr < 4; rr++) {
+				const int32_t kp = t0 + vrow[rr];
+				if (kp < r.start || kp > p)
+#pragma unroll
+					for (int h = 0; h < NH; h++)
+						vr[rr][h].x = vr[rr][h].y = vr[rr][h].z = vr[rr][h].w = 0u;
+			}
+		}
+#pragma unroll
+		for (int h = 0; h < NH; h++) {
+			const uint32_t v0[4] = {vr[0][h].x, vr[0][h].y, vr[0][h].z, vr[0][h].w};
+			const uint32_t v1[4] = {vr[1][h].x, vr[1][h].y, vr[1][h].z, vr[1][h].w};
+			const uint32_t v2[4] = {vr[2][h].x, vr[2][h].y, vr[2][h].z, vr[2][h].w};
+			const uint32_t v3[4] = {vr[3][h].x, vr[3][h].y, vr[3][h].z, vr[3][h].w};
+#pragma unroll
+			for (int t = 0; t < 8; t++) {
+				const uint32_t sel = (t & 1) ? 0x7632u : 0x5410u;
+				const uint32_t b0 = att_prmt(v0[t >> 1], v1[t >> 1], sel);
+				const uint32_t b1 = att_prmt(v2[t >> 1], v3[t >> 1], sel);
+				att_mma(o[h * 8 + t], ph[0], pl[0], ph[1], pl[1], b0, b1);
+			}
+		}
+		if (RING) {
+			/* the stage is consumed: refill it with tile k + S */
+			if (k + S < nt)
+				issue(k + S, tb_next);
+			att_cp_commit();
+			tb_next = tb_after;
+		} else if (k + 1 < nt) {
+			load_v(tb_after);
+		}
+	}
+	l += att_shfl_xor(l, 1);
+	l += att_shfl_xor(l, 2);
+
+	/* merge the block's warps: scale each warp's output to the block max, sum through smem
+	 * (the outputs reuse the ring: every warp is past its tiles after the first barrier) */
+	if (c == 0) {
+		sm_m[warp * 8 + g] = m;
+		sm_l[warp * 8 + g] = l;
+	}
+	att_sync();
+	float *sm_o = (float *)smem; /* [W][8][D] */
+	float mb = -INFINITY;
+#pragma unroll
+	for (int w = 0; w < W; w++)
+		mb = fmaxf(mb, sm_m[w * 8 + g]);
+	const float f = m == -INFINITY ? 0.0f : att_ex2(m - mb);
+#pragma unroll
+	for (int h = 0; h < NH; h++) {
+		float *dst = sm_o + ((size_t)warp * 8 + g) * D + 64 * h + 16 * c;
+#pragma unroll
+		for (int t = 0; t < 8; t++) {
+			dst[t] = (o[h * 8 + t][0] + o[h * 8 + t][2]) * f;
+			dst[8 + t] = (o[h * 8 + t][1] + o[h * 8 + t][3]) * f;
+		}
+	}
+	att_sync();
+	const bool whole = r.nact == 1;
+	float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
+	float *ml = part + (size_t)a.splits * G * D;
+	for (int32_t x = tid; x < G * D; x += 32 * W) {
+		const int32_t gg = x / D, j = x - gg * D;
+		float mx = -INFINITY;
+#pragma unroll
+		for (int w = 0; w < W; w++)
+			mx = fmaxf(mx, sm_m[w * 8 + gg]);
+		float acc = 0.0f, den = 0.0f;
+#pragma unroll
+		for (int w = 0; w < W; w++) {
+			acc += sm_o[((size_t)w * 8 + gg) * D + j];
+			den += sm_m[w * 8 + gg] == -INFINITY ? 0.0f : sm_l[w * 8 + gg] * att_ex2(sm_m[w * 8 + gg] - mx);
+		}
+		if (whole) {
+			const int32_t h = g0 * G + gg;
+			if (a.sinks) {
+				const float s2 = a.sinks[h] * ATT_LOG2E, mm = fmaxf(mx, s2), sc = att_ex2(mx - mm);
+				acc *= sc;
+				den = den * sc + att_ex2(s2 - mm);
+			}
+			a.out[((size_t)i * a.nh + h) * D + j] = acc / den;
+		} else {
+			part[((size_t)split * G + gg) * D + j] = acc;
+			if (j == 0) {
+				ml[2 * ((size_t)split * G + gg)] = mx;
+				ml[2 * ((size_t)split * G + gg) + 1] = den;
+			}
+		}
+	}
+	if (whole || !a.counters)
+		return;
+	/* the last block of this (token, KV head) to get here merges every split's partial */
+	att_fence();
+	att_sync();
+	if (tid == 0)
+		*last = att_atomic_inc(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
+	att_sync();
+	if (!*last)
+		return;
+	att_fence();
+	att_merge_group<D>(part, ml, r.nact, G, a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
+	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, tid, 32 * W, wt, wl, (float4 *)smem);
+	if (tid == 0)
+		a.counters[(size_t)i * a.nkv + g0] = 0u; /* ready for the next call */
+}
+
+#endif
