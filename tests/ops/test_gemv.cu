@@ -4,7 +4,8 @@
 // F16 / F32 weights; shapes with K = 2880, 4096, 14336 and odd row counts; M = 1, 2, 3, 8, 16, 17;
 // bias on and off; every split-K setting; the generic kernel (forced, odd K, misaligned x).
 // Outputs are poisoned with NaN before each run; the check is relative L2 error <= 1e-5 (the GPU
-// sums in another FP32 order) and no NaN left. `test_gemv [filter]` runs cases whose name
+// sums in another FP32 order; 3e-5 for the tensor-core FP4 kernel, whose activations keep ~16 bits)
+// and no NaN left. `test_gemv [filter]` runs cases whose name
 // contains filter.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -229,7 +230,10 @@ static int run_case(const struct gcase *c, const char *filter)
 			den += (double)yref[i] * yref[i];
 		}
 		const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-		if (nan_at >= 0 || !(rel <= 1e-5)) {
+		/* the tensor-core kernel keeps ~16 bits of x (hi + lo BF16): 2^-17 a term, more where
+		 * a short dot product cancels */
+		const double tol = fp4 && c->mma >= 0 ? 3e-5 : 1e-5;
+		if (nan_at >= 0 || !(rel <= tol)) {
 			fprintf(stderr, "%s: FAIL rel L2 %.3g%s", name, rel, nan_at >= 0 ? ", NaN at " : "");
 			if (nan_at >= 0)
 				fprintf(stderr, "token %lld row %lld", (long long)(nan_at / c->rows),
@@ -345,7 +349,7 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 			den += (double)yref[i] * yref[i];
 		}
 		const double rel = sqrt(num / den);
-		if (!(rel <= 1e-5)) {
+		if (!(rel <= 3e-5)) {
 			fprintf(stderr, "%s: FAIL rel L2 %.3g\n", name, rel);
 			failed = 1;
 		}
