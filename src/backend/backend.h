@@ -136,6 +136,19 @@ struct fp4s_backend {
 	/* out[n, inter] = silu(gate) * up, gate/up [n, inter] */
 	void (*swiglu)(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
 	               int64_t inter, float *out);
+	/* Fused decode ops, optional (NULL, or FP4S_EUNSUPPORTED with nothing enqueued where a shape
+	 * is declined): the forward pass then runs the plain ops they replace, with the same result
+	 * within the matmul tolerance. Each saves kernels and passes over the activations.
+	 *   norm_matmul:       y = W . rmsnorm(h; nw)        (rmsnorm + matmul)
+	 *   matmul_add:        h += W . x                    (matmul + add)
+	 *   swiglu_matmul_add: h += W . swiglu(gu), gu [n, 2 * w->cols] = gate | up per token */
+	int (*norm_matmul)(struct fp4s_backend *be, const float *h, const float *nw, float eps,
+	                   enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
+	                   struct fp4s_error *err);
+	int (*matmul_add)(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *h,
+	                  struct fp4s_error *err);
+	int (*swiglu_matmul_add)(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
+	                         float *h, struct fp4s_error *err);
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */
 	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	           float *y, struct fp4s_error *err);

@@ -390,6 +390,19 @@ struct step {
 
 /* Enqueues a whole forward step on the backend; no host synchronization inside, so a GPU
  * backend can capture it as a graph (MoE routing is the exception, see fwd_run). */
+/* h += W . x, fused where the backend can, else through the scratch y */
+static int matmul_add(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *h,
+                      float *y, int64_t H, struct fp4s_error *err)
+{
+	int rc = be->matmul_add ? be->matmul_add(be, x, n, w, h, err) : FP4S_EUNSUPPORTED;
+	if (rc != FP4S_EUNSUPPORTED)
+		return rc;
+	if ((rc = be->matmul(be, x, n, w, y, err)))
+		return rc;
+	be->add(be, h, y, n * H);
+	return FP4S_OK;
+}
+
 static int record_step(void *ctx, struct fp4s_error *err)
 {
 	const struct step *st = (const struct step *)ctx;
@@ -405,13 +418,20 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		return rc;
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		struct fp4s_fwd_layer *L = &f->layers[l];
-		be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
 		if (n == 1 && L->fused_qkv) {
-			/* one token: q|k|v come out of one matmul, back to back */
-			if ((rc = be->matmul(be, x, 1, &L->qkv, f->fused, err)))
+			/* one token: q|k|v come out of one matmul, back to back (the norm fused in where the
+			 * backend can) */
+			if ((rc = (be->norm_matmul ? be->norm_matmul(be, h, L->attn_norm, eps, f->norm_kind, 1,
+			                                                       &L->qkv, f->fused, err)
+			                                   : FP4S_EUNSUPPORTED)) == FP4S_EUNSUPPORTED) {
+				be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
+				rc = be->matmul(be, x, 1, &L->qkv, f->fused, err);
+			}
+			if (rc)
 				return rc;
 			q = f->fused, k = f->fused + nh * d, v = f->fused + (nh + nkv) * d;
 		} else {
+			be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
 			q = f->q, k = f->k, v = f->v;
 			if ((rc = be->matmul(be, x, n, &L->q, q, err)) || (rc = be->matmul(be, x, n, &L->k, k, err)) ||
 			    (rc = be->matmul(be, x, n, &L->v, v, err)))
@@ -425,29 +445,40 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		struct fp4s_attn_params ap = {.n_heads = (int32_t)nh, .n_kv_heads = (int32_t)nkv,
 		                              .head_dim = (int32_t)d, .window = L->window,
 		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
-		if ((rc = be->attention(be, l, q, k, v, b, &ap, att, err)) ||
-		    (rc = be->matmul(be, att, n, &L->o, y, err)))
+		if ((rc = be->attention(be, l, q, k, v, b, &ap, att, err)))
 			return rc;
-		be->add(be, h, y, n * H);
-		be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
+		if ((rc = matmul_add(be, att, n, &L->o, h, y, H, err)))
+			return rc;
 		if (L->is_moe) {
+			be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
 			if ((rc = be->moe(be, &L->moe, x, n, y, err)))
 				return rc;
+			be->add(be, h, y, n * H);
 		} else if (n == 1 && L->fused_gu) {
-			if ((rc = be->matmul(be, x, 1, &L->gate_up, f->fused, err)))
+			if ((rc = (be->norm_matmul ? be->norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, 1,
+			                                                       &L->gate_up, f->fused, err)
+			                                   : FP4S_EUNSUPPORTED)) == FP4S_EUNSUPPORTED) {
+				be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
+				rc = be->matmul(be, x, 1, &L->gate_up, f->fused, err);
+			}
+			if (rc)
 				return rc;
-			be->swiglu(be, f->fused, f->fused + L->gate.rows, 1, L->gate.rows, g);
-			if ((rc = be->matmul(be, g, n, &L->down, y, err)))
+			if ((rc = (be->swiglu_matmul_add ? be->swiglu_matmul_add(be, f->fused, 1, &L->down, h, err)
+			                                         : FP4S_EUNSUPPORTED)) == FP4S_EUNSUPPORTED) {
+				be->swiglu(be, f->fused, f->fused + L->gate.rows, 1, L->gate.rows, g);
+				rc = matmul_add(be, g, n, &L->down, h, y, H, err);
+			}
+			if (rc)
 				return rc;
 		} else {
+			be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
 			if ((rc = be->matmul(be, x, n, &L->gate, g, err)) ||
 			    (rc = be->matmul(be, x, n, &L->up, u, err)))
 				return rc;
 			be->swiglu(be, g, u, n, L->gate.rows, g);
-			if ((rc = be->matmul(be, g, n, &L->down, y, err)))
+			if ((rc = matmul_add(be, g, n, &L->down, h, y, H, err)))
 				return rc;
 		}
-		be->add(be, h, y, n * H);
 	}
 	if (st->n_out == 0)
 		return FP4S_OK;

@@ -662,6 +662,40 @@ static int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const s
 	return fp4s_cuda_matmul(w, x, (int32_t)n, y, impl_of(be)->s, err);
 }
 
+/* The fused decode ops (backend.h): the tensor-core FP4 GEMV with the norm, the SwiGLU or the
+ * residual add folded in, for the token counts that take the GEMV path. */
+static int fused_path(const struct fp4s_backend *be, int64_t n, const struct fp4s_mat *w)
+{
+	return n >= 1 && n <= 16 && (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens) &&
+	       (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4) && fp4s_gemv_mma_allowed();
+}
+
+static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *nw, float eps,
+                          enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
+                          struct fp4s_error *err)
+{
+	if (!fused_path(be, n, w))
+		return FP4S_EUNSUPPORTED;
+	return fp4s_gemv_mma_fused(w, h, (int32_t)n, y, 0, 0, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
+	                           err);
+}
+
+static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *h,
+                         struct fp4s_error *err)
+{
+	if (!fused_path(be, n, w))
+		return FP4S_EUNSUPPORTED;
+	return fp4s_gemv_mma_fused(w, x, (int32_t)n, h, 1, 0, NULL, 0.0f, 0, impl_of(be)->s, err);
+}
+
+static int cu_swiglu_matmul_add(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
+                                float *h, struct fp4s_error *err)
+{
+	if (!fused_path(be, n, w))
+		return FP4S_EUNSUPPORTED;
+	return fp4s_gemv_mma_fused(w, gu, (int32_t)n, h, 1, 1, NULL, 0.0f, 0, impl_of(be)->s, err);
+}
+
 /* enough threads that a row fits in NORM_VEC float4 registers each, in whole warps */
 static int norm_threads(int64_t width)
 {
@@ -1044,6 +1078,9 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->add = cu_add;
 	be->rope = cu_rope;
 	be->attention = cu_attention;
+	be->norm_matmul = cu_norm_matmul;
+	be->matmul_add = cu_matmul_add;
+	be->swiglu_matmul_add = cu_swiglu_matmul_add;
 	be->swiglu = cu_swiglu;
 	be->moe = cu_moe;
 	*out = be;

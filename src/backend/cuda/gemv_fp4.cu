@@ -746,13 +746,7 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	if (M == 0)
 		return FP4S_OK;
 	/* FP4: the tensor-core kernel (gemv_mma.cu) unless told otherwise or it declines the shape */
-	/* FP4S_GEMV_KERNEL=fp32 keeps FP4 on the FP32 kernels (diagnostics: end-to-end comparisons) */
-	static int env_choice = -2;
-	if (env_choice == -2) {
-		const char *ev = getenv("FP4S_GEMV_KERNEL");
-		env_choice = ev && !strcmp(ev, "fp32") ? -1 : 0;
-	}
-	const int mma = tune && tune->mma ? tune->mma : env_choice;
+	const int mma = tune && tune->mma ? tune->mma : fp4s_gemv_mma_allowed() ? 0 : -1;
 	if ((fmt == G_NVFP4 || fmt == G_MXFP4) && mma >= 0 && !generic) {
 		int rc = fp4s_gemv_mma_ex(w, x, M, y, 0, tune ? tune->kblocks : 0, tune ? tune->variant : 0,
 		                          tune ? tune->probe : 0, s, err);

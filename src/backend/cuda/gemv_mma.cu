@@ -37,6 +37,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -78,6 +81,9 @@ struct gm_args {
 	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped */
 	float alpha, limit;
 	int probe; /* benchmarks: loads only (results are garbage) */
+	const float *norm_w; /* x is RMSNorm(x; norm_w) over its K (the layer's input norm) */
+	float eps;
+	int zero_centred;
 };
 
 static __device__ __forceinline__ uint4 gm_ld16(const void *p)
@@ -290,6 +296,24 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	for (int i = 0; i < D; i++)
 		load(i);
 
+	/* RMSNorm of x: each block takes every token's sum of squares over the whole K itself (the
+	 * rows are short and L2-resident; it saves the separate norm kernel and its launch) */
+	__shared__ float s_inv[16];
+	if (a.norm_w) {
+		for (int tok = warp; tok < a.M; tok += W) {
+			const float4 *xr = reinterpret_cast<const float4 *>(xin + (size_t)tok * a.K);
+			float ss = 0.0f;
+			for (int i = lane; i < a.K / 4; i += 32) {
+				const float4 v = __ldg(xr + i);
+				ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+			}
+			for (int o = 16; o; o >>= 1)
+				ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+			if (lane == 0)
+				s_inv[tok] = 1.0f / sqrtf(ss / (float)a.K + a.eps);
+		}
+		__syncthreads();
+	}
 	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded */
 	for (int it = threadIdx.x; it < a.M * nch * 4; it += (W * 32)) {
 		const int tok = it / (nch * 4), rem = it - tok * nch * 4, lc = rem >> 2, j = rem & 3;
@@ -300,9 +324,18 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			if (a.act == 0) {
 				const float4 *xp = reinterpret_cast<const float4 *>(xin + (size_t)tok * a.K + ke);
 				u = __ldg(xp), v = __ldg(xp + 1);
+				if (a.norm_w) {
+					const float inv = s_inv[tok], c = a.zero_centred ? 1.0f : 0.0f;
+					const float4 *wp = reinterpret_cast<const float4 *>(a.norm_w + ke);
+					const float4 p = __ldg(wp), r = __ldg(wp + 1);
+					u = make_float4(u.x * inv * (c + p.x), u.y * inv * (c + p.y), u.z * inv * (c + p.z),
+					                u.w * inv * (c + p.w));
+					v = make_float4(v.x * inv * (c + r.x), v.y * inv * (c + r.y), v.z * inv * (c + r.z),
+					                v.w * inv * (c + r.w));
+				}
 			} else {
-				float xe[8];
-				gm_act8(xin, a.K, ke, a.act, a.alpha, a.limit, xe);
+				float xe[8]; /* token rows of [gate | up] or interleaved pairs: 2K floats */
+				gm_act8(xin + (size_t)tok * 2 * a.K, a.K, ke, a.act, a.alpha, a.limit, xe);
 				u = make_float4(xe[0], xe[1], xe[2], xe[3]);
 				v = make_float4(xe[4], xe[5], xe[6], xe[7]);
 			}
@@ -577,8 +610,9 @@ static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, in
 	return 0;
 }
 
-extern "C" int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
-                                int kblocks, int variant, int probe, cudaStream_t s, struct fp4s_error *err)
+static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
+                  int variant, int probe, int act, const float *norm_w, float eps, int zero_centred, cudaStream_t s,
+                  struct fp4s_error *err)
 {
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
@@ -636,6 +670,14 @@ extern "C" int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_
 		a.post = post;
 		a.ec = ec;
 		a.probe = probe;
+		a.act = act;
+		a.alpha = 1.0f;
+		a.limit = INFINITY;
+		a.norm_w = norm_w;
+		a.eps = eps;
+		a.zero_centred = zero_centred;
+		if (act)
+			a.x = x + (size_t)t0 * 2 * K;
 		const int sms = gm_dev[dev].sms;
 		cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem)
 		                   : gm_launch<GM_MXFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem);
@@ -700,10 +742,36 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 	return FP4S_OK;
 }
 
+extern "C" int fp4s_gemv_mma_allowed(void)
+{
+	/* FP4S_GEMV_KERNEL=fp32 keeps FP4 on the FP32 kernels and unfused ops (diagnostics) */
+	static int allowed = -1;
+	if (allowed < 0) {
+		const char *ev = getenv("FP4S_GEMV_KERNEL");
+		allowed = !(ev && !strcmp(ev, "fp32"));
+	}
+	return allowed;
+}
+
+extern "C" int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                                int kblocks, int variant, int probe, cudaStream_t s, struct fp4s_error *err)
+{
+	return gm_run(w, x, M, y, accumulate, kblocks, variant, probe, 0, NULL, 0.0f, 0, s, err);
+}
+
 extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
                              int kblocks, cudaStream_t s, struct fp4s_error *err)
 {
-	return fp4s_gemv_mma_ex(w, x, M, y, accumulate, kblocks, 0, 0, s, err);
+	return gm_run(w, x, M, y, accumulate, kblocks, 0, 0, 0, NULL, 0.0f, 0, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                                   int act, const float *norm_w, float eps, int zero_centred, cudaStream_t s,
+                                   struct fp4s_error *err)
+{
+	if (act < 0 || act > 1 || (act && norm_w) || (norm_w && ((uintptr_t)norm_w % 16 || M > 16)))
+		return FP4S_EUNSUPPORTED;
+	return gm_run(w, x, M, y, accumulate, 0, 0, 0, act, norm_w, eps, zero_centred, s, err);
 }
 
 /* E8M0 range of a device scale array: min and max byte */

@@ -25,6 +25,16 @@ int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                      int variant, int probe, cudaStream_t s, struct fp4s_error *err);
 
+/* 0 when FP4S_GEMV_KERNEL=fp32 asks for the FP32 kernels and unfused ops (diagnostics). */
+int fp4s_gemv_mma_allowed(void);
+
+/* Fused forms for the decode step: act = 1 makes x SwiGLU of [gate | up] rows of 2K floats per
+ * token; norm_w makes x RMSNorm(x) with that weight (eps; zero_centred: 1 + w) over K, each
+ * block computing the norm itself; accumulate adds into y (the residual). FP4S_EUNSUPPORTED
+ * where it declines. */
+int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int act,
+                        const float *norm_w, float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
+
 /* The MoE form: y[slot] = W_{idx[slot]} . x_row(slot) for slot < n_slots (moe_cuda.h's
  * fp4s_cuda_expert_matmul), x_row(slot) = x + (slot / x_div) * x_stride; act 1/2 makes x_row
  * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit). FP4S_EUNSUPPORTED
