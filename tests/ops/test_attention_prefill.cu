@@ -14,15 +14,18 @@
 // Tolerances. The reference gets exactly the BF16 q/K/V the kernel multiplies, so the only error
 // left is the kernel's own: FP32 sums of exact BF16 products (~1e-6), ex2.approx (~2^-22), and P
 // rounded to BF16 before P.V (FlashAttention-2's choice). The last dominates: a BF16 rounding has
-// relative error up to 2^-8 (rms ~1.7e-3 over mantissas); the output is a p-weighted mean of V
-// rows, so with zero-mean V its relative error is that rms again (E|sum p d v|^2 / E|sum p v|^2 =
-// E d^2), less where V has a common component. Hence: relative L2 over the case <= 4e-3 and each
-// (token, head) row <= 2e-2 for the default kernel; the `precise` kernel (P = hi + lo, both BF16)
-// removes that term, leaving ~1e-5: <= 1e-4 over the case and 1e-3 per row. A key let in or left
-// out by one position changes a row by ~1/sqrt(keys) (>= 1.5% at 3000 keys); a wrong scale, head
-// or block shifts everything. Each case prints its errors. Long prompts check a sample of tokens
-// against the CPU (every k-th plus each segment's ends); all rows are also compared with the
-// exact split-K kernel (fp4s_cuda_attention, FP32 P) under the same tolerances.
+// relative error up to 2^-8, rms 2^-8 / sqrt(6) = 1.6e-3 over a binade; the output is a
+// p-weighted mean of V rows, so with zero-mean V its relative error is at most about that rms
+// (E|sum p d v|^2 / E|sum p v|^2 = E d^2), and less where V has a common component (here a
+// per-head offset, as real V has). Measured on an H100 (2026-11-21, 100+ cases): 2.8e-4..7.4e-4
+// over a case, <= 2.8e-3 for the worst (token, head) row. Bounds: 2e-3 over the case (the
+// zero-mean rms plus margin) and 1e-2 per row (3.5x the worst row seen). The `precise` kernel
+// (P = hi + lo, both BF16) removes that term: measured <= 3e-6 over a case and 8e-6 per row;
+// bounds 2e-5 and 1e-4. A key let in or left out by one position changes a row by ~1/sqrt(keys)
+// (>= 1.5% at 3000 keys); a wrong scale, head or block shifts everything. Each case prints its
+// errors. Long prompts check a sample of tokens against the CPU (every k-th plus each segment's
+// ends); all rows are also compared with the exact split-K kernel (fp4s_cuda_attention, FP32 P)
+// under the same bounds.
 //
 // Also: graph capture and replay on new batch contents, bitwise repeatability, reuse_plan, and
 // FP4S_EUNSUPPORTED for the shapes it leaves to the exact kernel. `test_attention_prefill
@@ -308,7 +311,7 @@ static int run_case(const acase &c, int precise, int bn, int mt, const char *fil
 		memcpy(&got[k * width], &out[(size_t)rows[k] * width], (size_t)width * 4);
 	}
 	const errs e = compare(got.data(), want.data(), ident, width, p.d);
-	const double tol = precise ? 1e-4 : 4e-3, row_tol = precise ? 1e-3 : 2e-2;
+	const double tol = precise ? 2e-5 : 2e-3, row_tol = precise ? 1e-4 : 1e-2;
 
 	/* every row: no NaN, and the exact split-K kernel agrees (G <= 16: its limit) */
 	errs ex = {0, 0, 0, -1};
@@ -423,7 +426,7 @@ static void graph_and_repeat(const char *filter)
 		}
 	const errs e = compare(o1.data(), want.data(), rows, width, p2.d);
 	printf("%-44s n=%5d replay on new batch: rel %.2e row max %.2e\n", "graph", p2.n, e.rel, e.row_max);
-	CHECK_MSG(e.nan_at < 0 && e.rel <= 4e-3 && e.row_max <= 2e-2, "graph replay on a new batch: rel %.3g row %.3g",
+	CHECK_MSG(e.nan_at < 0 && e.rel <= 2e-3 && e.row_max <= 1e-2, "graph replay on a new batch: rel %.3g row %.3g",
 	          e.rel, e.row_max);
 	/* reuse_plan: the plan of this batch is in work from the replay; same result bitwise */
 	struct fp4s_attn_prefill_tune reuse = {0, 1, 0, 0};

@@ -7,14 +7,15 @@
  * Work split. A tile is up to T consecutive batch tokens of one sequence; the block of a (tile,
  * KV head) computes BM = 64 query rows, row r = token (r / G) x query head (r % G) of the G heads
  * that share the KV head (T = 64 / G tokens: 16 for llama3, 8 for gpt-oss and qwen3-moe), so each
- * K/V tile read serves the whole group. A small planning kernel cuts the batch into tiles on the
+ * K/V tile read serves the whole group; batches big enough to fill the GPU twice over get
+ * BM = 128 rows (ap_default_mt). A small planning kernel cuts the batch into tiles on the
  * device (a new tile every T tokens and at every change of sequence), so any mix of prompt chunks
  * and decode tokens is handled and the launches depend on n alone (graph-capturable). Blocks take
  * tiles last-first: the last tokens of a prompt have the most keys, and starting them first
  * shortens the causal tail. A block loops when a batch has more tiles than the grid has slots.
  *
- * Per block: 4 warps of 16 rows. Q is read once (FP32 -> BF16, RNE) and kept in registers as MMA
- * A fragments. Keys are walked in tiles of BN = 64 positions aligned to multiples of 64; K and V
+ * Per block: 4 warps of 16 (or 32) rows. Q is read once (FP32 -> BF16, RNE) and kept in registers
+ * as MMA A fragments (at d 128 with 32 rows per warp, in shared memory, read once per key tile). Keys are walked in tiles of BN = 64 positions aligned to multiples of 64; K and V
  * tiles are copied with cp.async through the block table into a 2-stage shared-memory ring
  * (row = one position's d values, 16-byte chunks XOR-swizzled by row & 7 so the ldmatrix reads
  * are conflict-free; positions outside [first key, last key] are zero-filled, never read). Per
@@ -429,21 +430,35 @@ typedef void (*ap_kernel_fn)(const float *, const __nv_bfloat16 *, const __nv_bf
                              int32_t, const float *, float, const int32_t *, float *);
 
 struct ap_variant {
-	int d, bn, mt, precise, is_default;
+	int d, bn, mt, precise;
 	ap_kernel_fn fn;
 	int smem;
 };
 
-/* Q stays in shared memory where its fragments would not fit beside the accumulators */
-#define AP_V(D_, BN_, MT_, P_, DEF_)                                                                 \
-	{D_, BN_, MT_, P_, DEF_, attn_prefill_kernel<D_, BN_, MT_, D_ * MT_ >= 256, P_>,                 \
+/* Q stays in shared memory where its fragments would not fit beside the accumulators (d 128,
+ * 2 row tiles per warp: a few registers still spill there, and it is the fastest on long
+ * prompts all the same). The precise kernel exists in one shape per d. */
+#define AP_V(D_, BN_, MT_, P_)                                                                        \
+	{D_, BN_, MT_, P_, attn_prefill_kernel<D_, BN_, MT_, D_ * MT_ >= 256, P_>,                       \
 	 ap_smem_elems(D_, BN_, MT_, D_ * MT_ >= 256) * 2}
 static const struct ap_variant ap_variants[] = {
-	AP_V(64, 64, 2, false, 1),  AP_V(64, 64, 2, true, 1),  AP_V(64, 64, 1, false, 0),
-	AP_V(64, 128, 1, false, 0), AP_V(128, 64, 1, false, 1), AP_V(128, 64, 1, true, 1),
-	AP_V(128, 64, 2, false, 0), AP_V(128, 32, 2, false, 0),
+	AP_V(64, 64, 1, false),  AP_V(64, 64, 2, false),   AP_V(64, 128, 1, false), AP_V(64, 64, 2, true),
+	AP_V(128, 64, 1, false), AP_V(128, 64, 2, false), AP_V(128, 32, 2, false), AP_V(128, 64, 1, true),
 };
 #undef AP_V
+
+/* Row tiles per warp when the caller does not say. Two (128 rows per block) halve the shared-
+ * memory reads per MMA and give each warp twice the independent MMAs, which is what the kernel
+ * is short of (latency-bound at 2 warps per scheduler): ~20% faster on long prompts (H100:
+ * llama3 2048 tokens 214 -> 171 us, 8192 2707 -> 2112 us). With fewer than ~2 blocks per SM they
+ * leave SMs idle instead: 512-token llama3 34 -> 47 us. So: 2 once the batch makes at least
+ * 2 x SMs blocks of 128 rows. A function of (n, G, nkv) only, so every layer of a step picks the
+ * same shape (reuse_plan stays valid across layers, sliding-window ones included). */
+static int ap_default_mt(int32_t n, int32_t G, int32_t nkv, int sms)
+{
+	const int64_t blocks = ((int64_t)n * G + 127) / 128 * nkv;
+	return blocks >= 2 * (int64_t)sms ? 2 : 1;
+}
 #define AP_NVARIANTS (int)(sizeof ap_variants / sizeof ap_variants[0])
 
 extern "C" int64_t fp4s_cuda_attention_prefill_work_bytes(int32_t n)
@@ -466,7 +481,7 @@ extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, co
                                               void *work, float *out, const struct fp4s_attn_prefill_tune *tune,
                                               cudaStream_t s, struct fp4s_error *err)
 {
-	static int ready; /* the shared-memory limit is raised once per process */
+	static int ready, sms; /* once per process: the shared-memory limit, the SM count */
 	if (!kv_bf16)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "prefill attention: FP32 KV cache (the exact "
 		                      "mode keeps fp4s_cuda_attention)");
@@ -480,26 +495,33 @@ extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, co
 	if (n < 0 || table_stride <= 0)
 		return fp4s_error_set(err, FP4S_EINVAL, "prefill attention: %d tokens, table stride %d", n,
 		                      table_stride);
-	const int precise = tune && tune->precise, bn = tune ? tune->bn : 0, mt = tune ? tune->mt : 0;
+	if (n == 0)
+		return FP4S_OK;
+	if (!ready) {
+		int rc = fp4s_cuda_attention_prefill_setup(err), dev = 0;
+		if (rc)
+			return rc;
+		FP4S_CUDA_TRY(err, cudaGetDevice(&dev));
+		FP4S_CUDA_TRY(err, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+		ready = 1;
+	}
+	const int32_t G = nh / nkv;
+	const int precise = tune && tune->precise;
+	int bn = tune ? tune->bn : 0, mt = tune ? tune->mt : 0;
+	if (!bn && !mt) {
+		bn = 64;
+		mt = precise ? (d == 64 ? 2 : 1) : ap_default_mt(n, G, nkv, sms);
+	}
 	const struct ap_variant *v = NULL;
 	for (int i = 0; i < AP_NVARIANTS && !v; i++) {
 		const struct ap_variant *c = &ap_variants[i];
-		if (c->d == d && c->precise == precise && (bn || mt ? (!bn || c->bn == bn) && (!mt || c->mt == mt)
-		                                                    : c->is_default))
+		if (c->d == d && c->precise == precise && (!bn || c->bn == bn) && (!mt || c->mt == mt))
 			v = c;
 	}
 	if (!v)
 		return fp4s_error_set(err, FP4S_EINVAL, "prefill attention: no kernel with dim %d, %d keys per "
 		                      "tile, %d row tiles per warp%s", d, bn, mt, precise ? ", precise" : "");
-	if (n == 0)
-		return FP4S_OK;
-	if (!ready) {
-		int rc = fp4s_cuda_attention_prefill_setup(err);
-		if (rc)
-			return rc;
-		ready = 1;
-	}
-	const int32_t G = nh / nkv, T = 64 * v->mt / G;
+	const int32_t T = 64 * v->mt / G;
 	int32_t *plan = (int32_t *)work;
 	if (!tune || !tune->reuse_plan)
 		attn_plan_kernel<<<1, PLAN_THREADS, 0, s>>>(seq, n, T, plan);
