@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention_cuda.h"
+#include "backend/cuda/attention_prefill_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemm_cuda.h"
@@ -44,6 +45,10 @@ struct cuda_impl {
 	int32_t *d_argmax;
 	int32_t sm_count;
 	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
+	void *pf_work;        /* prompt attention's tile list (attention_prefill.cu) */
+	int64_t pf_work_bytes;
+	int pf_plan_valid;    /* pf_work holds this step's tiles (made by layer 0) */
+	int pf_step;          /* this step has a prompt chunk: the flash kernel takes its attention */
 	int64_t workn_floats;
 	int32_t splits1;
 	struct cu_moe *moes;
@@ -560,6 +565,8 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 	const size_t n = (size_t)n_layers * n_blocks * FP4S_KV_BLOCK * kv_width, es = c->kv_bf16 ? 2 : 4;
 	int rc = fp4s_cuda_attention_setup(err);
 	if (!rc)
+		rc = fp4s_cuda_attention_prefill_setup(err);
+	if (!rc)
 		rc = fp4s_gemv_mma_setup(c->s, err);
 	if (!rc)
 		rc = dev_alloc(c, (void **)&c->kc, n * es, err);
@@ -580,6 +587,15 @@ static void cu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)
 static int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
+	/* Prompt chunks (runs of >= 16 tokens of one sequence) go to the flash kernel, which shares
+	 * each K/V tile among a tile of queries; decode tokens alone stay on the split-K kernel
+	 * (the flash kernel walks a lone token's whole context with one block). */
+	c->pf_plan_valid = 0;
+	c->pf_step = 0;
+	for (int32_t i = 0, run = 0; i < b->n && !c->pf_step; i++) {
+		run = i > 0 && b->seq[i] == b->seq[i - 1] ? run + 1 : 1;
+		c->pf_step = run >= 16;
+	}
 	if (b->n > c->batch_cap) {
 		cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
 		c->d_tok = c->d_pos = c->d_seq = NULL;
@@ -746,6 +762,30 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
 	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, c->kv_bf16, k, v, c->d_pos, c->d_seq,
 	                                         c->d_table, c->table_stride, layer, c->n_blocks, kvw);
+	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * (c->kv_bf16 ? 2 : 4);
+	if (c->pf_step && c->kv_bf16) {
+		const int64_t need = fp4s_cuda_attention_prefill_work_bytes(b->n);
+		if (need > c->pf_work_bytes) {
+			cudaFree(c->pf_work);
+			c->pf_work = NULL;
+			c->pf_work_bytes = 0;
+			if (dev_alloc(c, &c->pf_work, (size_t)need, err))
+				return err->code;
+			c->pf_work_bytes = need;
+			c->pf_plan_valid = 0;
+		}
+		/* the tile list depends on the batch only: layer 0 makes it, the others reuse it */
+		const struct fp4s_attn_prefill_tune tune = {0, c->pf_plan_valid, 0, 0};
+		int rc = fp4s_cuda_attention_prefill_ex(q, (const char *)c->kc + layer_off,
+		                                        (const char *)c->vc + layer_off, 1, c->d_pos, c->d_seq,
+		                                        c->d_table, c->table_stride, b->n, p->n_heads,
+		                                        p->n_kv_heads, p->head_dim, p->window, p->sinks, p->scale,
+		                                        c->pf_work, out, &tune, c->s, err);
+		if (rc != FP4S_EUNSUPPORTED) {
+			c->pf_plan_valid = rc == FP4S_OK;
+			return rc;
+		}
+	}
 	/* one-token steps use a split count fixed by the cache size and a buffer that never moves,
 	 * so a captured graph stays valid; other shapes size both to the batch */
 	int32_t splits;
@@ -770,7 +810,6 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		}
 		work = c->workn;
 	}
-	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * (c->kv_bf16 ? 2 : 4);
 	return fp4s_cuda_attention(q, (const char *)c->kc + layer_off, (const char *)c->vc + layer_off,
 	                           c->kv_bf16, c->d_pos, c->d_seq, c->d_table, c->table_stride, b->n,
 	                           p->n_heads, p->n_kv_heads, p->head_dim, p->window,
@@ -1016,7 +1055,7 @@ static void cu_destroy(struct fp4s_backend *be)
 			cudaFree(c->moe_o);
 		free(c->host_logits);
 		cudaFree(c->d_argmax);
-		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table);
+		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
 		for (struct cu_moe *m = c->moes, *nx; m; m = nx) {
 			nx = m->next;
 			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on),
