@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
+#include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
 #include "test_util.h"
@@ -414,6 +415,136 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 	free(hd), free(hs), free(bias), free(x), free(xa), free(yref), free(ygpu);
 }
 
+/* The grouped MoE form (fp4s_cuda_moe_group + fp4s_gemv_mma_grouped): n tokens x K slots over E
+ * experts (one expert crowded, so it spans several groups; some experts unused), the gate|up
+ * projection reading token rows through the group's row list, the down projection with the
+ * SwiGLU staged; each slot's output row (at gpos) against the CPU. */
+static void run_grouped(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, const char *filter)
+{
+	char name[160];
+	snprintf(name, sizeof name, "GROUPED(%s,rows=%lld,K=%lld,act=%d)", fmtname(fmt), (long long)rows,
+	         (long long)k, act);
+	if (filter && !strstr(name, filter))
+		return;
+	const int E = 6, n = 37, K = 3, slots = n * K, gmax = 8;
+	struct gcase c = {fmt, rows, k, 1, 1};
+	struct hw h[6];
+	for (int e = 0; e < E; e++)
+		if (make_weights(&c, &h[e])) {
+			t_fail++;
+			return;
+		}
+	const size_t db = h[0].data_b, sb = h[0].scales_b;
+	uint8_t *hd = (uint8_t *)malloc(db * E), *hs = (uint8_t *)malloc(sb * E);
+	float *bias = (float *)malloc(sizeof(float) * rows * E);
+	for (int e = 0; e < E; e++) {
+		memcpy(hd + db * e, h[e].data, db);
+		memcpy(hs + sb * e, h[e].scales, sb);
+	}
+	for (int64_t i = 0; i < rows * E; i++)
+		bias[i] = (float)(t_rand_normal() * 0.1);
+	int32_t idx[111];
+	static const int32_t others[4] = {0, 2, 3, 5};
+	for (int i = 0; i < slots; i++) /* expert 1 takes about half the slots; expert 4 none */
+		idx[i] = t_rand_u64() % 2 ? 1 : others[t_rand_u64() % 4];
+	const int64_t xs = act ? 2 * k : k, nrows_x = act ? slots : n;
+	float *x = (float *)malloc(sizeof(float) * xs * nrows_x), *xa = (float *)malloc(sizeof(float) * k);
+	for (int64_t i = 0; i < xs * nrows_x; i++)
+		x[i] = (float)(t_rand_normal() * (act ? 2.0 : 1.0));
+	float *yref = (float *)malloc(sizeof(float) * rows * slots), *ygpu = (float *)malloc(sizeof(float) * rows * slots);
+	struct fp4s_error err = {0};
+	const float alpha = 1.702f, limit = 7.0f;
+	int32_t *dgpos, *dsrc, *dgexp, *dgoff, *dgm, *didx, gpos[111];
+	const int32_t nz = fp4s_cuda_moe_group_count(slots, E, gmax);
+	CK(cudaMalloc(&dgpos, sizeof gpos));
+	CK(cudaMalloc(&dsrc, sizeof gpos));
+	CK(cudaMalloc(&didx, sizeof idx));
+	CK(cudaMalloc(&dgexp, sizeof(int32_t) * nz));
+	CK(cudaMalloc(&dgoff, sizeof(int32_t) * nz));
+	CK(cudaMalloc(&dgm, sizeof(int32_t) * nz));
+	CK(cudaMemcpy(didx, idx, sizeof idx, cudaMemcpyHostToDevice));
+	int rc = fp4s_cuda_moe_group(didx, slots, K, E, gmax, dgpos, dsrc, dgexp, dgoff, dgm, 0, &err);
+	CK(cudaDeviceSynchronize());
+	CK(cudaMemcpy(gpos, dgpos, sizeof gpos, cudaMemcpyDeviceToHost));
+	/* act: x rows are already in expert order (the down projection's input): row gpos[s] */
+	float *xg = (float *)malloc(sizeof(float) * xs * nrows_x);
+	if (act)
+		for (int sl = 0; sl < slots; sl++)
+			memcpy(xg + (size_t)gpos[sl] * xs, x + (size_t)sl * xs, sizeof(float) * xs);
+	for (int sl = 0; sl < slots; sl++) {
+		const float *xr = act ? x + (int64_t)sl * xs : x + (int64_t)(sl / K) * xs;
+		for (int64_t i = 0; i < k; i++) {
+			if (act == 0) {
+				xa[i] = xr[i];
+			} else if (act == 1) {
+				xa[i] = xr[i] / (1.0f + expf(-xr[i])) * xr[k + i];
+			} else {
+				const float g = fminf(xr[2 * i], limit), u = fminf(fmaxf(xr[2 * i + 1], -limit), limit);
+				xa[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+			}
+		}
+		const int e = idx[sl];
+		struct fp4s_mat wc = {fmt, rows, k, h[e].data, h[e].scales, h[0].ws2, bias + rows * e};
+		fp4s_cpu_matmul(xa, 1, &wc, yref + rows * sl, &err);
+	}
+	uint8_t *dd, *ds;
+	float *db_, *dx, *dy;
+	CK(cudaMalloc(&dd, db * E));
+	CK(cudaMalloc(&ds, sb * E));
+	CK(cudaMalloc(&db_, sizeof(float) * rows * E));
+	CK(cudaMalloc(&dx, sizeof(float) * xs * nrows_x));
+	CK(cudaMalloc(&dy, sizeof(float) * rows * slots));
+	CK(cudaMemcpy(dd, hd, db * E, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(ds, hs, sb * E, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(db_, bias, sizeof(float) * rows * E, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dx, act ? xg : x, sizeof(float) * xs * nrows_x, cudaMemcpyHostToDevice));
+	for (int64_t i = 0; i < rows * slots; i++)
+		ygpu[i] = NAN;
+	CK(cudaMemcpy(dy, ygpu, sizeof(float) * rows * slots, cudaMemcpyHostToDevice));
+	struct fp4s_stacked st = {fmt, rows, k, dd, ds, db_, (int64_t)db, (int64_t)sb, h[0].ws2, NULL, 0};
+	if (!rc)
+		rc = fp4s_cuda_mx_scale_range_stacked(&st, E, 0, &err);
+	if (!rc)
+		rc = fp4s_gemv_mma_grouped(&st, dgexp, dgoff, dgm, nz, gmax, dx, act ? NULL : dsrc, xs, act, alpha, limit,
+		                           dy, 0, &err);
+	int failed = rc != 0;
+	if (rc) {
+		fprintf(stderr, "%s: failed: %d %s\n", name, rc, err.msg);
+	} else {
+		CK(cudaMemcpy(ygpu, dy, sizeof(float) * rows * slots, cudaMemcpyDeviceToHost));
+		double num = 0, den = 0;
+		for (int sl = 0; sl < slots; sl++)
+			for (int64_t r = 0; r < rows; r++) {
+				const double d = (double)ygpu[(size_t)gpos[sl] * rows + r] - yref[(size_t)sl * rows + r];
+				num += isnan(d) ? INFINITY : d * d;
+				den += (double)yref[(size_t)sl * rows + r] * yref[(size_t)sl * rows + r];
+			}
+		const double rel = sqrt(num / den);
+		if (!(rel <= 3e-5)) {
+			fprintf(stderr, "%s: FAIL rel L2 %.3g\n", name, rel);
+			failed = 1;
+		}
+	}
+	if (failed)
+		t_fail++;
+	else
+		t_pass++;
+	CK(cudaFree(dd));
+	CK(cudaFree(ds));
+	CK(cudaFree(db_));
+	CK(cudaFree(dx));
+	CK(cudaFree(dy));
+	CK(cudaFree(dgpos));
+	CK(cudaFree(dsrc));
+	CK(cudaFree(didx));
+	CK(cudaFree(dgexp));
+	CK(cudaFree(dgoff));
+	CK(cudaFree(dgm));
+	for (int e = 0; e < E; e++)
+		free(h[e].data), free(h[e].scales);
+	free(hd), free(hs), free(bias), free(x), free(xa), free(xg), free(yref), free(ygpu);
+}
+
 int main(int argc, char **argv)
 {
 	int ndev = 0;
@@ -549,6 +680,11 @@ int main(int argc, char **argv)
 			run_experts(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, act == 1, filter);
 			run_experts(fmts[f], 5760 / (act == 2 ? 2 : 1) - (act == 2 ? 0 : 37), 2880, act, 0, filter);
 		}
+	for (size_t f = 0; f < 2; f++)
+		for (int act = 0; act <= 2; act++)
+			run_grouped(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, filter);
+	run_grouped(FP4S_WF_MXFP4, 5760, 2880, 0, filter);
+	run_grouped(FP4S_WF_MXFP4, 2880, 2880, 2, filter);
 	/* bad arguments are errors, not launches */
 	{
 		struct fp4s_error err = {0};

@@ -421,6 +421,7 @@ struct cu_moe {
 	/* one-token buffers (fixed: graphs hold them) and growable ones for larger batches */
 	int32_t *idx1, *idxn;
 	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
+	int32_t *gpos, *gsrc, *gexp, *goff, *gm; /* batches: the slots grouped by expert */
 	int64_t cap_n;
 	struct cu_moe *next; /* all layers' records, freed with the backend */
 };
@@ -891,6 +892,15 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 			    (rc = dev_alloc(c, (void **)&m->on, (size_t)(n * K * H) * 4, err)) ||
 			    (rc = dev_alloc(c, (void **)&m->lgn, (size_t)(n * E) * 4, err)))
 				return rc;
+			const int64_t nz = fp4s_cuda_moe_group_count((int32_t)(n * K), (int32_t)E, 1);
+			cudaFree(m->gpos), cudaFree(m->gsrc), cudaFree(m->gexp), cudaFree(m->goff), cudaFree(m->gm);
+			m->gpos = m->gsrc = m->gexp = m->goff = m->gm = NULL;
+			if ((rc = dev_alloc(c, (void **)&m->gpos, (size_t)(n * K) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->gsrc, (size_t)(n * K) * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->gexp, (size_t)nz * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->goff, (size_t)nz * 4, err)) ||
+			    (rc = dev_alloc(c, (void **)&m->gm, (size_t)nz * 4, err)))
+				return rc;
 			m->cap_n = n;
 		}
 		idx = m->idxn, w = m->wn, h = m->hn, a = m->an, o = m->on, lg = m->lgn;
@@ -899,8 +909,29 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 	if ((rc = fp4s_cuda_matmul(&p->router, x, (int32_t)n, lg, c->s, err)) ||
 	    (rc = fp4s_cuda_moe_route(lg, (int32_t)n, (int32_t)E, (int32_t)K,
 	                              p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, idx, w,
-	                              c->s, err)) ||
-	    (rc = expert_gu(c, m, idx, slots, x, (int32_t)K, H, h, err)))
+	                              c->s, err)))
+		return rc;
+	/* batches: slots grouped by expert, so each expert's weights are read once per group of up to
+	 * 8 tokens rather than once per token (decode of many sequences, prompts) */
+	const int gmax = n > 1 && E <= 4096 && fp4s_gemv_mma_allowed() ? fp4s_gemv_mma_group_max(&m->gu, &m->down) : 0;
+	if (gmax > 0) {
+		const int32_t nz = fp4s_cuda_moe_group_count(slots, (int32_t)E, gmax);
+		if ((rc = fp4s_cuda_moe_group(idx, slots, (int32_t)K, (int32_t)E, gmax, m->gpos, m->gsrc, m->gexp, m->goff,
+		                              m->gm, c->s, err)))
+			return rc;
+		rc = fp4s_gemv_mma_grouped(&m->gu, m->gexp, m->goff, m->gm, nz, gmax, x, m->gsrc, H, 0, 0.0f, 0.0f, h, c->s,
+		                           err);
+		if (rc == FP4S_OK)
+			rc = fp4s_gemv_mma_grouped(&m->down, m->gexp, m->goff, m->gm, nz, gmax, h, NULL, 2 * I,
+			                           m->interleaved ? 2 : 1, p->swiglu_alpha, p->swiglu_limit, o, c->s, err);
+		if (rc == FP4S_OK)
+			return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, y, c->s, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
+		/* declined (format, shape): the per-slot kernels below; the gate|up launch, if it ran,
+		 * is simply redone */
+	}
+	if ((rc = expert_gu(c, m, idx, slots, x, (int32_t)K, H, h, err)))
 		return rc;
 	/* down: the tensor-core kernel computes SwiGLU while staging its input; else act + matmul */
 	rc = fp4s_gemv_mma_experts(&m->down, idx, slots, h, 1, 2 * I, m->interleaved ? 2 : 1, p->swiglu_alpha,
@@ -910,7 +941,7 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
 	if (rc)
 		return rc;
-	return fp4s_cuda_moe_combine(o, w, (int32_t)n, (int32_t)K, H, y, c->s, err);
+	return fp4s_cuda_moe_combine(o, w, NULL, (int32_t)n, (int32_t)K, H, y, c->s, err);
 }
 
 static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
@@ -1060,6 +1091,7 @@ static void cu_destroy(struct fp4s_backend *be)
 			nx = m->next;
 			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on),
 				cudaFree(m->lgn);
+			cudaFree(m->gpos), cudaFree(m->gsrc), cudaFree(m->gexp), cudaFree(m->goff), cudaFree(m->gm);
 			free(m);
 		}
 		cu_graph_reset(be);

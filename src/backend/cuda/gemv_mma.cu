@@ -48,7 +48,7 @@
 #include "backend/cuda/moe_cuda.h"
 
 #define GM_WARPS_MAX 8          /* warps per block of the largest variant */
-#define GM_SMEM_MAX (96 * 1024) /* activation staging per block */
+#define GM_SMEM_MAX (112 * 1024) /* activation staging per block: two blocks an SM still fit */
 #define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
 #define GM_WS_FLOATS (4 << 20)  /* split-K partials (16 MB) */
 #define GM_CNT (1 << 18)        /* split-K tile counters */
@@ -81,6 +81,10 @@ struct gm_args {
 	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped */
 	float alpha, limit;
 	int probe; /* benchmarks: loads only (results are garbage) */
+	/* grouped experts (blockIdx.z = group): g_m[z] tokens (0 = an unused group) of expert
+	 * g_expert[z], their x rows xrow[g_off[z] + i] of x (x_stride floats apart; NULL: rows
+	 * g_off[z] + i), their y rows g_off[z] + i; M is then the largest group */
+	const int32_t *g_expert, *g_off, *g_m, *xrow;
 	const float *norm_w; /* x is RMSNorm(x; norm_w) over its K (the layer's input norm) */
 	float eps;
 	int zero_centred;
@@ -229,6 +233,25 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		xin += (int64_t)(slot / a.x_div) * a.x_stride;
 		yout += (int64_t)slot * a.rows;
 	}
+	int M = a.M; /* tokens of this block (a.M: of the shared-memory layout) */
+	int goff = 0;
+	if (a.g_m) {
+		const int z = blockIdx.z;
+		M = a.g_m[z];
+		if (M == 0)
+			return;
+		const int64_t e = a.g_expert[z];
+		goff = a.g_off[z];
+		data += e * a.stride_data;
+		scales += e * a.stride_scales;
+		if (bias)
+			bias += e * a.rows;
+		if (a.ws2e)
+			post *= a.ws2e[e];
+		if (!a.xrow)
+			xin += (int64_t)goff * a.x_stride;
+		yout += (int64_t)goff * a.rows;
+	}
 	const int g = lane >> 2, t = lane & 3;
 	const int k0 = blockIdx.y * a.kb;
 	const int k1 = min(a.K, k0 + a.kb);
@@ -300,7 +323,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	 * rows are short and L2-resident; it saves the separate norm kernel and its launch) */
 	__shared__ float s_inv[16];
 	if (a.norm_w) {
-		for (int tok = warp; tok < a.M; tok += W) {
+		for (int tok = warp; tok < M; tok += W) {
 			const float4 *xr = reinterpret_cast<const float4 *>(xin + (size_t)tok * a.K);
 			float ss = 0.0f;
 			for (int i = lane; i < a.K / 4; i += 32) {
@@ -315,14 +338,15 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		__syncthreads();
 	}
 	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded */
-	for (int it = threadIdx.x; it < a.M * nch * 4; it += (W * 32)) {
+	for (int it = threadIdx.x; it < M * nch * 4; it += (W * 32)) {
 		const int tok = it / (nch * 4), rem = it - tok * nch * 4, lc = rem >> 2, j = rem & 3;
 		const int ke = k0 + 32 * lc + 8 * j;
 		uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
 		if (ke < k1) {
 			float4 u, v;
 			if (a.act == 0) {
-				const float4 *xp = reinterpret_cast<const float4 *>(xin + (size_t)tok * a.K + ke);
+				const float *xr = a.xrow ? xin + (size_t)a.xrow[goff + tok] * a.x_stride : xin + (size_t)tok * a.K;
+				const float4 *xp = reinterpret_cast<const float4 *>(xr + ke);
 				u = __ldg(xp), v = __ldg(xp + 1);
 				if (a.norm_w) {
 					const float inv = s_inv[tok], c = a.zero_centred ? 1.0f : 0.0f;
@@ -355,7 +379,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	const uint8_t *xcol[NG];
 #pragma unroll
 	for (int gg = 0; gg < NG; gg++) {
-		const int col = 8 * gg + g < 2 * a.M ? 8 * gg + g : (g & 1);
+		const int col = 8 * gg + g < 2 * M ? 8 * gg + g : (g & 1);
 		xcol[gg] = sm + (size_t)col * cs;
 	}
 	float acc[NG][4];
@@ -420,7 +444,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 #pragma unroll
 			for (int gg = 0; gg < NG; gg++) {
 				const int tok = 4 * gg + t;
-				if (tok < a.M) {
+				if (tok < M) {
 					rp[(warp * a.M + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
 					rp[(warp * a.M + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
 				}
@@ -431,7 +455,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			tile_it++;
 			const int tid = threadIdx.x, tok = tid >> 4, r = tid & 15;
 			const int64_t row = tile * 16 + r;
-			const bool mine = tok < a.M && row < a.rows;
+			const bool mine = tok < M && row < a.rows;
 			float v = 0.0f;
 			if (mine)
 				for (int w = 0; w < W; w++)
@@ -772,6 +796,76 @@ extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int
 	if (act < 0 || act > 1 || (act && norm_w) || (norm_w && ((uintptr_t)norm_w % 16 || M > 16)))
 		return FP4S_EUNSUPPORTED;
 	return gm_run(w, x, M, y, accumulate, 0, 0, 0, act, norm_w, eps, zero_centred, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_group_max(const struct fp4s_stacked *gu, const struct fp4s_stacked *down)
+{
+	for (int m = 8; m >= 1; m /= 2)
+		if (gm_smem(m, (int)((gu->cols + 127) / 128 * 128), GM_WARPS_MAX) <= GM_SMEM_MAX &&
+		    gm_smem(m, (int)((down->cols + 127) / 128 * 128), GM_WARPS_MAX) <= GM_SMEM_MAX)
+			return m;
+	return 0;
+}
+
+extern "C" int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t *g_expert, const int32_t *g_off,
+                                     const int32_t *g_m, int32_t n_groups, int32_t gmax, const float *x,
+                                     const int32_t *xrow, int64_t x_stride, int act, float alpha, float limit,
+                                     float *y, cudaStream_t s, struct fp4s_error *err)
+{
+	const int nv = w->fmt == FP4S_WF_NVFP4;
+	if (!nv && w->fmt != FP4S_WF_MXFP4)
+		return FP4S_EUNSUPPORTED;
+	const int64_t K = w->cols;
+	if (K % 32 || K > (1 << 28) || w->rows <= 0 || n_groups < 1 || n_groups > 65535 || gmax < 1 || gmax > 8 ||
+	    ((uintptr_t)w->data % 16) || ((uintptr_t)x % 16) || x_stride % 4 || w->stride_data % 16 ||
+	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 2 ||
+	    (act && xrow))
+		return FP4S_EUNSUPPORTED;
+	uint32_t ec;
+	int pexp;
+	float post;
+	if (gm_scale_params(nv, w->ws2e ? 1.0f : w->ws2, w->e8_range, &ec, &pexp, &post))
+		return FP4S_EUNSUPPORTED;
+	int dev = 0, rc;
+	const int ready = gm_setup(s, &dev, err, &rc);
+	if (rc)
+		return rc;
+	if (!ready)
+		return FP4S_EUNSUPPORTED;
+	const int64_t tiles = (w->rows + 15) / 16;
+	const int nsteps = (int)((K + 127) / 128), kb = nsteps * 128;
+	if (gm_smem(gmax, kb, GM_WARPS_MAX) > GM_SMEM_MAX)
+		return FP4S_EUNSUPPORTED;
+	gm_args a = {};
+	a.data = (const uint8_t *)w->data;
+	a.scales = w->scales;
+	a.x = x;
+	a.bias = w->bias;
+	a.y = y;
+	a.rows = w->rows;
+	a.K = (int)K;
+	a.M = gmax;
+	a.kb = kb;
+	a.pexp = pexp;
+	a.post = post;
+	a.ec = ec;
+	a.stride_data = w->stride_data;
+	a.stride_scales = w->stride_scales;
+	a.ws2e = w->ws2e;
+	a.x_div = 1;
+	a.x_stride = x_stride;
+	a.act = act;
+	a.alpha = alpha;
+	a.limit = limit;
+	a.g_expert = g_expert;
+	a.g_off = g_off;
+	a.g_m = g_m;
+	a.xrow = xrow;
+	const int sms = gm_dev[dev].sms;
+	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem)
+	                   : gm_launch<GM_MXFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem);
+	FP4S_CUDA_TRY(err, e);
+	return FP4S_OK;
 }
 
 /* E8M0 range of a device scale array: min and max byte */

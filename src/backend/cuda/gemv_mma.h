@@ -43,6 +43,17 @@ int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t *idx, int3
                           int32_t x_div, int64_t x_stride, int act, float alpha, float limit, float *y,
                           cudaStream_t s, struct fp4s_error *err);
 
+/* The grouped MoE form for batches: group z (< n_groups, the grid) holds g_m[z] <= gmax tokens
+ * (0: unused) of expert g_expert[z]; their x rows are xrow[g_off[z] + i] of x (x_stride floats
+ * apart), or rows g_off[z] + i when xrow is NULL (act then as above); y rows g_off[z] + i. Each
+ * expert's weights are read once per group instead of once per token. */
+int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t *g_expert, const int32_t *g_off,
+                          const int32_t *g_m, int32_t n_groups, int32_t gmax, const float *x, const int32_t *xrow,
+                          int64_t x_stride, int act, float alpha, float limit, float *y, cudaStream_t s,
+                          struct fp4s_error *err);
+/* The largest group (8, 4, 2, 1; 0 = none) whose staged activations fit for both projections. */
+int fp4s_gemv_mma_group_max(const struct fp4s_stacked *gu, const struct fp4s_stacked *down);
+
 /* Per-device setup (workspace, shared-memory limits); done by the first call otherwise, which
  * must then not be inside a stream capture. Call it where the backend is made. */
 int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err);

@@ -197,13 +197,16 @@ static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter
 }
 
 static __global__ void moe_combine_kernel(const float *__restrict__ o, const float *__restrict__ w,
-                                          int32_t K, int64_t H, float *__restrict__ y)
+                                          const int32_t *__restrict__ perm, int32_t K, int64_t H,
+                                          float *__restrict__ y)
 {
 	const int32_t t = blockIdx.y;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < H; i += (int64_t)gridDim.x * blockDim.x) {
 		float acc = 0.0f;
-		for (int32_t j = 0; j < K; j++)
-			acc += w[t * K + j] * o[((int64_t)t * K + j) * H + i];
+		for (int32_t j = 0; j < K; j++) {
+			const int64_t row = perm ? perm[t * K + j] : (int64_t)t * K + j;
+			acc += w[t * K + j] * o[row * H + i];
+		}
 		y[(int64_t)t * H + i] = acc;
 	}
 }
@@ -263,10 +266,74 @@ extern "C" int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter,
 	return FP4S_OK;
 }
 
-extern "C" int fp4s_cuda_moe_combine(const float *o, const float *w, int32_t n, int32_t K, int64_t H,
-                                     float *y, cudaStream_t s, struct fp4s_error *err)
+/* One block: counting sort of the slots by expert (positions within an expert in arrival
+ * order; each token's result does not depend on it), then groups of <= gmax rows. */
+static __global__ void moe_group_kernel(const int32_t *__restrict__ idx, int32_t nslots, int32_t K, int32_t E,
+                                        int32_t gmax, int32_t zmax, int32_t *__restrict__ gpos,
+                                        int32_t *__restrict__ src, int32_t *__restrict__ g_expert,
+                                        int32_t *__restrict__ g_off, int32_t *__restrict__ g_m)
 {
-	moe_combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s>>>(o, w, K, H, y);
+	extern __shared__ int32_t sh[]; /* cnt[E], off[E], gbase[E] */
+	int32_t *cnt = sh, *off = sh + E, *gbase = sh + 2 * E;
+	__shared__ int32_t total;
+	for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+		cnt[e] = 0;
+	__syncthreads();
+	for (int32_t i = threadIdx.x; i < nslots; i += blockDim.x)
+		atomicAdd(&cnt[min(max(idx[i], 0), E - 1)], 1);
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		int32_t o = 0, gb = 0;
+		for (int32_t e = 0; e < E; e++) {
+			off[e] = o, gbase[e] = gb;
+			o += cnt[e];
+			gb += (cnt[e] + gmax - 1) / gmax;
+		}
+		total = gb;
+	}
+	__syncthreads();
+	for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+		for (int32_t q = 0; q * gmax < cnt[e]; q++) {
+			const int32_t z = gbase[e] + q;
+			g_expert[z] = e;
+			g_off[z] = off[e] + q * gmax;
+			g_m[z] = min(gmax, cnt[e] - q * gmax);
+		}
+	for (int32_t z = total + threadIdx.x; z < zmax; z += blockDim.x)
+		g_m[z] = 0;
+	__syncthreads();
+	for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+		cnt[e] = 0; /* now the fill count */
+	__syncthreads();
+	for (int32_t i = threadIdx.x; i < nslots; i += blockDim.x) {
+		const int32_t e = min(max(idx[i], 0), E - 1);
+		const int32_t p = off[e] + atomicAdd(&cnt[e], 1);
+		gpos[i] = p;
+		src[p] = i / K;
+	}
+}
+
+extern "C" int32_t fp4s_cuda_moe_group_count(int32_t nslots, int32_t E, int32_t gmax)
+{
+	return nslots / gmax + (E < nslots ? E : nslots) + 1;
+}
+
+extern "C" int fp4s_cuda_moe_group(const int32_t *idx, int32_t nslots, int32_t K, int32_t E, int32_t gmax,
+                                   int32_t *gpos, int32_t *src, int32_t *g_expert, int32_t *g_off, int32_t *g_m,
+                                   cudaStream_t s, struct fp4s_error *err)
+{
+	if (E < 1 || E > 4096 || gmax < 1 || nslots < 1) /* 3 E counters in 48 KB of shared memory */
+		return fp4s_error_set(err, FP4S_EINVAL, "moe: grouping %d slots over %d experts", nslots, E);
+	moe_group_kernel<<<1, 1024, (size_t)3 * E * sizeof(int32_t), s>>>(
+		idx, nslots, K, E, gmax, fp4s_cuda_moe_group_count(nslots, E, gmax), gpos, src, g_expert, g_off, g_m);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_moe_combine(const float *o, const float *w, const int32_t *perm, int32_t n, int32_t K,
+                                     int64_t H, float *y, cudaStream_t s, struct fp4s_error *err)
+{
+	moe_combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s>>>(o, w, perm, K, H, y);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
