@@ -1,16 +1,18 @@
 /* gemv_cuda.h: decode matmul on the GPU, y[M, rows] = x[M, K] . W^T (+ bias), for M = 1..16 tokens
- * (larger M loops over 16-token tiles, re-reading the weights: the tensor-core GEMM is for that).
+ * a pass (larger M loops over 16-token passes; the tensor-core GEMM is for prompts).
  *
  * W is a struct fp4s_mat (backend/cpu/cpu_ops.h) whose pointers are device pointers, in the
  * checkpoint layout: NVFP4 packed E2M1 [rows, K/2] + E4M3 [rows, K/16] + ws2; MXFP4 packed E2M1 +
- * E8M0 [rows, K/32]; BF16 / F16 / F32 [rows, K]. bias is a device float[rows] or NULL. x [M, K] and
- * y [M, rows] are FP32 device arrays that must not overlap. The CPU reference fp4s_cpu_matmul
- * defines the result; the GPU sums in a different FP32 order (tests allow 1e-5 relative L2).
+ * E8M0 [rows, K/32] (w->e8_range measured, see gemv_mma.h); BF16 / F16 / F32 [rows, K]. bias is a
+ * device float[rows] or NULL. x [M, K] and y [M, rows] are FP32 device arrays that must not
+ * overlap. The CPU reference fp4s_cpu_matmul defines the result.
  *
- * Fast path conditions (else a slower generic kernel runs, with the same results): data, scales
- * and x 16-byte aligned (cudaMalloc'd buffers are) and K a multiple of 32 (FP4) or of 16 bytes /
- * element size (dense). No repacked device layout is needed: the kernels read the checkpoint
- * layout directly with 16-byte loads. */
+ * FP4 goes to the tensor-core kernel (gemv_mma.cu: activations kept as two BF16 halves, ~2e-6
+ * relative, tests allow 3e-5) wherever it takes the shape; dense weights and declined FP4 shapes
+ * to the FP32 kernels here (FP32 sums in another order, tests allow 1e-5). Fast-path conditions
+ * of the FP32 kernels (else a slower generic kernel runs, with the same results): data, scales
+ * and x 16-byte aligned and K a multiple of 32 (FP4) or of 16 bytes / element size (dense). No
+ * repacked device layout is needed: the kernels read the checkpoint layout directly. */
 #ifndef FP4S_GEMV_CUDA_H
 #define FP4S_GEMV_CUDA_H
 

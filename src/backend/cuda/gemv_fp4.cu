@@ -20,6 +20,9 @@
  * S is chosen from the row count and K (launch_fast_r). R = 8 at M = 1 for FP4, else 4 (2 for
  * M > 4 tiles, which the default 4-token FP4 tiling does not use).
  *
+ * FP4 now goes to the tensor-core kernel (gemv_mma.cu) by default; these kernels keep dense
+ * weights, the shapes it declines, and FP4S_GEMV_KERNEL=fp32 (diagnostics).
+ *
  * Where it stands (H100, 2026-11-21; bench/results/2026-11-21-h100-gemv.md): BF16 weights stream
  * at the copy ceiling; FP4 at M = 1 reaches 1.0-1.8 TB/s, short of the 2.2 TB/s floor. ncu shows
  * the FP4 kernel latency-bound (long-scoreboard stalls on the L1-resident x loads, ~23-35% of

@@ -33,7 +33,13 @@
  * (128 bytes in flight a lane, ~64 KB an SM). The activations are read once per block from L2.
  * Blocks that share rows but cover different K ranges (when the row tiles alone would not fill
  * the GPU) leave partial sums in a workspace; the last to finish adds them in a fixed order, so
- * results do not depend on timing. */
+ * results do not depend on timing.
+ *
+ * Where it stands (H100, bench/results/2026-11-21-h100-session2.md): 0.5-1.9 TB/s at M = 1 (the
+ * FP32 kernel's range; floor 2.2), 3-4x the FP32 kernel at M = 4..16. A load-only probe of the
+ * same kernel reaches only 1.8-2.2 TB/s on large shapes, so the access pattern (64 bytes from
+ * each of 8 rows per warp load) and the tile-level pipeline are what to change next, not the
+ * math: stream each 16-row tile (contiguous in memory) with bulk copies into shared memory. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
