@@ -388,8 +388,17 @@ struct step {
 	int32_t n_out;
 };
 
-/* Enqueues a whole forward step on the backend; no host synchronization inside, so a GPU
- * backend can capture it as a graph (MoE routing is the exception, see fwd_run). */
+/* out = W . rmsnorm(h) for one token, fused where the backend can, else through the scratch x */
+static int norm_matmul(struct fp4s_backend *be, const float *h, const float *nw, float eps, enum fp4s_norm_kind kind,
+                       int64_t H, const struct fp4s_mat *w, float *x, float *out, struct fp4s_error *err)
+{
+	int rc = be->norm_matmul ? be->norm_matmul(be, h, nw, eps, kind, 1, w, out, err) : FP4S_EUNSUPPORTED;
+	if (rc != FP4S_EUNSUPPORTED)
+		return rc;
+	be->rmsnorm(be, h, nw, 1, H, eps, kind, x);
+	return be->matmul(be, x, 1, w, out, err);
+}
+
 /* h += W . x, fused where the backend can, else through the scratch y */
 static int matmul_add(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *h,
                       float *y, int64_t H, struct fp4s_error *err)
@@ -403,6 +412,8 @@ static int matmul_add(struct fp4s_backend *be, const float *x, int64_t n, const 
 	return FP4S_OK;
 }
 
+/* Enqueues a whole forward step on the backend; no host synchronization inside, so a GPU
+ * backend can capture it as a graph (MoE routing is the exception, see fwd_run). */
 static int record_step(void *ctx, struct fp4s_error *err)
 {
 	const struct step *st = (const struct step *)ctx;
@@ -421,13 +432,7 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		if (n == 1 && L->fused_qkv) {
 			/* one token: q|k|v come out of one matmul, back to back (the norm fused in where the
 			 * backend can) */
-			if ((rc = (be->norm_matmul ? be->norm_matmul(be, h, L->attn_norm, eps, f->norm_kind, 1,
-			                                                       &L->qkv, f->fused, err)
-			                                   : FP4S_EUNSUPPORTED)) == FP4S_EUNSUPPORTED) {
-				be->rmsnorm(be, h, L->attn_norm, n, H, eps, f->norm_kind, x);
-				rc = be->matmul(be, x, 1, &L->qkv, f->fused, err);
-			}
-			if (rc)
+			if ((rc = norm_matmul(be, h, L->attn_norm, eps, f->norm_kind, H, &L->qkv, x, f->fused, err)))
 				return rc;
 			q = f->fused, k = f->fused + nh * d, v = f->fused + (nh + nkv) * d;
 		} else {
@@ -455,13 +460,7 @@ static int record_step(void *ctx, struct fp4s_error *err)
 				return rc;
 			be->add(be, h, y, n * H);
 		} else if (n == 1 && L->fused_gu) {
-			if ((rc = (be->norm_matmul ? be->norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, 1,
-			                                                       &L->gate_up, f->fused, err)
-			                                   : FP4S_EUNSUPPORTED)) == FP4S_EUNSUPPORTED) {
-				be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
-				rc = be->matmul(be, x, 1, &L->gate_up, f->fused, err);
-			}
-			if (rc)
+			if ((rc = norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, H, &L->gate_up, x, f->fused, err)))
 				return rc;
 			if ((rc = (be->swiglu_matmul_add ? be->swiglu_matmul_add(be, f->fused, 1, &L->down, h, err)
 			                                         : FP4S_EUNSUPPORTED)) == FP4S_EUNSUPPORTED) {
