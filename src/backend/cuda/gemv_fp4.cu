@@ -751,8 +751,9 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	/* FP4: the tensor-core kernel (gemv_mma.cu) unless told otherwise or it declines the shape */
 	const int mma = tune && tune->mma ? tune->mma : fp4s_gemv_mma_allowed() ? 0 : -1;
 	if ((fmt == G_NVFP4 || fmt == G_MXFP4) && mma >= 0 && !generic) {
+		const int l2pf = !tune || !tune->l2pf ? -1 : tune->l2pf < 0 ? 0 : tune->l2pf;
 		int rc = fp4s_gemv_mma_ex(w, x, M, y, 0, tune ? tune->kblocks : 0, tune ? tune->variant : 0,
-		                          tune ? tune->probe : 0, s, err);
+		                          tune ? tune->probe : 0, l2pf, s, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 		if (mma > 0)
