@@ -317,22 +317,29 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		/* decode: graph replay at M = 1 and 4, PDL off / on, L2 prefetch distance (tiles) */
 		for (int m : {1, 4}) {
 			printf("decode %-14s %-6s M=%d graph TB/s:", shp, fmtname(fmt), m);
-			const int cfg[][2] = {{0, -1}, {1, -1}, {1, 1}, {1, 2}, {1, 4}, {0, 2}}; /* pdl, l2pf */
+			/* pdl, l2pf, kernel variant (gemv_mma.cu's gm_go: 4-6 = shared-memory ring) */
+			const int cfg[][3] = {{0, -1, 0}, {1, -1, 0}, {1, 1, 0}, {1, -1, 4}, {1, -1, 5},
+			                      {1, -1, 6}, {1, 1, 4}, {0, -1, 4}};
 			for (auto &c : cfg) {
 				fp4s_cuda_set_pdl(c[0]);
 				l2pf = c[1];
+				variant = c[2];
 				const float t = graph_it(m, 1);
-				printf(" pdl%d/l2pf%d:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], tbs(t), t * 1e3);
+				printf(" pdl%d/l2pf%d/v%d:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], tbs(t), t * 1e3);
 			}
 			if (m == 1) {
 				probe = 1;
 				fp4s_cuda_set_pdl(1);
-				l2pf = 2;
-				const float t = graph_it(m, 1);
-				printf(" [loads only pdl1/l2pf2: %.2f]", tbs(t));
+				l2pf = -1;
+				for (int v : {0, 4}) {
+					variant = v;
+					const float t = graph_it(m, 1);
+					printf(" [loads only v%d: %.2f]", v, tbs(t));
+				}
 				probe = 0;
 			}
 			fp4s_cuda_set_pdl(-1);
+			variant = 0;
 			l2pf = 0;
 			printf("\n");
 			fflush(stdout);

@@ -310,12 +310,12 @@ static int run_case(const struct gcase *c, const char *filter)
  * Token counts and K make tokens meet inside a warp's items (K = 2880) and K too short for the
  * warp sums (K < 256). */
 static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int mode, int zc, int acc, int l2pf,
-                      const char *filter)
+                      const char *filter, int variant = 0, int kblocks = 0)
 {
 	char name[160];
-	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d)", fmtname(fmt), (long long)rows,
-	         (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : "swiglu", zc ? ",zero-centred" : "",
-	         acc ? ",accumulate" : "", l2pf);
+	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d,variant=%d,kblocks=%d)", fmtname(fmt),
+	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : "swiglu",
+	         zc ? ",zero-centred" : "", acc ? ",accumulate" : "", l2pf, variant, kblocks);
 	if (filter && !strstr(name, filter))
 		return;
 	struct gcase c = {fmt, rows, k, m, 0};
@@ -376,7 +376,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 	struct fp4s_mat wd = {fmt, rows, k, dd, ds, h.ws2, NULL};
 	int rc = fp4s_cuda_mx_scale_range(&wd, 0, &err);
 	if (!rc && mode == 0)
-		rc = fp4s_gemv_mma_ex(&wd, dx, m, dy, acc, 0, 0, 0, l2pf, 0, &err);
+		rc = fp4s_gemv_mma_ex(&wd, dx, m, dy, acc, kblocks, variant, 0, l2pf, 0, &err);
 	else if (!rc)
 		rc = fp4s_gemv_mma_fused(&wd, dx, m, dy, acc, mode == 2, mode == 1 ? dn : NULL, eps, zc, 0, &err);
 	int failed = 0;
@@ -793,6 +793,13 @@ int main(int argc, char **argv)
 			}
 		for (int l2pf = 0; l2pf <= 5; l2pf++)
 			run_fused(fmts[f], l2pf & 1 ? 1000 : 14336, 4096, 1 + 3 * (l2pf % 2), 0, 0, l2pf & 1, l2pf, filter);
+		/* every kernel shape (the ring ones included), whole K and split K, 1..4 tokens */
+		for (int v = 0; v <= 6; v++)
+			for (int kb = 0; kb <= 3; kb += 3) {
+				run_fused(fmts[f], 1000 + 7 * v, 4096, 1 + (v + kb) % 4, 0, 0, v & 1, v % 3, filter, v, kb);
+				run_fused(fmts[f], 333, 14336, 1 + v % 4, 0, 0, 0, 0, filter, v, kb);
+				run_fused(fmts[f], 77, 2880, 1 + (v + 1) % 4, 0, 0, 1, 0, filter, v, kb);
+			}
 	}
 	for (size_t f = 0; f < 2; f++)
 		for (int act = 0; act <= 2; act++) {

@@ -59,7 +59,7 @@
 #define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
 #define GM_WS_FLOATS (4 << 20)  /* split-K partials (16 MB) */
 #define GM_CNT (1 << 18)        /* split-K tile counters */
-#define GM_L2PF 2               /* default L2 prefetch distance in tiles (see the kernel) */
+#define GM_L2PF 0               /* default L2 prefetch distance in tiles (0: measured slower) */
 
 enum { GM_NVFP4 = 0, GM_MXFP4 = 1 };
 
@@ -106,6 +106,21 @@ static __device__ __forceinline__ uint4 gm_ld16(const void *p)
 	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	             : "l"(p));
 	return v;
+}
+
+/* 16 bytes global -> shared, asynchronously (L1 bypassed); n = 0 writes zeros and reads nothing */
+static __device__ __forceinline__ void gm_cp16(void *dst, const void *src, int n)
+{
+	const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+
+static __device__ __forceinline__ void gm_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+static __device__ __forceinline__ void gm_cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 static __device__ __forceinline__ uint32_t gm_ld_u16(const void *p)
@@ -230,9 +245,13 @@ static __device__ __forceinline__ void gm_act8(const float *h, int K, int ke, in
 	}
 }
 
-/* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM) */
-template <int F, int NG, int W, int D>
-static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma_kernel(const gm_args a)
+/* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM).
+ * RING: the codes travel by cp.async into a lane-private shared-memory ring D steps deep
+ * (1 KB a warp and step) instead of registers, so loads in flight cost no registers and the
+ * kernel launches one block an SM: the next kernel's block fits beside it and, launched early
+ * by PDL, has its first loads in flight before this one ends. */
+template <int F, int NG, int W, int D, int RING>
+static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / W) gemv_mma_kernel(const gm_args a)
 {
 	extern __shared__ __align__(16) uint8_t sm[];
 	__shared__ int last;
@@ -292,6 +311,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	const size_t rowb = (size_t)a.K / 2;
 	const int spr = F == GM_NVFP4 ? a.K / 16 : a.K / 32;
 	float *red = reinterpret_cast<float *>(sm + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
+	/* RING: slot i of this lane: codes of row g at +0, of row g + 8 at +512 */
+	uint8_t *ring = reinterpret_cast<uint8_t *>(red + (size_t)2 * W * a.M * 16) + warp * 1024 + lane * 16;
 
 	uint4 qa[D], qb[D];
 	uint32_t ca[D], cb[D];
@@ -317,9 +338,17 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	};
 	aim();
 	auto load = [&](int i) {
+		if (RING) {
+			const int n = l_r0 < a.rows && l_sit < nvalid ? 16 : 0;
+			gm_cp16(ring + (size_t)i * W * 1024, pa, n);
+			gm_cp16(ring + (size_t)i * W * 1024 + 512, pb, n);
+			gm_cp_commit();
+		}
 		if (l_r0 < a.rows && l_sit < nvalid) {
-			qa[i] = gm_ld16(pa);
-			qb[i] = gm_ld16(pb);
+			if (!RING) {
+				qa[i] = gm_ld16(pa);
+				qb[i] = gm_ld16(pb);
+			}
 			if (F == GM_NVFP4) {
 				ca[i] = gm_ld_u16(qsa);
 				cb[i] = gm_ld_u16(qsb);
@@ -481,9 +510,17 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			if (q >= nitems)
 				break;
 			const int s = s0 + sit;
-			const uint4 wqa = qa[i], wqb = qb[i];
+			uint4 wqa, wqb;
+			if (RING) {
+				gm_cp_wait<D - 1>(); /* this lane's copies for item q have landed */
+				wqa = *reinterpret_cast<const uint4 *>(ring + (size_t)i * W * 1024);
+				wqb = *reinterpret_cast<const uint4 *>(ring + (size_t)i * W * 1024 + 512);
+			} else {
+				wqa = qa[i], wqb = qb[i];
+			}
 			const uint32_t cai = ca[i], cbi = cb[i];
-			load(i);
+			if (!RING)
+				load(i);
 			if (s < nsteps && a.probe) {
 				/* bandwidth probe (benchmarks only): the same loads, no decode or MMA */
 				acc[0][0] += __uint_as_float((wqa.x ^ wqa.y ^ wqa.z ^ wqa.w ^ wqb.x ^ wqb.y ^ wqb.z ^ wqb.w ^
@@ -521,6 +558,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 					}
 				}
 			}
+			if (RING)
+				load(i); /* after the slot was read: the copy refills it */
 			if (++sit < spw)
 				continue;
 			/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier,
@@ -581,6 +620,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			}
 		}
 	}
+	if (RING)
+		gm_cp_wait<0>(); /* copies past the end (zero fills) must land before the block's memory goes */
 }
 
 /* The split-K workspace and tile counters, one set per device, allocated outside graph capture. */
@@ -592,27 +633,33 @@ static struct {
 	int ready;
 } gm_dev[64];
 
-template <int F, int NG, int W, int D>
+template <int F, int NG, int W, int D, int RING>
 static cudaError_t gm_attr(void)
 {
-	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG, W, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                            GM_SMEM_MAX);
+	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG, W, D, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                            GM_SMEM_MAX + (RING ? D * W * 1024 : 0));
 }
 
 template <int F>
 static cudaError_t gm_attrs(void)
 {
-	cudaError_t e = gm_attr<F, 1, 8, 4>();
+	cudaError_t e = gm_attr<F, 1, 8, 4, 0>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 2, 8, 4>();
+		e = gm_attr<F, 2, 8, 4, 0>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 4, 8, 4>();
+		e = gm_attr<F, 4, 8, 4, 0>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 8, 8>();
+		e = gm_attr<F, 1, 8, 8, 0>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 4, 4>();
+		e = gm_attr<F, 1, 4, 4, 0>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 4, 8>();
+		e = gm_attr<F, 1, 4, 8, 0>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 8, 6, 1>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 8, 8, 1>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 8, 4, 1>();
 	return e;
 }
 
@@ -660,41 +707,63 @@ extern "C" int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err)
 	return rc;
 }
 
-/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; the others
- * exist for M <= 4 only) with blocks enough for every SM to hold as many as fit. */
-template <int F, int NG, int W, int D>
-static cudaError_t gm_go(gm_args a, int64_t units, int per_z, int ks, int nz, int sms, size_t smem, cudaStream_t s)
+/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; 4: 8/6 through
+ * the shared-memory ring, one block an SM; 5: the same 8 deep; 6: ring 4 deep, two blocks an SM;
+ * the others exist for M <= 4 only) with blocks enough for every SM to hold as many as fit
+ * (at most cap). */
+template <int F, int NG, int W, int D, int RING>
+static cudaError_t gm_go(gm_args a, int64_t units, int cap, int ks, int nz, int sms, size_t smem, cudaStream_t s)
 {
 	int per_sm = 0;
-	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<F, NG, W, D>, W * 32, smem);
+	if (RING)
+		smem += (size_t)D * W * 1024;
+	cudaError_t e =
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<F, NG, W, D, RING>, W * 32, smem);
 	if (e != cudaSuccess)
 		return e;
 	if (per_sm < 1)
 		return cudaErrorInvalidConfiguration;
+	if (cap > 0 && per_sm > cap)
+		per_sm = cap;
 	/* persistent blocks strided over the row tiles; the K blocks and expert slots share them */
 	int64_t bx = ((int64_t)per_sm * sms + (int64_t)ks * nz - 1) / ((int64_t)ks * nz);
-	(void)per_z;
 	bx = bx < 1 ? 1 : bx > units ? units : bx;
 	struct pdl_launch l;
 	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, (unsigned)ks, (unsigned)nz), dim3(W * 32), smem, s),
-	                          gemv_mma_kernel<F, NG, W, D>, a);
+	                          gemv_mma_kernel<F, NG, W, D, RING>, a);
+}
+
+/* FP4S_GEMV_VARIANT=n picks the kernel shape of gm_go for M <= 4 (experiments) */
+static int gm_default_variant(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		const char *e = getenv("FP4S_GEMV_VARIANT");
+		v = e && *e >= '0' && *e <= '6' && !e[1] ? *e - '0' : 0;
+	}
+	return v;
 }
 
 template <int F>
 static cudaError_t gm_launch(const gm_args &a, int64_t tiles, int ks, int nz, int sms, int var, cudaStream_t s,
                              size_t (*smem_of)(int, int, int))
 {
+	if (!var)
+		var = gm_default_variant();
 	if (a.M <= 4) {
 		switch (var) {
-		case 1: return gm_go<F, 1, 8, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-		case 2: return gm_go<F, 1, 4, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
-		case 3: return gm_go<F, 1, 4, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
-		default: return gm_go<F, 1, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 1: return gm_go<F, 1, 8, 8, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 2: return gm_go<F, 1, 4, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		case 3: return gm_go<F, 1, 4, 8, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		case 4: return gm_go<F, 1, 8, 6, 1>(a, tiles, 1, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 5: return gm_go<F, 1, 8, 8, 1>(a, tiles, 1, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 6: return gm_go<F, 1, 8, 4, 1>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		default: return gm_go<F, 1, 8, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 		}
 	}
 	if (a.M <= 8)
-		return gm_go<F, 2, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-	return gm_go<F, 4, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		return gm_go<F, 2, 8, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+	return gm_go<F, 4, 8, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 }
 
 static size_t gm_smem(int M, int kb, int w)
