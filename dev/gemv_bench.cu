@@ -257,15 +257,15 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		*b2b = tot / 50;
 	};
 	/* 50 iterations captured once, replayed 8 times (the first discarded): median ms / iteration */
-	auto graph_it = [&](int m, int mma) {
+	auto graph_it = [&](int m, int mma, int kblocks = 0) {
 		for (int i = 0; i < 3; i++)
-			iteration(m, mma, 0, 0, 0, 0);
+			iteration(m, mma, 0, 0, 0, -kblocks);
 		CK(cudaStreamSynchronize(cs));
 		cudaGraph_t g;
 		cudaGraphExec_t ge;
 		CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
 		for (int i = 0; i < 50; i++)
-			iteration(m, mma, 0, 0, 0, 0);
+			iteration(m, mma, 0, 0, 0, -kblocks);
 		CK(cudaStreamEndCapture(cs, &g));
 		CK(cudaGraphInstantiate(&ge, g, 0));
 		std::vector<float> t;
@@ -317,29 +317,23 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		/* decode: graph replay at M = 1 and 4, PDL off / on, L2 prefetch distance (tiles) */
 		for (int m : {1, 4}) {
 			printf("decode %-14s %-6s M=%d graph TB/s:", shp, fmtname(fmt), m);
-			/* pdl, l2pf, kernel variant (gemv_mma.cu's gm_go: 4-6 = shared-memory ring) */
-			const int cfg[][3] = {{0, -1, 0}, {1, -1, 0}, {1, 1, 0}, {1, -1, 4}, {1, -1, 5},
-			                      {1, -1, 6}, {1, 1, 4}, {0, -1, 4}};
+			/* pdl, l2pf, K blocks (0: automatic) */
+			const int cfg[][3] = {{0, -1, 0}, {1, -1, 0}, {1, -1, 1}, {1, -1, 2}, {1, -1, 3}, {1, -1, 4}};
 			for (auto &c : cfg) {
 				fp4s_cuda_set_pdl(c[0]);
 				l2pf = c[1];
-				variant = c[2];
-				const float t = graph_it(m, 1);
-				printf(" pdl%d/l2pf%d/v%d:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], tbs(t), t * 1e3);
+				const float t = graph_it(m, 1, c[2]);
+				printf(" pdl%d/l2pf%d/kb%d:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], tbs(t), t * 1e3);
 			}
 			if (m == 1) {
 				probe = 1;
 				fp4s_cuda_set_pdl(1);
 				l2pf = -1;
-				for (int v : {0, 4}) {
-					variant = v;
-					const float t = graph_it(m, 1);
-					printf(" [loads only v%d: %.2f]", v, tbs(t));
-				}
+				const float t = graph_it(m, 1);
+				printf(" [loads only: %.2f]", tbs(t));
 				probe = 0;
 			}
 			fp4s_cuda_set_pdl(-1);
-			variant = 0;
 			l2pf = 0;
 			printf("\n");
 			fflush(stdout);

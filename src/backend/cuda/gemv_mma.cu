@@ -59,6 +59,7 @@
 #define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
 #define GM_WS_FLOATS (4 << 20)  /* split-K partials (16 MB) */
 #define GM_CNT (1 << 18)        /* split-K tile counters */
+#define GM_SU 2                 /* staging rounds whose loads are issued together */
 #define GM_L2PF 0               /* default L2 prefetch distance in tiles (0: measured slower) */
 
 enum { GM_NVFP4 = 0, GM_MXFP4 = 1 };
@@ -106,21 +107,6 @@ static __device__ __forceinline__ uint4 gm_ld16(const void *p)
 	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
 	             : "l"(p));
 	return v;
-}
-
-/* 16 bytes global -> shared, asynchronously (L1 bypassed); n = 0 writes zeros and reads nothing */
-static __device__ __forceinline__ void gm_cp16(void *dst, const void *src, int n)
-{
-	const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
-}
-
-static __device__ __forceinline__ void gm_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N>
-static __device__ __forceinline__ void gm_cp_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 static __device__ __forceinline__ uint32_t gm_ld_u16(const void *p)
@@ -216,27 +202,23 @@ static __device__ __forceinline__ uint32_t gm_split(float a, float b, uint32_t &
 	       ((uint32_t)*reinterpret_cast<const unsigned short *>(&hb) << 16);
 }
 
-/* x[ke..ke + 8) of SwiGLU(h) for an expert's down projection, the same float math as
+/* x[ke..ke + 8) of SwiGLU(h) (from its loaded inputs) for a down projection, the same float math as
  * moe.cu's moe_act_kernel: act 1: h = [gate | up] halves of K each; act 2 (gpt-oss): gate and up
  * interleaved, gate clamped above at limit, up to [-limit, limit], gate * sigmoid(alpha gate) *
  * (up + 1). */
-static __device__ __forceinline__ void gm_act8(const float *h, int K, int ke, int act, float alpha, float limit,
-                                               float xe[8])
+static __device__ __forceinline__ void gm_act8(const float4 r[4], int act, float alpha, float limit, float xe[8])
 {
-	if (act == 1) {
-		const float4 *gp = reinterpret_cast<const float4 *>(h + ke);
-		const float4 *up = reinterpret_cast<const float4 *>(h + K + ke);
-		const float4 g0 = __ldg(gp), g1 = __ldg(gp + 1), u0 = __ldg(up), u1 = __ldg(up + 1);
+	if (act == 1) { /* r: gate[ke..ke + 8), up[ke..ke + 8) */
+		const float4 g0 = r[0], g1 = r[1], u0 = r[2], u1 = r[3];
 		const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
 		const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
 #pragma unroll
 		for (int i = 0; i < 8; i++)
 			xe[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-	} else {
-		const float4 *hp = reinterpret_cast<const float4 *>(h + 2 * (size_t)ke);
+	} else { /* r: (gate, up) pairs of ke..ke + 8 */
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
-			const float4 q = __ldg(hp + i);
+			const float4 q = r[i];
 			const float ga = fminf(q.x, limit), ua = fminf(fmaxf(q.y, -limit), limit);
 			const float gb = fminf(q.z, limit), ub = fminf(fmaxf(q.w, -limit), limit);
 			xe[2 * i] = ga / (1.0f + expf(-alpha * ga)) * (ua + 1.0f);
@@ -245,13 +227,9 @@ static __device__ __forceinline__ void gm_act8(const float *h, int K, int ke, in
 	}
 }
 
-/* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM).
- * RING: the codes travel by cp.async into a lane-private shared-memory ring D steps deep
- * (1 KB a warp and step) instead of registers, so loads in flight cost no registers and the
- * kernel launches one block an SM: the next kernel's block fits beside it and, launched early
- * by PDL, has its first loads in flight before this one ends. */
-template <int F, int NG, int W, int D, int RING>
-static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / W) gemv_mma_kernel(const gm_args a)
+/* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM) */
+template <int F, int NG, int W, int D>
+static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma_kernel(const gm_args a)
 {
 	extern __shared__ __align__(16) uint8_t sm[];
 	__shared__ int last;
@@ -311,8 +289,6 @@ static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / 
 	const size_t rowb = (size_t)a.K / 2;
 	const int spr = F == GM_NVFP4 ? a.K / 16 : a.K / 32;
 	float *red = reinterpret_cast<float *>(sm + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
-	/* RING: slot i of this lane: codes of row g at +0, of row g + 8 at +512 */
-	uint8_t *ring = reinterpret_cast<uint8_t *>(red + (size_t)2 * W * a.M * 16) + warp * 1024 + lane * 16;
 
 	uint4 qa[D], qb[D];
 	uint32_t ca[D], cb[D];
@@ -338,17 +314,9 @@ static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / 
 	};
 	aim();
 	auto load = [&](int i) {
-		if (RING) {
-			const int n = l_r0 < a.rows && l_sit < nvalid ? 16 : 0;
-			gm_cp16(ring + (size_t)i * W * 1024, pa, n);
-			gm_cp16(ring + (size_t)i * W * 1024 + 512, pb, n);
-			gm_cp_commit();
-		}
 		if (l_r0 < a.rows && l_sit < nvalid) {
-			if (!RING) {
-				qa[i] = gm_ld16(pa);
-				qb[i] = gm_ld16(pb);
-			}
+			qa[i] = gm_ld16(pa);
+			qb[i] = gm_ld16(pb);
 			if (F == GM_NVFP4) {
 				ca[i] = gm_ld_u16(qsa);
 				cb[i] = gm_ld_u16(qsb);
@@ -440,53 +408,83 @@ static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / 
 			}
 		}
 	}
-	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded;
-	 * all threads run the same number of rounds (the norm's warp sums need every lane) */
+	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded.
+	 * Items (8 elements of one token) go in batches of GM_SU rounds of the block: every load of
+	 * a batch is issued before the first is used, so staging costs one L2 round trip a batch
+	 * rather than one a round (measured ~0.5 us a round at M = 4). All threads run the same
+	 * rounds (the norm's warp sums need every lane). */
 	const int per_tok = nch * 4, total = M * per_tok;
-#pragma unroll 2
-	for (int base = 0; base < total; base += W * 32) {
-		const int it = base + threadIdx.x;
-		int tok = -1;
-		float ssq = 0.0f;
-		if (it < total) {
-			tok = it / per_tok;
-			const int rem = it - tok * per_tok, lc = rem >> 2, j = rem & 3;
-			const int ke = k0 + 32 * lc + 8 * j;
-			uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
-			if (ke < k1) {
-				float4 u, v;
-				if (a.act == 0) {
-					const float *xr = a.xrow ? xin + (size_t)a.xrow[goff + tok] * a.x_stride : xin + (size_t)tok * a.K;
-					const float4 *xp = reinterpret_cast<const float4 *>(xr + ke);
-					u = __ldg(xp), v = __ldg(xp + 1);
-					if (a.norm_w) {
-						const float c = a.zero_centred ? 1.0f : 0.0f;
-						const float4 *wp = reinterpret_cast<const float4 *>(a.norm_w + ke);
-						const float4 p = __ldg(wp), r = __ldg(wp + 1);
-						if (gridDim.y == 1)
-							ssq = u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w + v.x * v.x +
-							      v.y * v.y + v.z * v.z + v.w * v.w;
-						u = make_float4(u.x * (c + p.x), u.y * (c + p.y), u.z * (c + p.z), u.w * (c + p.w));
-						v = make_float4(v.x * (c + r.x), v.y * (c + r.y), v.z * (c + r.z), v.w * (c + r.w));
-					}
-				} else {
-					float xe[8]; /* token rows of [gate | up] or interleaved pairs: 2K floats */
-					gm_act8(xin + (size_t)tok * 2 * a.K, a.K, ke, a.act, a.alpha, a.limit, xe);
-					u = make_float4(xe[0], xe[1], xe[2], xe[3]);
-					v = make_float4(xe[4], xe[5], xe[6], xe[7]);
+	for (int base = 0; base < total; base += GM_SU * W * 32) {
+		float4 raw[GM_SU][4]; /* x (2) and norm weight (2), or the 4 of SwiGLU's input */
+		int tk[GM_SU], ke_[GM_SU];
+#pragma unroll
+		for (int u = 0; u < GM_SU; u++) {
+			const int it = base + u * W * 32 + threadIdx.x;
+			tk[u] = -1;
+			ke_[u] = k1;
+			if (it >= total)
+				continue;
+			const int tok = it / per_tok, rem = it - tok * per_tok;
+			tk[u] = tok;
+			ke_[u] = k0 + 32 * (rem >> 2) + 8 * (rem & 3);
+			if (ke_[u] >= k1)
+				continue;
+			const float4 *src;
+			if (a.act == 0) {
+				const float *xr = a.xrow ? xin + (size_t)a.xrow[goff + tok] * a.x_stride : xin + (size_t)tok * a.K;
+				src = reinterpret_cast<const float4 *>(xr + ke_[u]);
+				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
+				if (a.norm_w) {
+					src = reinterpret_cast<const float4 *>(a.norm_w + ke_[u]);
+					raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
 				}
-				/* pair k = (x[3 - k], x[7 - k]) */
-				hi.x = gm_split(u.w, v.w, lo.x);
-				hi.y = gm_split(u.z, v.z, lo.y);
-				hi.z = gm_split(u.y, v.y, lo.z);
-				hi.w = gm_split(u.x, v.x, lo.w);
+			} else if (a.act == 1) { /* token rows of [gate | up], 2K floats */
+				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + ke_[u]);
+				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
+				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + a.K + ke_[u]);
+				raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
+			} else { /* gate and up interleaved */
+				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + 2 * (size_t)ke_[u]);
+				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
+				raw[u][2] = __ldg(src + 2), raw[u][3] = __ldg(src + 3);
 			}
-			const int off = lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16);
-			*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok) * cs + off) = hi;
-			*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok + 1) * cs + off) = lo;
 		}
-		if (a.norm_w && gridDim.y == 1)
-			add_ss(tok, ssq, per_tok >= 32);
+#pragma unroll
+		for (int u = 0; u < GM_SU; u++) {
+			const int tok = tk[u];
+			float ssq = 0.0f;
+			if (tok >= 0) {
+				uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
+				if (ke_[u] < k1) {
+					float4 p = raw[u][0], q = raw[u][1];
+					if (a.act == 0 && a.norm_w) {
+						const float c = a.zero_centred ? 1.0f : 0.0f;
+						const float4 r = raw[u][2], t4 = raw[u][3];
+						if (gridDim.y == 1)
+							ssq = p.x * p.x + p.y * p.y + p.z * p.z + p.w * p.w + q.x * q.x +
+							      q.y * q.y + q.z * q.z + q.w * q.w;
+						p = make_float4(p.x * (c + r.x), p.y * (c + r.y), p.z * (c + r.z), p.w * (c + r.w));
+						q = make_float4(q.x * (c + t4.x), q.y * (c + t4.y), q.z * (c + t4.z), q.w * (c + t4.w));
+					} else if (a.act) {
+						float xe[8];
+						gm_act8(raw[u], a.act, a.alpha, a.limit, xe);
+						p = make_float4(xe[0], xe[1], xe[2], xe[3]);
+						q = make_float4(xe[4], xe[5], xe[6], xe[7]);
+					}
+					/* pair k = (x[3 - k], x[7 - k]) */
+					hi.x = gm_split(p.w, q.w, lo.x);
+					hi.y = gm_split(p.z, q.z, lo.y);
+					hi.z = gm_split(p.y, q.y, lo.z);
+					hi.w = gm_split(p.x, q.x, lo.w);
+				}
+				const int rem = base + u * W * 32 + threadIdx.x - tok * per_tok, lc = rem >> 2, j = rem & 3;
+				const int off = lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16);
+				*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok) * cs + off) = hi;
+				*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok + 1) * cs + off) = lo;
+			}
+			if (a.norm_w && gridDim.y == 1)
+				add_ss(tok, ssq, per_tok >= 32);
+		}
 	}
 	__syncthreads();
 
@@ -510,17 +508,9 @@ static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / 
 			if (q >= nitems)
 				break;
 			const int s = s0 + sit;
-			uint4 wqa, wqb;
-			if (RING) {
-				gm_cp_wait<D - 1>(); /* this lane's copies for item q have landed */
-				wqa = *reinterpret_cast<const uint4 *>(ring + (size_t)i * W * 1024);
-				wqb = *reinterpret_cast<const uint4 *>(ring + (size_t)i * W * 1024 + 512);
-			} else {
-				wqa = qa[i], wqb = qb[i];
-			}
+			const uint4 wqa = qa[i], wqb = qb[i];
 			const uint32_t cai = ca[i], cbi = cb[i];
-			if (!RING)
-				load(i);
+			load(i);
 			if (s < nsteps && a.probe) {
 				/* bandwidth probe (benchmarks only): the same loads, no decode or MMA */
 				acc[0][0] += __uint_as_float((wqa.x ^ wqa.y ^ wqa.z ^ wqa.w ^ wqb.x ^ wqb.y ^ wqb.z ^ wqb.w ^
@@ -558,8 +548,6 @@ static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / 
 					}
 				}
 			}
-			if (RING)
-				load(i); /* after the slot was read: the copy refills it */
 			if (++sit < spw)
 				continue;
 			/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier,
@@ -620,8 +608,6 @@ static __global__ void __launch_bounds__(W * 32, RING ? 2 : (D == 4 ? 16 : 8) / 
 			}
 		}
 	}
-	if (RING)
-		gm_cp_wait<0>(); /* copies past the end (zero fills) must land before the block's memory goes */
 }
 
 /* The split-K workspace and tile counters, one set per device, allocated outside graph capture. */
@@ -633,33 +619,27 @@ static struct {
 	int ready;
 } gm_dev[64];
 
-template <int F, int NG, int W, int D, int RING>
+template <int F, int NG, int W, int D>
 static cudaError_t gm_attr(void)
 {
-	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG, W, D, RING>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                            GM_SMEM_MAX + (RING ? D * W * 1024 : 0));
+	return cudaFuncSetAttribute(gemv_mma_kernel<F, NG, W, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                            GM_SMEM_MAX);
 }
 
 template <int F>
 static cudaError_t gm_attrs(void)
 {
-	cudaError_t e = gm_attr<F, 1, 8, 4, 0>();
+	cudaError_t e = gm_attr<F, 1, 8, 4>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 2, 8, 4, 0>();
+		e = gm_attr<F, 2, 8, 4>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 4, 8, 4, 0>();
+		e = gm_attr<F, 4, 8, 4>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 8, 8, 0>();
+		e = gm_attr<F, 1, 8, 8>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 4, 4, 0>();
+		e = gm_attr<F, 1, 4, 4>();
 	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 4, 8, 0>();
-	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 8, 6, 1>();
-	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 8, 8, 1>();
-	if (e == cudaSuccess)
-		e = gm_attr<F, 1, 8, 4, 1>();
+		e = gm_attr<F, 1, 4, 8>();
 	return e;
 }
 
@@ -707,63 +687,41 @@ extern "C" int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err)
 	return rc;
 }
 
-/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; 4: 8/6 through
- * the shared-memory ring, one block an SM; 5: the same 8 deep; 6: ring 4 deep, two blocks an SM;
- * the others exist for M <= 4 only) with blocks enough for every SM to hold as many as fit
- * (at most cap). */
-template <int F, int NG, int W, int D, int RING>
-static cudaError_t gm_go(gm_args a, int64_t units, int cap, int ks, int nz, int sms, size_t smem, cudaStream_t s)
+/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; the others
+ * exist for M <= 4 only) with blocks enough for every SM to hold as many as fit. */
+template <int F, int NG, int W, int D>
+static cudaError_t gm_go(gm_args a, int64_t units, int per_z, int ks, int nz, int sms, size_t smem, cudaStream_t s)
 {
 	int per_sm = 0;
-	if (RING)
-		smem += (size_t)D * W * 1024;
-	cudaError_t e =
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<F, NG, W, D, RING>, W * 32, smem);
+	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<F, NG, W, D>, W * 32, smem);
 	if (e != cudaSuccess)
 		return e;
 	if (per_sm < 1)
 		return cudaErrorInvalidConfiguration;
-	if (cap > 0 && per_sm > cap)
-		per_sm = cap;
 	/* persistent blocks strided over the row tiles; the K blocks and expert slots share them */
 	int64_t bx = ((int64_t)per_sm * sms + (int64_t)ks * nz - 1) / ((int64_t)ks * nz);
+	(void)per_z;
 	bx = bx < 1 ? 1 : bx > units ? units : bx;
 	struct pdl_launch l;
 	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, (unsigned)ks, (unsigned)nz), dim3(W * 32), smem, s),
-	                          gemv_mma_kernel<F, NG, W, D, RING>, a);
-}
-
-/* FP4S_GEMV_VARIANT=n picks the kernel shape of gm_go for M <= 4 (experiments) */
-static int gm_default_variant(void)
-{
-	static int v = -1;
-	if (v < 0) {
-		const char *e = getenv("FP4S_GEMV_VARIANT");
-		v = e && *e >= '0' && *e <= '6' && !e[1] ? *e - '0' : 0;
-	}
-	return v;
+	                          gemv_mma_kernel<F, NG, W, D>, a);
 }
 
 template <int F>
 static cudaError_t gm_launch(const gm_args &a, int64_t tiles, int ks, int nz, int sms, int var, cudaStream_t s,
                              size_t (*smem_of)(int, int, int))
 {
-	if (!var)
-		var = gm_default_variant();
 	if (a.M <= 4) {
 		switch (var) {
-		case 1: return gm_go<F, 1, 8, 8, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-		case 2: return gm_go<F, 1, 4, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
-		case 3: return gm_go<F, 1, 4, 8, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
-		case 4: return gm_go<F, 1, 8, 6, 1>(a, tiles, 1, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-		case 5: return gm_go<F, 1, 8, 8, 1>(a, tiles, 1, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-		case 6: return gm_go<F, 1, 8, 4, 1>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-		default: return gm_go<F, 1, 8, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 1: return gm_go<F, 1, 8, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		case 2: return gm_go<F, 1, 4, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		case 3: return gm_go<F, 1, 4, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		default: return gm_go<F, 1, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 		}
 	}
 	if (a.M <= 8)
-		return gm_go<F, 2, 8, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
-	return gm_go<F, 4, 8, 4, 0>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+		return gm_go<F, 2, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
+	return gm_go<F, 4, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 }
 
 static size_t gm_smem(int M, int kb, int w)
@@ -794,6 +752,23 @@ static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, in
 	return 0;
 }
 
+/* Blocks along K for a matrix of `tiles` row tiles on `blocks` persistent blocks: each block's
+ * time goes with the tiles it streams, so the kernel takes ceil(tiles * ks / blocks) / ks tile
+ * times. 384 tiles (6144 rows) on 264 blocks take 2 whole rounds at ks = 1 but 3 half rounds at
+ * ks = 2. A split costs its partial sums and the last block's pass over them: counted as 0.15
+ * of a tile time. */
+static int gm_balance(int64_t tiles, int nsteps, int blocks)
+{
+	int best = 1;
+	double best_t = (double)((tiles + blocks - 1) / blocks);
+	for (int ks = 2; ks <= 4 && ks <= nsteps; ks++) {
+		const double t = (double)((tiles * ks + blocks - 1) / blocks) / ks + 0.15;
+		if (t < best_t)
+			best = ks, best_t = t;
+	}
+	return best;
+}
+
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, cudaStream_t s,
                   struct fp4s_error *err)
@@ -822,9 +797,10 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 	const int nsteps = (int)((K + 127) / 128);
 	for (int32_t t0 = 0; t0 < M; t0 += 16) {
 		const int m = M - t0 < 16 ? M - t0 : 16;
-		/* K split only where the staged activations would not fit (large M x K), or asked for:
-		 * blocks loop over row tiles instead, so each keeps loads in flight across tiles */
-		int ks = kblocks > 0 ? kblocks : 1;
+		/* K split where the staged activations would not fit (large M x K), where asked for, or
+		 * where it evens out the last round of tiles (gm_balance); otherwise blocks loop over
+		 * row tiles, keeping loads in flight across tiles */
+		int ks = kblocks > 0 ? kblocks : gm_balance(tiles, nsteps, 2 * gm_dev[dev].sms);
 		if (ks > nsteps)
 			ks = nsteps;
 		int kb = (nsteps + ks - 1) / ks * 128;

@@ -36,6 +36,14 @@ static __device__ __forceinline__ void pdl_trigger(void)
 #endif
 }
 
+/* Both, first thing: for kernels with nothing to do before their inputs are ready (their gain
+ * is the launch and ramp-up hidden behind the previous kernel). */
+static __device__ __forceinline__ void pdl_enter(void)
+{
+	pdl_trigger();
+	pdl_wait();
+}
+
 extern "C" {
 /* 1 when launches on the current device carry the PDL attribute: compute capability >= 9.0 and
  * FP4S_PDL is not "0" (a diagnostic switch). */
@@ -66,6 +74,16 @@ static inline cudaLaunchConfig_t *pdl_cfg(struct pdl_launch *l, dim3 grid, dim3 
 		l->cfg.numAttrs = 1;
 	}
 	return &l->cfg;
+}
+
+/* kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute where fp4s_cuda_pdl(); the
+ * kernel must follow the contract above. Returns the launch status. */
+template <typename... K, typename... A>
+static inline cudaError_t pdl_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                     A... args)
+{
+	struct pdl_launch l;
+	return cudaLaunchKernelEx(pdl_cfg(&l, grid, block, smem, s), kernel, args...);
 }
 
 #endif
