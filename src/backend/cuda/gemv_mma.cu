@@ -752,23 +752,6 @@ static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, in
 	return 0;
 }
 
-/* Blocks along K for a matrix of `tiles` row tiles on `blocks` persistent blocks: each block's
- * time goes with the tiles it streams, so the kernel takes ceil(tiles * ks / blocks) / ks tile
- * times. 384 tiles (6144 rows) on 264 blocks take 2 whole rounds at ks = 1 but 3 half rounds at
- * ks = 2. A split costs its partial sums and the last block's pass over them: counted as 0.15
- * of a tile time. */
-static int gm_balance(int64_t tiles, int nsteps, int blocks)
-{
-	int best = 1;
-	double best_t = (double)((tiles + blocks - 1) / blocks);
-	for (int ks = 2; ks <= 4 && ks <= nsteps; ks++) {
-		const double t = (double)((tiles * ks + blocks - 1) / blocks) / ks + 0.15;
-		if (t < best_t)
-			best = ks, best_t = t;
-	}
-	return best;
-}
-
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, cudaStream_t s,
                   struct fp4s_error *err)
@@ -797,10 +780,11 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 	const int nsteps = (int)((K + 127) / 128);
 	for (int32_t t0 = 0; t0 < M; t0 += 16) {
 		const int m = M - t0 < 16 ? M - t0 : 16;
-		/* K split where the staged activations would not fit (large M x K), where asked for, or
-		 * where it evens out the last round of tiles (gm_balance); otherwise blocks loop over
-		 * row tiles, keeping loads in flight across tiles */
-		int ks = kblocks > 0 ? kblocks : gm_balance(tiles, nsteps, 2 * gm_dev[dev].sms);
+		/* K split only where the staged activations would not fit (large M x K), or asked for:
+		 * blocks loop over row tiles instead, so each keeps loads in flight across tiles. (Splits
+		 * that only even out the last round of tiles measured 1.4-2x slower on the H100: each
+		 * tile then pays a fence and a counter round trip.) */
+		int ks = kblocks > 0 ? kblocks : 1;
 		if (ks > nsteps)
 			ks = nsteps;
 		int kb = (nsteps + ks - 1) / ks * 128;
