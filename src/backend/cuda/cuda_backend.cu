@@ -168,6 +168,52 @@ static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32
 	}
 }
 
+/* norm_rope: grid (tokens, heads of q then k), one block a head of d <= 512: RMSNorm of the
+ * head over d with its weight (qn or kn), then the rotary pairs, in one pass through shared
+ * memory (Qwen3's q_norm / k_norm before RoPE; the same float math as rmsnorm_kernel and
+ * rope_kernel). */
+static __global__ void norm_rope_kernel(float *q, float *k, const float *qn, const float *kn, float eps,
+                                        int zero_centred, const int32_t *pos, int32_t nh, int32_t nkv, int32_t d,
+                                        int32_t rot, const float *inv_freq, float mscale)
+{
+	pdl_enter();
+	__shared__ float s_v[512], red[32];
+	const int32_t i = blockIdx.x, h = blockIdx.y;
+	float *v = h < nh ? q + ((int64_t)i * nh + h) * d : k + ((int64_t)i * nkv + (h - nh)) * d;
+	const float *w = h < nh ? qn : kn;
+	float ss = 0.0f;
+	for (int j = threadIdx.x; j < d; j += blockDim.x) {
+		s_v[j] = v[j];
+		ss += s_v[j] * s_v[j];
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x / 32] = ss;
+	__syncthreads();
+	float tot = 0.0f;
+	for (int r = 0; r < (int)(blockDim.x / 32); r++)
+		tot += red[r];
+	const float inv = 1.0f / sqrtf(tot / (float)d + eps), a = zero_centred ? 1.0f : 0.0f;
+	for (int j = threadIdx.x; j < d; j += blockDim.x)
+		s_v[j] = s_v[j] * inv * (a + w[j]);
+	__syncthreads();
+	const int half = rot / 2;
+	for (int j = threadIdx.x; j < d; j += blockDim.x) {
+		if (j < half) {
+			const float ang = (float)pos[i] * inv_freq[j];
+			const float c = cosf(ang) * mscale, s = sinf(ang) * mscale;
+			v[j] = s_v[j] * c - s_v[j + half] * s;
+		} else if (j < rot) {
+			const float ang = (float)pos[i] * inv_freq[j - half];
+			const float c = cosf(ang) * mscale, s = sinf(ang) * mscale;
+			v[j] = s_v[j] * c + s_v[j - half] * s;
+		} else {
+			v[j] = s_v[j];
+		}
+	}
+}
+
 static __global__ void kv_write_kernel(void *kc, void *vc, int bf16, const float *k, const float *v,
                                        const int32_t *pos, const int32_t *seq, const int32_t *table,
                                        int32_t table_stride, int32_t layer, int32_t n_blocks, int32_t kvw)
@@ -754,6 +800,20 @@ static void cu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp
 		q, k, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
 }
 
+static int cu_norm_rope(struct fp4s_backend *be, float *q, float *k, const float *qn, const float *kn, float eps,
+                        enum fp4s_norm_kind kind, const struct fp4s_batch *b, int32_t nh, int32_t nkv,
+                        int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale,
+                        struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	if (head_dim > 512 || rot_dim > head_dim || (kind != FP4S_NORM_PLAIN && kind != FP4S_NORM_ZERO_CENTRED))
+		return FP4S_EUNSUPPORTED;
+	pdl_launch(norm_rope_kernel, dim3((unsigned)b->n, (unsigned)(nh + nkv)), 64, 0, c->s, q, k, qn, kn, eps,
+		kind == FP4S_NORM_ZERO_CENTRED, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
 /* Key chunks per (token, KV head): a decode step has one token and a handful of KV heads, so
  * the chunks are what puts enough warps in flight: ~8 blocks per SM, chunks of >= 32 keys. */
 #define ATT_MAX_SPLITS 128
@@ -884,7 +944,7 @@ static int expert_gu(struct cuda_impl *c, struct cu_moe *m, const int32_t *idx, 
 }
 
 static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, const float *x, int64_t n,
-                         float *y, struct fp4s_error *err)
+                         int accumulate, float *y, struct fp4s_error *err)
 {
 	struct cu_moe *m = (struct cu_moe *)p->dev;
 	const int64_t K = p->top_k, I = p->inter, H = p->hidden, E = p->n_experts;
@@ -937,7 +997,7 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 			rc = fp4s_gemv_mma_grouped(&m->down, m->gexp, m->goff, m->gm, nz, gmax, h, NULL, 2 * I,
 			                           m->interleaved ? 2 : 1, p->swiglu_alpha, p->swiglu_limit, o, c->s, err);
 		if (rc == FP4S_OK)
-			return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, y, c->s, err);
+			return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 		/* declined (format, shape): the per-slot kernels below; the gate|up launch, if it ran,
@@ -953,7 +1013,16 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
 	if (rc)
 		return rc;
-	return fp4s_cuda_moe_combine(o, w, NULL, (int32_t)n, (int32_t)K, H, y, c->s, err);
+	return fp4s_cuda_moe_combine(o, w, NULL, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
+}
+
+/* h += moe(x): the combine adds into the residual (experts on the device only) */
+static int cu_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n, float *h,
+                      struct fp4s_error *err)
+{
+	if (!p->dev)
+		return FP4S_EUNSUPPORTED;
+	return moe_on_device(impl_of(be), p, x, n, 1, h, err);
 }
 
 static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
@@ -961,7 +1030,7 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
 {
 	struct cuda_impl *c = impl_of(be);
 	if (p->dev)
-		return moe_on_device(c, p, x, n, y, err);
+		return moe_on_device(c, p, x, n, 0, y, err);
 	const int32_t E = p->n_experts, K = p->top_k;
 	const int64_t H = p->hidden, I = p->inter;
 	if (K <= 0 || K > E || K > 64 || E > 4096)
@@ -1163,6 +1232,8 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->attention = cu_attention;
 	be->norm_matmul = cu_norm_matmul;
 	be->matmul_add = cu_matmul_add;
+	be->norm_rope = cu_norm_rope;
+	be->moe_add = cu_moe_add;
 	be->swiglu_matmul_add = cu_swiglu_matmul_add;
 	be->swiglu = cu_swiglu;
 	be->moe = cu_moe;

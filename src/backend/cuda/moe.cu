@@ -201,7 +201,7 @@ static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter
 }
 
 static __global__ void moe_combine_kernel(const float *__restrict__ o, const float *__restrict__ w,
-                                          const int32_t *__restrict__ perm, int32_t K, int64_t H,
+                                          const int32_t *__restrict__ perm, int32_t K, int64_t H, int accumulate,
                                           float *__restrict__ y)
 {
 	pdl_enter();
@@ -212,7 +212,7 @@ static __global__ void moe_combine_kernel(const float *__restrict__ o, const flo
 			const int64_t row = perm ? perm[t * K + j] : (int64_t)t * K + j;
 			acc += w[t * K + j] * o[row * H + i];
 		}
-		y[(int64_t)t * H + i] = acc;
+		y[(int64_t)t * H + i] = accumulate ? y[(int64_t)t * H + i] + acc : acc;
 	}
 }
 
@@ -337,9 +337,10 @@ extern "C" int fp4s_cuda_moe_group(const int32_t *idx, int32_t nslots, int32_t K
 }
 
 extern "C" int fp4s_cuda_moe_combine(const float *o, const float *w, const int32_t *perm, int32_t n, int32_t K,
-                                     int64_t H, float *y, cudaStream_t s, struct fp4s_error *err)
+                                     int64_t H, int accumulate, float *y, cudaStream_t s, struct fp4s_error *err)
 {
-	pdl_launch(moe_combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s, o, w, perm, K, H, y);
+	pdl_launch(moe_combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s, o, w, perm, K, H,
+		accumulate, y);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
