@@ -431,7 +431,8 @@ int main(int argc, char **argv)
 				const std::vector<double> want = reference(s, FP4S_KV_BF16), want8 = reference(s, FP4S_KV_FP8);
 				const bool sweep_here = sweep && ((n == 1 && ctx >= 4096) || (n == 64 && ctx == 4096));
 				for (const variant &v : vars) {
-					if (!v.old && strcmp(v.name, "new") && !sweep_here)
+					const bool main_row = v.old || !strcmp(v.name, "new") || !strcmp(v.name, "new-fp8");
+					if (!main_row && !sweep_here)
 						continue;
 					const bool f8 = v.kv == FP4S_KV_FP8;
 					const double rel = check(s, v, f8 ? want8 : want, st);
@@ -462,7 +463,7 @@ int main(int argc, char **argv)
 						fp8_lines.push_back(l8);
 					}
 					fprintf(stderr, "%s\n", line);
-					if (!sweep || v.old || !strcmp(v.name, "new"))
+					if (!sweep || main_row)
 						table_lines.push_back(line);
 					else
 						free(line);

@@ -644,6 +644,7 @@ int main(int argc, char **argv)
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
 		TEST_SKIP("no CUDA device");
 	t_seed_from_env();
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut off by a time limit still shows how far it got */
 	const char *filter = argc > 1 ? argv[1] : NULL;
 	cudaDeviceProp p;
 	CK(cudaGetDeviceProperties(&p, 0));
