@@ -380,9 +380,10 @@ int main(int argc, char **argv)
 				s.ctx = ctx;
 				const int keys = g.window && g.window < ctx ? g.window : ctx;
 				s.call_bytes = (size_t)n * keys * g.nkv * g.d * 2 * 2;
-				/* sets: the pool holds enough slots that the rotation exceeds 3x L2 */
+				/* sets: the pool holds enough slots that the rotation exceeds 3x L2, for the FP8
+				 * cache too (half the bytes a call) */
 				const size_t seq_bytes = (size_t)ctx * g.nkv * g.d * 2 * 2;
-				s.sets = (int)std::max<size_t>(2, 3 * (size_t)p.l2CacheSize / s.call_bytes + 2);
+				s.sets = (int)std::max<size_t>(2, 3 * (size_t)p.l2CacheSize / (s.call_bytes / 2) + 2);
 				s.stride = (ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
 				const int slots = s.sets * n;
 				const size_t nblocks = (size_t)slots * s.stride;
