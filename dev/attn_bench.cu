@@ -1,5 +1,6 @@
 // attn_bench.cu: decode attention (fp4s_cuda_attention) over a BF16 paged KV cache: time, GB/s
-// of KV bytes read and % of the copy ceiling, old kernel (dev/attn_bench_old.cuh) vs new.
+// of KV bytes read and % of the copy ceiling, old kernel (dev/attn_bench_old.cuh) vs new; and the
+// new kernel over an FP8 (E4M3) cache of the same values, next to BF16.
 //
 // Build: part of the CMake build when nvcc exists (target attn_bench).
 // Run: ./attn_bench [sweep]   (sweep: also time the tensor-core kernel's tunings: warps / blocks
@@ -14,9 +15,10 @@
 // decode step replayed as a graph sees; per-call median). K/V are deterministic hash values
 // (never all zeros), the pool's blocks are shuffled, and the calls rotate over enough copies of
 // the cache (other slots of one pool) that the set cycled through is > 3x the L2: every call
-// streams from DRAM. Bytes counted: K and V rows read (keys x nkv x d x 2 B x 2); q, the table
-// and the output are < 1% and not counted. The split count is the engine's (attn_splits in
-// cuda_backend.cu, max_ctx 32768).
+// streams from DRAM. Bytes counted: K and V rows read (keys x nkv x d x 2 B x 2, FP8: 1 B); q,
+// the table and the output are < 1% and not counted. The split count is the engine's (attn_splits
+// in cuda_backend.cu, max_ctx 32768). The FP8 cache holds the same hash values rounded to E4M3
+// (its reference reads those), in a pool of its own with the same blocks and rotation.
 #include <algorithm>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -88,6 +90,19 @@ static __global__ void fill_kernel(uint16_t *p, size_t n, uint64_t seed)
 		p[i] = fp4s_f32_to_bf16(hval(i, seed));
 }
 
+static __global__ void fill8_kernel(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = fp4s_f32_to_e4m3(hval(i, seed));
+}
+
+/* element idx of the pool as the cache of type kv holds it */
+static float cache_val(uint64_t idx, uint64_t seed, int kv)
+{
+	const float x = hval(idx, seed);
+	return kv == FP4S_KV_FP8 ? fp4s_e4m3_to_f32(fp4s_f32_to_e4m3(x)) : fp4s_bf16_to_f32(fp4s_f32_to_bf16(x));
+}
+
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint64_t rnd(void)
 {
@@ -111,6 +126,7 @@ struct variant {
 	const char *name;
 	int old;
 	fp4s_attn_tune tune;
+	int kv; /* FP4S_KV_BF16 (0 taken as that) or FP4S_KV_FP8 */
 };
 
 struct timing {
@@ -130,16 +146,18 @@ static int engine_splits(int sms, int n, int nkv, int max_ctx)
 struct setup {
 	const geo *g;
 	int n, ctx, sets, stride, splits;
-	size_t call_bytes;
+	size_t call_bytes; /* BF16; FP8 reads half */
 	uint16_t *kc, *vc;
+	uint8_t *k8, *v8;  /* the same values as E4M3 */
 	float *q, *sinks, *out, *work;
 	int32_t *pos, *table, *seq; /* seq: sets x n */
 	std::vector<int32_t> htable;
 	std::vector<float> hq, hsinks;
 };
 
-/* the exact attention of the checked tokens (the first and last of set 0), all heads */
-static std::vector<double> reference(const setup &s)
+/* the exact attention of the checked tokens (the first and last of set 0), all heads, over the
+ * values the cache of type kv holds */
+static std::vector<double> reference(const setup &s, int kv)
 {
 	const geo &g = *s.g;
 	const int G = g.nh / g.nkv, kvw = g.nkv * g.d;
@@ -158,8 +176,7 @@ static std::vector<double> reference(const setup &s)
 				                   t % FP4S_KV_BLOCK;
 				double a = 0;
 				for (int j = 0; j < g.d; j++)
-					a += (double)s.hq[((size_t)i * g.nh + h) * g.d + j] *
-					     fp4s_bf16_to_f32(fp4s_f32_to_bf16(hval(row * kvw + off + j, KSEED)));
+					a += (double)s.hq[((size_t)i * g.nh + h) * g.d + j] * cache_val(row * kvw + off + j, KSEED, kv);
 				sc[t] = a * scale;
 				m = sc[t] > m ? sc[t] : m;
 			}
@@ -171,7 +188,7 @@ static std::vector<double> reference(const setup &s)
 				const double e = exp(sc[t] - m);
 				l += e;
 				for (int j = 0; j < g.d; j++)
-					o[j] += e * fp4s_bf16_to_f32(fp4s_f32_to_bf16(hval(row * kvw + off + j, VSEED)));
+					o[j] += e * cache_val(row * kvw + off + j, VSEED, kv);
 			}
 			for (int j = 0; j < g.d; j++)
 				want.push_back(o[j] / l);
@@ -184,6 +201,7 @@ static std::vector<double> reference(const setup &s)
 static double check(const setup &s, const variant &v, const std::vector<double> &want, cudaStream_t st)
 {
 	const geo &g = *s.g;
+	const bool f8 = v.kv == FP4S_KV_FP8;
 	std::vector<float> got((size_t)s.n * g.nh * g.d, NAN);
 	CK(cudaMemcpy(s.out, got.data(), got.size() * 4, cudaMemcpyHostToDevice));
 	CK(cudaDeviceSynchronize()); /* the pageable copy may still be landing; st does not wait */
@@ -192,9 +210,10 @@ static double check(const setup &s, const variant &v, const std::vector<double> 
 	if (v.old)
 		old_attn::launch(s.q, s.kc, s.vc, s.pos, s.seq, s.table, s.stride, s.n, g.nh, g.nkv, g.d, g.window,
 		                 g.sinks ? s.sinks : NULL, scale, s.splits, s.work, s.out, st);
-	else if (fp4s_cuda_attention_ex(s.q, s.kc, s.vc, 1, s.pos, s.seq, s.table, s.stride, s.n, g.nh, g.nkv, g.d,
-	                                g.window, g.sinks ? s.sinks : NULL, scale, s.splits, s.work, s.out, &v.tune, st,
-	                                &err)) {
+	else if (fp4s_cuda_attention_ex(s.q, f8 ? (const void *)s.k8 : s.kc, f8 ? (const void *)s.v8 : s.vc,
+	                                f8 ? FP4S_KV_FP8 : FP4S_KV_BF16, s.pos, s.seq, s.table, s.stride, s.n, g.nh,
+	                                g.nkv, g.d, g.window, g.sinks ? s.sinks : NULL, scale, s.splits, s.work, s.out,
+	                                &v.tune, st, &err)) {
 		fprintf(stderr, "attention: %s\n", err.msg);
 		exit(1);
 	}
@@ -217,6 +236,7 @@ static timing time_variant(const setup &s, const variant &v, cudaStream_t st)
 {
 	const geo &g = *s.g;
 	const float scale = 1.0f / sqrtf((float)g.d);
+	const bool f8 = v.kv == FP4S_KV_FP8;
 	int next = 0;
 	struct fp4s_error err = {0};
 	auto call = [&]() {
@@ -225,9 +245,10 @@ static timing time_variant(const setup &s, const variant &v, cudaStream_t st)
 		if (v.old)
 			old_attn::launch(s.q, s.kc, s.vc, s.pos, seq, s.table, s.stride, s.n, g.nh, g.nkv, g.d, g.window,
 			                 g.sinks ? s.sinks : NULL, scale, s.splits, s.work, s.out, st);
-		else if (fp4s_cuda_attention_ex(s.q, s.kc, s.vc, 1, s.pos, seq, s.table, s.stride, s.n, g.nh, g.nkv, g.d,
-		                                g.window, g.sinks ? s.sinks : NULL, scale, s.splits, s.work, s.out, &v.tune,
-		                                st, &err)) {
+		else if (fp4s_cuda_attention_ex(s.q, f8 ? (const void *)s.k8 : s.kc, f8 ? (const void *)s.v8 : s.vc,
+		                                f8 ? FP4S_KV_FP8 : FP4S_KV_BF16, s.pos, seq, s.table, s.stride, s.n, g.nh,
+		                                g.nkv, g.d, g.window, g.sinks ? s.sinks : NULL, scale, s.splits, s.work,
+		                                s.out, &v.tune, st, &err)) {
 			fprintf(stderr, "attention: %s\n", err.msg);
 			exit(1);
 		}
@@ -320,7 +341,9 @@ int main(int argc, char **argv)
 	};
 	const int ctxs[] = {512, 4096, 16384};
 	const int batches[] = {1, 64};
-	std::vector<variant> vars = {{"old", 1, {0, 0, 0, 0, 0, 0}}, {"new", 0, {0, 0, 0, 0, 0, 0}}};
+	std::vector<variant> vars = {{"old", 1, {0, 0, 0, 0, 0, 0}, FP4S_KV_BF16},
+	                             {"new", 0, {0, 0, 0, 0, 0, 0}, FP4S_KV_BF16},
+	                             {"new-fp8", 0, {0, 0, 0, 0, 0, 0}, FP4S_KV_FP8}};
 	if (sweep) {
 		/* warps / blocks per SM / stages, fused or a separate merge, fewest tiles per block */
 		static char names[64][32];
@@ -331,20 +354,20 @@ int main(int argc, char **argv)
 					if (w == 8 && st == 4)
 						continue; /* does not fit for d = 128 */
 					snprintf(names[k], sizeof names[k], "w%d/b%d/s%d", w, bps, st);
-					vars.push_back({names[k], 0, {w, bps, 0, 0, 0, st}});
+					vars.push_back({names[k], 0, {w, bps, 0, 0, 0, st}, FP4S_KV_BF16});
 					k++;
 				}
-		vars.push_back({"w8/b1/s3/unf", 0, {8, 1, 0, 1, 0, 3}});
-		vars.push_back({"w8/b1/s3/mt4", 0, {8, 1, 4, 0, 0, 3}});
-		vars.push_back({"w8/b2/s2/mt2", 0, {8, 2, 2, 0, 0, 2}});
+		vars.push_back({"w8/b1/s3/unf", 0, {8, 1, 0, 1, 0, 3}, FP4S_KV_BF16});
+		vars.push_back({"w8/b1/s3/mt4", 0, {8, 1, 4, 0, 0, 3}, FP4S_KV_BF16});
+		vars.push_back({"w8/b2/s2/mt2", 0, {8, 2, 2, 0, 0, 2}, FP4S_KV_BF16});
 		for (int w = 4; w <= 8; w *= 2)
 			for (int bps = 1; bps <= 2; bps++) {
 				snprintf(names[k], sizeof names[k], "w%d/b%d/regs", w, bps);
-				vars.push_back({names[k], 0, {w, bps, 0, 0, 0, 1}});
+				vars.push_back({names[k], 0, {w, bps, 0, 0, 0, 1}, FP4S_KV_BF16});
 				k++;
 			}
 	}
-	std::vector<char *> table_lines;
+	std::vector<char *> table_lines, fp8_lines;
 	int failed = 0;
 	for (const geo &g : geos)
 		for (int n : batches)
@@ -357,9 +380,10 @@ int main(int argc, char **argv)
 				s.ctx = ctx;
 				const int keys = g.window && g.window < ctx ? g.window : ctx;
 				s.call_bytes = (size_t)n * keys * g.nkv * g.d * 2 * 2;
-				/* sets: the pool holds enough slots that the rotation exceeds 3x L2 */
+				/* sets: the pool holds enough slots that the rotation exceeds 3x L2, for the FP8
+				 * cache too (half the bytes a call) */
 				const size_t seq_bytes = (size_t)ctx * g.nkv * g.d * 2 * 2;
-				s.sets = (int)std::max<size_t>(2, 3 * (size_t)p.l2CacheSize / s.call_bytes + 2);
+				s.sets = (int)std::max<size_t>(2, 3 * (size_t)p.l2CacheSize / (s.call_bytes / 2) + 2);
 				s.stride = (ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
 				const int slots = s.sets * n;
 				const size_t nblocks = (size_t)slots * s.stride;
@@ -368,8 +392,12 @@ int main(int argc, char **argv)
 				s.splits = engine_splits(p.multiProcessorCount, n, g.nkv, 32768);
 				CK(cudaMalloc(&s.kc, pool * 2));
 				CK(cudaMalloc(&s.vc, pool * 2));
+				CK(cudaMalloc(&s.k8, pool));
+				CK(cudaMalloc(&s.v8, pool));
 				fill_kernel<<<4096, 256>>>(s.kc, pool, KSEED);
 				fill_kernel<<<4096, 256>>>(s.vc, pool, VSEED);
+				fill8_kernel<<<4096, 256>>>(s.k8, pool, KSEED);
+				fill8_kernel<<<4096, 256>>>(s.v8, pool, VSEED);
 				CK(cudaGetLastError());
 				/* scattered blocks */
 				std::vector<int32_t> perm(nblocks);
@@ -400,13 +428,15 @@ int main(int argc, char **argv)
 				CK(cudaMalloc(&s.out, s.hq.size() * 4));
 				const int64_t wf = fp4s_cuda_attention_work_floats(n, g.nh, g.nkv, g.d, s.splits);
 				CK(cudaMalloc(&s.work, (size_t)wf * 4));
-				timing base = {0, 0};
-				const std::vector<double> want = reference(s);
+				timing base = {0, 0}, bf16 = {0, 0};
+				const std::vector<double> want = reference(s, FP4S_KV_BF16), want8 = reference(s, FP4S_KV_FP8);
 				const bool sweep_here = sweep && ((n == 1 && ctx >= 4096) || (n == 64 && ctx == 4096));
 				for (const variant &v : vars) {
-					if (!v.old && strcmp(v.name, "new") && !sweep_here)
+					const bool main_row = v.old || !strcmp(v.name, "new") || !strcmp(v.name, "new-fp8");
+					if (!main_row && !sweep_here)
 						continue;
-					const double rel = check(s, v, want, st);
+					const bool f8 = v.kv == FP4S_KV_FP8;
+					const double rel = check(s, v, f8 ? want8 : want, st);
 					const double tol = v.old ? 1e-5 : 2e-5;
 					if (!(rel <= tol)) {
 						fprintf(stderr, "MISMATCH %s n=%d ctx=%d %s: rel L2 %.3g\n", g.name, n, ctx, v.name, rel);
@@ -415,20 +445,34 @@ int main(int argc, char **argv)
 					const timing t = time_variant(s, v, st);
 					if (v.old)
 						base = t;
-					const double gbs = (double)s.call_bytes / (t.graph_us * 1e-6) / 1e9;
+					if (!strcmp(v.name, "new"))
+						bf16 = t;
+					const size_t bytes = f8 ? s.call_bytes / 2 : s.call_bytes;
+					const double gbs = (double)bytes / (t.graph_us * 1e-6) / 1e9;
 					char *line = (char *)malloc(256);
 					snprintf(line, 256, "%-15s %3d %6d %-12s | %8.1f %8.1f | %7.0f %5.1f%% | %5.2fx | %.1e%s",
 					         g.name, n, ctx, v.name, t.iso_us, t.graph_us, gbs, 100 * gbs / ceiling,
 					         base.graph_us / t.graph_us, rel,
-					         (size_t)s.sets * s.call_bytes < 3 * (size_t)p.l2CacheSize ? " (L2!)" : "");
+					         (size_t)s.sets * bytes < 3 * (size_t)p.l2CacheSize ? " (L2!)" : "");
+					if (f8 && bf16.graph_us > 0) {
+						/* FP8 next to BF16: graph us, % of copy, speed-up */
+						const double gb16 = (double)s.call_bytes / (bf16.graph_us * 1e-6) / 1e9;
+						char *l8 = (char *)malloc(256);
+						snprintf(l8, 256, "%-15s %3d %6d | %8.1f %5.1f%% | %8.1f %5.1f%% | %5.2fx", g.name, n, ctx,
+						         bf16.graph_us, 100 * gb16 / ceiling, t.graph_us, 100 * gbs / ceiling,
+						         bf16.graph_us / t.graph_us);
+						fp8_lines.push_back(l8);
+					}
 					fprintf(stderr, "%s\n", line);
-					if (!sweep || v.old || !strcmp(v.name, "new"))
+					if (!sweep || main_row)
 						table_lines.push_back(line);
 					else
 						free(line);
 				}
 				CK(cudaFree(s.kc));
 				CK(cudaFree(s.vc));
+				CK(cudaFree(s.k8));
+				CK(cudaFree(s.v8));
 				CK(cudaFree(s.table));
 				CK(cudaFree(s.pos));
 				CK(cudaFree(s.seq));
@@ -440,6 +484,13 @@ int main(int argc, char **argv)
 	printf("\n%-15s %3s %6s %-12s | %8s %8s | %7s %6s | %6s | %s\n", "geometry", "n", "ctx", "kernel", "iso us",
 	       "graph us", "GB/s", "%copy", "speed", "rel err");
 	for (char *l : table_lines) {
+		printf("%s\n", l);
+		free(l);
+	}
+	printf("\nFP8 (E4M3) KV next to BF16, new kernel, graph us per call; %%copy = KV bytes read / time / "
+	       "copy ceiling\n%-15s %3s %6s | %8s %6s | %8s %6s | %s\n", "geometry", "n", "ctx", "BF16 us", "%copy",
+	       "FP8 us", "%copy", "FP8 speed-up");
+	for (char *l : fp8_lines) {
 		printf("%s\n", l);
 		free(l);
 	}

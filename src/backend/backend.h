@@ -38,7 +38,18 @@ struct fp4s_batch {
 enum fp4s_kv_dtype {
 	FP4S_KV_F32 = 0,  /* exact: what the golden tests compare */
 	FP4S_KV_BF16 = 1, /* half the bytes per decode step; values rounded to BF16 when written */
+	/* a quarter of FP32's bytes: E4M3 (e4m3fn) with scale 1.0, as vLLM's fp8_e4m3 cache without
+	 * calibrated scales: round to nearest even, |x| >= 448 saturates to +-448 (fp4s_f32_to_e4m3,
+	 * bit-exact with cuda_fp8's __NV_SATFINITE conversion); 3 mantissa bits, so each value is off
+	 * by up to 2^-4 of itself (below 2^-6 they are subnormal and lose bits; at or below 2^-10 they become 0) */
+	FP4S_KV_FP8 = 2,
 };
+
+/* Bytes of one cached K or V element. */
+static inline int32_t fp4s_kv_dtype_bytes(enum fp4s_kv_dtype t)
+{
+	return t == FP4S_KV_FP8 ? 1 : t == FP4S_KV_BF16 ? 2 : 4;
+}
 
 struct fp4s_attn_params {
 	int32_t n_heads, n_kv_heads, head_dim;

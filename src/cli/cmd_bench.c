@@ -61,9 +61,11 @@ int cmd_bench(int argc, char **argv)
 		{"gen", required_argument, 0, 'n'},     {"ctx", required_argument, 0, 'c'},
 		{"reps", required_argument, 0, 'r'},    {"backend", required_argument, 0, 'b'},
 		{"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
+		{"kv-cache-dtype", required_argument, 0, 'k'},
 		{0, 0, 0, 0}};
 	static const char usage[] =
 		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend auto|cuda|cpu] [--json]\n"
+		"                      [--kv-cache-dtype auto|fp32|bf16|fp8]\n"
 		"  -p N      prompt tokens for the prefill figure (default 512; 0 skips)\n"
 		"  -n N      tokens decoded one at a time (default 128; 0 skips)\n"
 		"  --ctx N   context already in the cache before decoding (default 0)\n"
@@ -71,7 +73,7 @@ int cmd_bench(int argc, char **argv)
 	struct fp4s_engine_opts eo = {0};
 	int32_t pp = 512, tg = 128, ctx = 0, reps = 3, json = 0, c;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:p:n:c:r:b:jh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:n:c:r:b:k:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': eo.model = optarg; break;
 		case 'p': pp = atoi(optarg); break;
@@ -79,6 +81,7 @@ int cmd_bench(int argc, char **argv)
 		case 'c': ctx = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
 		case 'b': eo.backend = optarg; break;
+		case 'k': eo.kv_cache_dtype = optarg; break;
 		case 'j': json = 1; break;
 		case 'h': printf("%s", usage); return 0;
 		default: fprintf(stderr, "%s", usage); return 2;
@@ -160,8 +163,9 @@ int cmd_bench(int argc, char **argv)
 	{
 		const double pp_s = prompt_len > 0 && pp > 0 ? median(t_pp, reps) : 0;
 		const double tg_s = tg > 0 ? median(t_tg, ntg) : 0;
-		/* bytes per decode step at the mean depth of the timed steps */
-		const double kv = fp4s_kv_bytes(&m->cfg, prompt_len + tg / 2);
+		/* bytes per decode step at the mean depth of the timed steps (fp4s_kv_bytes counts BF16) */
+		const double kv = fp4s_kv_bytes(&m->cfg, prompt_len + tg / 2) *
+		                  fp4s_kv_dtype_bytes(fp4s_engine_kv_dtype(e)) / 2.0;
 		const double bytes = st.bytes_per_token + kv;
 		const double gbs = tg_s > 0 ? bytes / tg_s / 1e9 : 0;
 		const char *be = fp4s_engine_backend_name(e);

@@ -59,7 +59,8 @@ static const char *const gen_help =
 	"      --system TEXT         system message (chat)\n"
 	"      --ctx N               context length (default: the model's, at most 4096); perplexity chunk\n"
 	"      --backend auto|cuda|cpu  (default auto: the GPU when there is one)\n"
-	"      --kv-cache-dtype auto|bf16|fp32  (default auto: BF16 on the GPU, FP32 on the CPU)\n"
+	"      --kv-cache-dtype auto|bf16|fp32|fp8  (default auto: BF16 on the GPU, FP32 on the CPU;\n"
+	"                            fp8 = fp8_e4m3: E4M3, scale 1.0, saturating at +-448)\n"
 	"  -v, --verbose             log timings per stage\n";
 
 static int num(const char *s, double lo, double hi, const char *name, double *out)

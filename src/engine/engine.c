@@ -45,6 +45,7 @@ struct fp4s_engine {
 	struct fp4s_backend *be;
 	struct fp4s_fwd fwd;
 	int32_t max_seqs, max_ctx, max_batch;
+	enum fp4s_kv_dtype kv_dtype;
 	int32_t vocab;
 	int32_t eos[FP4S_SAMP_MAX_EOS], n_eos;
 	struct req *reqs; /* max_seqs * 4 request records (running + queued) */
@@ -156,12 +157,15 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 			kv = FP4S_KV_F32;
 		else if (!strcmp(o->kv_cache_dtype, "bf16") || !strcmp(o->kv_cache_dtype, "bfloat16"))
 			kv = FP4S_KV_BF16;
+		else if (!strcmp(o->kv_cache_dtype, "fp8") || !strcmp(o->kv_cache_dtype, "fp8_e4m3"))
+			kv = FP4S_KV_FP8; /* vLLM's names; E4M3 with scale 1.0 (backend.h) */
 		else {
-			rc = fp4s_error_set(err, FP4S_EINVAL, "--kv-cache-dtype must be auto, fp32 or bf16, got '%s'",
-			                    o->kv_cache_dtype);
+			rc = fp4s_error_set(err, FP4S_EINVAL, "--kv-cache-dtype must be auto, fp32, bf16 or fp8 "
+			                    "(fp8_e4m3), got '%s'", o->kv_cache_dtype);
 			goto fail;
 		}
 	}
+	e->kv_dtype = kv;
 	e->stride = (e->max_ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
 	const int32_t n_blocks = o->kv_blocks > 0 ? o->kv_blocks : e->max_seqs * e->stride;
 	e->prefix_caching = !o->no_prefix_caching;
@@ -247,6 +251,7 @@ struct fp4s_tokenizer *fp4s_engine_tokenizer(struct fp4s_engine *e) { return e->
 int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e) { return e->max_ctx; }
 struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e) { return &e->fwd; }
 const char *fp4s_engine_backend_name(const struct fp4s_engine *e) { return e->be->name; }
+enum fp4s_kv_dtype fp4s_engine_kv_dtype(const struct fp4s_engine *e) { return e->kv_dtype; }
 
 int fp4s_engine_submit(struct fp4s_engine *e, const struct fp4s_request *rq, int64_t *id,
                        struct fp4s_error *err)

@@ -27,7 +27,8 @@ struct fp4s_engine_opts {
 	int32_t max_seqs;      /* sequences in flight (KV slots); 0 = 4 */
 	int32_t max_ctx;       /* context length; 0 = min(max_position_embeddings, 4096) */
 	int32_t max_batch_tokens; /* tokens per forward (chunked prefill); 0 = 512 */
-	const char *kv_cache_dtype; /* "auto" (NULL: BF16 on the GPU, FP32 on the CPU), "fp32", "bf16" */
+	const char *kv_cache_dtype; /* "auto" (NULL: BF16 on the GPU, FP32 on the CPU), "fp32", "bf16",
+	                             * "fp8" or "fp8_e4m3" (E4M3, scale 1.0, saturating: backend.h) */
 	int32_t kv_blocks;     /* KV pool size in blocks of FP4S_KV_BLOCK positions; 0 = every slot at
 	                        * full context (no pressure). Fewer blocks: requests take blocks as
 	                        * they grow, and the newest are preempted (recomputed) when none is left */
@@ -77,6 +78,8 @@ int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e);
 struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e);
 /* "cpu" or "cuda": the backend the engine runs on */
 const char *fp4s_engine_backend_name(const struct fp4s_engine *e);
+/* the KV cache's element type (--kv-cache-dtype resolved) */
+enum fp4s_kv_dtype fp4s_engine_kv_dtype(const struct fp4s_engine *e);
 
 /* Queues a request. Errors (FP4S_EINVAL) name the problem: empty prompt, a prompt that does not
  * fit the context, token ids outside the vocabulary, bad sampling parameters. */

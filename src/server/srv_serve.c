@@ -38,7 +38,7 @@
 	X("np", 0, 1, 261, "N                same as --max-num-seqs") \
 	X("max-num-batched-tokens", 0, 1, 262, "N  tokens per forward pass (default 512)") \
 	X("gpu-memory-utilization", 0, 1, 263, "F  GPU memory share for weights + KV (CUDA backend; ignored on CPU)") \
-	X("kv-cache-dtype", 0, 1, 264, "T  KV-cache type: auto (BF16 on the GPU, FP32 on the CPU), fp32, bf16") \
+	X("kv-cache-dtype", 0, 1, 264, "T  KV-cache type: auto (BF16 on the GPU, FP32 on the CPU), fp32, bf16, fp8 (= fp8_e4m3: scale 1.0, saturating)") \
 	X("api-key", 0, 1, 265, "KEY        require 'Authorization: Bearer KEY' (all but /health, /metrics)") \
 	X("api-key-file", 0, 1, 266, "FILE  read the key from the file's first line") \
 	X("chat-template", 0, 1, 267, "FILE|NAME  chat format: a Jinja file, or llama3, llama3.1, chatml, qwen3, harmony") \

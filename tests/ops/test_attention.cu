@@ -1,17 +1,23 @@
 // test_attention.cu (label gpu): fp4s_cuda_attention against an exact double-precision attention
-// on fresh random inputs. K/V are Gaussian, stored FP32 or BF16 (the reference reads the same
-// BF16-rounded values); q is Gaussian with a per-case spread, sinks random. The pool's blocks are
-// shuffled (each sequence's table row scatters), rows past a sequence's last position and blocks
-// no table uses hold NaN, and the output is poisoned with NaN before each call. Geometries:
-// llama3-8b (32/8 x 128), gpt-oss (64/8 x 64, sinks, window 128), qwen3-30b-a3b (32/4 x 128),
-// G = 1, 3 and 16, head dims 16, 32 and 256 (generic path); contexts 1 to 6000; batches of
-// decode tokens of different lengths and prefill chunks mixed with decodes; caller split counts
-// 1 to 128; every tuning of the tensor-core kernel (2/4/8 warps, blocks per SM, shared-memory ring
-// or registers, fused or separate merge); and
-// a graph captured once and replayed with new positions, slots and block tables. The check:
-// relative L2 error over the output <= 1e-5 (FP32 cache) / 2e-5 (BF16 cache, tensor cores),
-// <= 1e-4 for each token, and no NaN. `test_attention [filter]` runs cases whose name contains
-// filter.
+// on fresh random inputs. K/V are Gaussian, stored FP32, BF16 or FP8 E4M3 (the reference reads
+// the same rounded values: the CPU's encoders); q is Gaussian with a per-case spread, sinks
+// random. The pool's blocks are shuffled (each sequence's table row scatters), rows past a
+// sequence's last position and blocks no table uses hold NaN, and the output is poisoned with NaN
+// before each call. Geometries: llama3-8b (32/8 x 128), gpt-oss (64/8 x 64, sinks, window 128),
+// qwen3-30b-a3b (32/4 x 128), G = 1, 3 and 16, head dims 16, 32 and 256 (generic path); contexts
+// 1 to 6000; batches of decode tokens of different lengths and prefill chunks mixed with decodes;
+// caller split counts 1 to 128; every tuning of the tensor-core kernel (2/4/8 warps, blocks per
+// SM, shared-memory ring or registers, fused or separate merge); and a graph captured once and
+// replayed with new positions, slots and block tables. The check: relative L2 error over the
+// output <= 1e-5 (FP32 cache) / 2e-5 (BF16 and FP8 caches, tensor cores: E4M3 values enter the
+// MMA exactly, so FP8 has BF16's error), <= 1e-4 for each token, and no NaN.
+//
+// The FP8 cache's own pieces are checked too (fp8_checks): the device E4M3 encoder the KV write
+// uses against the CPU's on all 2^32 floats, the E4M3 -> BF16 decode on all byte pairs, and the
+// CUDA backend's attention op (KV write, flash prefill, split-K decode) against the CPU
+// backend's with the same cache type (FP8 and BF16) over a prompt step and a decode step.
+// `test_attention [filter]` runs cases whose name contains filter.
+#include <algorithm>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -22,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention_cuda.h"
+#include "backend/cuda/kv_fp8.cuh"
 #include "numerics/numerics.h"
 #include "test_util.h"
 
@@ -42,7 +49,7 @@ struct seqspec {
 
 struct acase {
 	const char *geo;
-	int nh, nkv, d, bf16, window, sinks;
+	int nh, nkv, d, kv, window, sinks; /* kv: enum fp4s_kv_dtype */
 	std::vector<seqspec> seqs;
 	int splits;
 	fp4s_attn_tune tune;
@@ -50,7 +57,7 @@ struct acase {
 	double qmag;
 };
 
-static double worst_mma, worst_generic;
+static double worst_mma, worst_generic, worst_mma8, worst_generic8;
 
 /* The pool, tables and batch of one case on the host. */
 struct batch {
@@ -108,9 +115,12 @@ static void fill_pool(const acase &c, const batch &b, std::vector<float> &k, std
 			const size_t row = row_of(b, (int)s, t);
 			for (int j = 0; j < kvw; j++) {
 				float x = (float)t_rand_normal(), y = (float)t_rand_normal();
-				if (c.bf16) {
+				if (c.kv == FP4S_KV_BF16) {
 					x = fp4s_bf16_to_f32(fp4s_f32_to_bf16(x));
 					y = fp4s_bf16_to_f32(fp4s_f32_to_bf16(y));
+				} else if (c.kv == FP4S_KV_FP8) {
+					x = fp4s_e4m3_to_f32(fp4s_f32_to_e4m3(x));
+					y = fp4s_e4m3_to_f32(fp4s_f32_to_e4m3(y));
 				}
 				k[row * kvw + j] = x;
 				v[row * kvw + j] = y;
@@ -157,6 +167,24 @@ static void reference(const acase &c, const batch &b, const std::vector<float> &
 	}
 }
 
+/* the pool's values as the cache of type kv holds them (they are representable already; NaN
+ * stays NaN: 0x7FC0 in BF16, 0x7F in E4M3) */
+static void to_cache(const std::vector<float> &x, int kv, std::vector<uint8_t> &out)
+{
+	const size_t es = (size_t)fp4s_kv_dtype_bytes((enum fp4s_kv_dtype)kv);
+	out.resize(x.size() * es);
+	for (size_t i = 0; i < x.size(); i++) {
+		if (kv == FP4S_KV_FP8) {
+			out[i] = fp4s_f32_to_e4m3(x[i]);
+		} else if (kv == FP4S_KV_BF16) {
+			const uint16_t h = fp4s_f32_to_bf16(x[i]);
+			memcpy(&out[2 * i], &h, 2);
+		} else {
+			memcpy(&out[4 * i], &x[i], 4);
+		}
+	}
+}
+
 /* relative L2 over all and the worst token; returns 1 on failure */
 static int compare(const char *name, const acase &c, const batch &b, const std::vector<float> &got,
                    const std::vector<double> &want, int mma)
@@ -181,7 +209,7 @@ static int compare(const char *name, const acase &c, const batch &b, const std::
 	}
 	const double rel = sqrt(num / den);
 	const double tol = mma ? 2e-5 : 1e-5;
-	double &worst = mma ? worst_mma : worst_generic;
+	double &worst = c.kv == FP4S_KV_FP8 ? (mma ? worst_mma8 : worst_generic8) : mma ? worst_mma : worst_generic;
 	worst = rel > worst ? rel : worst;
 	if (nan_at >= 0 || !(rel <= tol) || !(worst_tok <= 1e-4)) {
 		fprintf(stderr, "%s: FAIL rel L2 %.3g (tol %.0e), worst token %.3g", name, rel, tol, worst_tok);
@@ -227,7 +255,8 @@ static int run_case(const acase &c, const char *filter)
 {
 	char name[512];
 	int off = snprintf(name, sizeof name, "ATT(%s,nh=%d,nkv=%d,d=%d,%s%s%s,win=%d,splits=%d", c.geo, c.nh, c.nkv,
-	                   c.d, c.bf16 ? "bf16" : "f32", c.sinks ? ",sinks" : "", c.graph ? ",graph" : "", c.window,
+	                   c.d, c.kv == FP4S_KV_FP8 ? "fp8" : c.kv == FP4S_KV_BF16 ? "bf16" : "f32", c.sinks ? ",sinks" : "",
+	                   c.graph ? ",graph" : "", c.window,
 	                   c.splits);
 	if (c.tune.warps || c.tune.blocks_per_sm || c.tune.min_tiles || c.tune.unfused || c.tune.generic)
 		off += snprintf(name + off, sizeof name - off, ",tune=%d/%d/%d/%d/%d", c.tune.warps, c.tune.blocks_per_sm,
@@ -240,7 +269,7 @@ static int run_case(const acase &c, const char *filter)
 	if (filter && !strstr(name, filter))
 		return 0;
 	const int G = c.nh / c.nkv, kvw = c.nkv * c.d;
-	const int mma = c.bf16 && (c.d == 64 || c.d == 128) && G <= 8 && !c.tune.generic;
+	const int mma = c.kv != FP4S_KV_F32 && (c.d == 64 || c.d == 128) && G <= 8 && !c.tune.generic;
 	batch b = make_batch(c);
 	std::vector<float> k, v;
 	fill_pool(c, b, k, v);
@@ -252,19 +281,11 @@ static int run_case(const acase &c, const char *filter)
 	const float scale = 1.0f / sqrtf((float)c.d);
 
 	/* device copies */
-	const size_t pool = k.size(), esz = c.bf16 ? 2 : 4;
-	std::vector<uint16_t> kb, vb;
-	const void *kh = k.data(), *vh = v.data();
-	if (c.bf16) {
-		kb.resize(pool);
-		vb.resize(pool);
-		for (size_t i = 0; i < pool; i++) {
-			kb[i] = isnan(k[i]) ? 0x7FC0 : fp4s_f32_to_bf16(k[i]);
-			vb[i] = isnan(v[i]) ? 0x7FC0 : fp4s_f32_to_bf16(v[i]);
-		}
-		kh = kb.data();
-		vh = vb.data();
-	}
+	const size_t pool = k.size(), esz = (size_t)fp4s_kv_dtype_bytes((enum fp4s_kv_dtype)c.kv);
+	std::vector<uint8_t> kb, vb;
+	to_cache(k, c.kv, kb);
+	to_cache(v, c.kv, vb);
+	const void *kh = kb.data(), *vh = vb.data();
 	void *dk, *dv;
 	float *dq, *dout, *dwork, *dsinks;
 	int32_t *dpos, *dseq, *dtable;
@@ -295,7 +316,7 @@ static int run_case(const acase &c, const char *filter)
 	cudaStream_t st;
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 	auto call = [&]() {
-		return fp4s_cuda_attention_ex(dq, dk, dv, c.bf16, dpos, dseq, dtable, b.stride, b.n, c.nh, c.nkv, c.d,
+		return fp4s_cuda_attention_ex(dq, dk, dv, c.kv, dpos, dseq, dtable, b.stride, b.n, c.nh, c.nkv, c.d,
 		                              c.window, c.sinks ? dsinks : NULL, scale, c.splits, dwork, dout, &c.tune, st,
 		                              &err);
 	};
@@ -307,16 +328,8 @@ static int run_case(const acase &c, const char *filter)
 			/* same shape, new contents: positions, slots, block tables, K/V */
 			b = make_batch(c);
 			fill_pool(c, b, k, v);
-			if (!c.bf16) {
-				kh = k.data();
-				vh = v.data();
-			}
-			for (size_t i = 0; i < pool; i++) {
-				if (c.bf16) {
-					kb[i] = isnan(k[i]) ? 0x7FC0 : fp4s_f32_to_bf16(k[i]);
-					vb[i] = isnan(v[i]) ? 0x7FC0 : fp4s_f32_to_bf16(v[i]);
-				}
-			}
+			to_cache(k, c.kv, kb);
+			to_cache(v, c.kv, vb);
 			CK(cudaMemcpy(dk, kh, pool * esz, cudaMemcpyHostToDevice));
 			CK(cudaMemcpy(dv, vh, pool * esz, cudaMemcpyHostToDevice));
 			upload_batch(b);
@@ -374,6 +387,241 @@ static int run_case(const acase &c, const char *filter)
 	return failed;
 }
 
+/* ---- the FP8 cache's own pieces ----------------------------------------------------------- */
+
+/* every float through the KV write's encoder and through the CPU's (compiled for the device:
+ * the same IEEE operations): non-NaN inputs must give the same byte, NaN a NaN byte */
+static __global__ void e4m3_encode_all_kernel(unsigned long long *bad, unsigned long long *nan_ff,
+                                              unsigned *first_bad)
+{
+	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	unsigned long long nb = 0, nf = 0;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+		const float x = __uint_as_float((uint32_t)i);
+		const uint8_t got = fp4s_kv_e4m3(x), want = fp4s_f32_to_e4m3(x);
+		const bool nan = (i & 0x7FFFFFFFu) > 0x7F800000u;
+		if (nan ? (got & 0x7F) != 0x7F : got != want) {
+			nb++;
+			atomicMin(first_bad, (unsigned)i);
+		}
+		nf += nan && got == 0xFF;
+	}
+	atomicAdd(bad, nb);
+	atomicAdd(nan_ff, nf);
+}
+
+/* every byte pair through the tensor-core decode, every byte through the generic one */
+static __global__ void e4m3_decode_all_kernel(uint32_t *pairs, float *singles)
+{
+	const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < 65536)
+		pairs[i] = fp4s_kv_e4m3x2_bf16x2(i);
+	if (i < 256)
+		singles[i] = fp4s_kv_e4m3_f32((uint8_t)i);
+}
+
+static void fp8_codec_checks(void)
+{
+	unsigned long long *d_cnt;
+	unsigned *d_first;
+	CK(cudaMalloc(&d_cnt, 16));
+	CK(cudaMalloc(&d_first, 4));
+	CK(cudaMemset(d_cnt, 0, 16));
+	CK(cudaMemset(d_first, 0xFF, 4));
+	e4m3_encode_all_kernel<<<132 * 16, 256>>>(d_cnt, d_cnt + 1, d_first);
+	CK(cudaGetLastError());
+	unsigned long long cnt[2];
+	unsigned first;
+	CK(cudaMemcpy(cnt, d_cnt, 16, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(&first, d_first, 4, cudaMemcpyDeviceToHost));
+	printf("E4M3 encode (KV write) vs fp4s_f32_to_e4m3 on all 2^32 floats: %llu mismatches (NaN inputs that "
+	       "gave 0xFF: %llu)\n", cnt[0], cnt[1]);
+	CHECK_MSG(cnt[0] == 0, "%llu floats encode differently, the first %#x", cnt[0], first);
+	CK(cudaFree(d_cnt));
+	CK(cudaFree(d_first));
+
+	uint32_t *d_pairs;
+	float *d_single;
+	CK(cudaMalloc(&d_pairs, 65536 * 4));
+	CK(cudaMalloc(&d_single, 256 * 4));
+	e4m3_decode_all_kernel<<<256, 256>>>(d_pairs, d_single);
+	CK(cudaGetLastError());
+	std::vector<uint32_t> pairs(65536);
+	std::vector<float> single(256);
+	CK(cudaMemcpy(pairs.data(), d_pairs, 65536 * 4, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(single.data(), d_single, 256 * 4, cudaMemcpyDeviceToHost));
+	int bad = 0;
+	for (uint32_t i = 0; i < 65536; i++)
+		for (int h = 0; h < 2; h++) {
+			const float want = fp4s_e4m3_to_f32((i >> (8 * h)) & 0xFF);
+			const uint16_t got = (uint16_t)(pairs[i] >> (16 * h));
+			const bool ok = isnan(want) ? (got & 0x7FFF) > 0x7F80 : got == fp4s_f32_to_bf16(want);
+			if (!ok && bad++ < 4)
+				fprintf(stderr, "E4M3 pair %#06x half %d: BF16 %#06x, want %#06x\n", i, h, got, fp4s_f32_to_bf16(want));
+		}
+	for (uint32_t b = 0; b < 256; b++) {
+		const float want = fp4s_e4m3_to_f32(b);
+		if (!(isnan(want) ? isnan(single[b]) : single[b] == want) && bad++ < 8)
+			fprintf(stderr, "E4M3 %#04x: %a, want %a\n", b, single[b], want);
+	}
+	printf("E4M3 decode (BF16 pairs, floats) vs the CPU's on every byte: %d mismatches\n", bad);
+	CHECK_MSG(bad == 0, "%d E4M3 decodes differ", bad);
+	CK(cudaFree(d_pairs));
+	CK(cudaFree(d_single));
+}
+
+/* The CUDA backend's attention op against the CPU backend's, both with a kv cache, over two
+ * steps: every sequence's prompt but its last token (runs of >= 16 tokens send the CUDA step
+ * to the flash prefill kernel), then the last tokens (a decode step: split-K). The KV write
+ * rounds on each side with its own encoder, so equal bytes are part of what is compared. Bounds:
+ * decode 2e-5 over the step and 1e-4 a token (as above); the prompt step 2e-3 and 1e-2, the
+ * flash kernel's own (it rounds q and P to BF16: test_attention_prefill.cu). Sequences of one
+ * token see one key, whose V row is then the output: with no sinks, bit-exact on both sides,
+ * and (FP8) their V rows hold edge values (saturation, subnormals, ties). */
+static void backend_case(const char *geo, int nh, int nkv, int d, int window, int sinks, std::vector<int> lens,
+                         int kv, const char *filter)
+{
+	char name[160];
+	snprintf(name, sizeof name, "BACKEND(%s,%s,seqs=%zu,max=%d)", geo, kv == FP4S_KV_FP8 ? "fp8" : "bf16",
+	         lens.size(), *std::max_element(lens.begin(), lens.end()));
+	if (filter && !strstr(name, filter))
+		return;
+	static const float edge[] = {448.0f, -449.0f, 464.0f, 1e9f, -INFINITY, 0x1p-9f, 0x1p-10f, 0x1.8p-10f,
+	                             1.0625f, 1.1875f, -232.0f, 0x1p-6f, 0x1.1p-7f, -0.0f, 3.0f};
+	const int nseq = (int)lens.size(), kvw = nkv * d, qw = nh * d;
+	const int maxlen = *std::max_element(lens.begin(), lens.end());
+	const int stride = (maxlen + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK, nblocks = nseq * stride + 3;
+	std::vector<int32_t> perm(nblocks), table((size_t)nseq * stride);
+	for (int i = 0; i < nblocks; i++)
+		perm[i] = i;
+	for (int i = nblocks - 1; i > 0; i--)
+		std::swap(perm[i], perm[t_rand_u64() % (i + 1)]);
+	for (size_t i = 0; i < table.size(); i++)
+		table[i] = perm[i];
+	int total = 0;
+	for (int l : lens)
+		total += l;
+	std::vector<float> q((size_t)total * qw), k((size_t)total * kvw), v((size_t)total * kvw), hs(nh);
+	std::vector<int32_t> tpos, tseq, tlast;
+	for (int s = 0; s < nseq; s++)
+		for (int t = 0; t < lens[s]; t++) {
+			tpos.push_back(t), tseq.push_back(s), tlast.push_back(t == lens[s] - 1);
+			const size_t i = tpos.size() - 1;
+			for (int j = 0; j < qw; j++)
+				q[i * qw + j] = (float)t_rand_normal();
+			for (int j = 0; j < kvw; j++) {
+				k[i * kvw + j] = (float)t_rand_normal();
+				/* (BF16 keeps an infinity, which the kernel's zero lo-half of P turns into NaN) */
+				const bool one_key_fp8 = lens[s] == 1 && kv == FP4S_KV_FP8;
+				v[i * kvw + j] = one_key_fp8 ? (j < 15 ? edge[j] : (float)((t_rand_u64() & 1 ? 1 : -1) *
+				                                                          exp2(-12 + 22 * t_rand_uniform())))
+				                             : (float)t_rand_normal();
+			}
+		}
+	for (auto &x : hs)
+		x = (float)(t_rand_normal() + 1.0);
+	struct fp4s_error err = {0};
+	struct fp4s_backend *cpu = NULL, *gpu = NULL;
+	if (fp4s_backend_cpu_create(&cpu, &err) || fp4s_backend_cuda_create(0, &gpu, &err)) {
+		CHECK_MSG(0, "%s: backends: %s", name, err.msg);
+		return;
+	}
+	const enum fp4s_kv_dtype dt = (enum fp4s_kv_dtype)kv;
+	CHECK(cpu->kv_init(cpu, 2, kvw, nblocks, nseq, maxlen, dt, &err) == FP4S_OK);
+	CHECK(gpu->kv_init(gpu, 2, kvw, nblocks, nseq, maxlen, dt, &err) == FP4S_OK);
+	float *dq, *dk, *dv, *dout, *dsinks;
+	CK(cudaMalloc(&dq, q.size() * 4));
+	CK(cudaMalloc(&dk, k.size() * 4));
+	CK(cudaMalloc(&dv, v.size() * 4));
+	CK(cudaMalloc(&dout, q.size() * 4));
+	CK(cudaMalloc(&dsinks, (size_t)nh * 4));
+	CK(cudaMemcpy(dsinks, hs.data(), (size_t)nh * 4, cudaMemcpyHostToDevice));
+	for (int step = 0; step < 2; step++) {
+		std::vector<int32_t> pos, seq, tok, idx;
+		for (int i = 0; i < total; i++)
+			if (tlast[i] == step)
+				idx.push_back(i), pos.push_back(tpos[i]), seq.push_back(tseq[i]), tok.push_back(0);
+		const int n = (int)idx.size();
+		if (n == 0)
+			continue;
+		std::vector<float> sq((size_t)n * qw), sk((size_t)n * kvw), sv((size_t)n * kvw), oc((size_t)n * qw),
+		    og((size_t)n * qw, NAN);
+		for (int j = 0; j < n; j++) {
+			memcpy(&sq[(size_t)j * qw], &q[(size_t)idx[j] * qw], (size_t)qw * 4);
+			memcpy(&sk[(size_t)j * kvw], &k[(size_t)idx[j] * kvw], (size_t)kvw * 4);
+			memcpy(&sv[(size_t)j * kvw], &v[(size_t)idx[j] * kvw], (size_t)kvw * 4);
+		}
+		CK(cudaMemcpy(dq, sq.data(), sq.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dk, sk.data(), sk.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dv, sv.data(), sv.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dout, og.data(), og.size() * 4, cudaMemcpyHostToDevice));
+		CK(cudaDeviceSynchronize());
+		const struct fp4s_batch b = {n, tok.data(), pos.data(), seq.data(), table.data(), stride};
+		const float scale = 1.0f / sqrtf((float)d);
+		const struct fp4s_attn_params pc = {nh, nkv, d, window, sinks ? hs.data() : NULL, scale};
+		const struct fp4s_attn_params pg = {nh, nkv, d, window, sinks ? dsinks : NULL, scale};
+		int rc = cpu->begin(cpu, &b, &err);
+		if (!rc)
+			rc = cpu->attention(cpu, 1, sq.data(), sk.data(), sv.data(), &b, &pc, oc.data(), &err);
+		if (!rc)
+			rc = gpu->begin(gpu, &b, &err);
+		if (!rc)
+			rc = gpu->attention(gpu, 1, dq, dk, dv, &b, &pg, dout, &err);
+		if (!rc)
+			rc = gpu->read(gpu, og.data(), dout, (int64_t)og.size() * 4, &err);
+		if (rc) {
+			CHECK_MSG(0, "%s step %d: %s", name, step, err.msg);
+			break;
+		}
+		double num = 0, den = 0, worst = 0;
+		int nan = 0, inexact = 0;
+		for (int j = 0; j < n; j++) {
+			double tn = 0, td = 0;
+			for (int x = 0; x < qw; x++) {
+				const double gx = og[(size_t)j * qw + x], cx = oc[(size_t)j * qw + x];
+				nan |= isnan(gx);
+				tn += (gx - cx) * (gx - cx), td += cx * cx;
+				if (lens[seq[j]] == 1 && !sinks && gx != cx)
+					inexact++;
+			}
+			num += tn, den += td;
+			worst = fmax(worst, sqrt(tn / td));
+		}
+		const double rel = sqrt(num / den), tol = step ? 2e-5 : 2e-3, ttol = step ? 1e-4 : 1e-2;
+		printf("%s %s step (%d tokens): CUDA vs CPU rel L2 %.2e, worst token %.2e%s\n", name,
+		       step ? "decode" : "prompt", n, rel, worst, inexact ? ", ONE-KEY ROWS INEXACT" : "");
+		CHECK_MSG(!nan && rel <= tol && worst <= ttol && !inexact, "%s %s step: rel %.3g (tol %.0e), token %.3g, "
+		          "%d one-key outputs not exact%s", name, step ? "decode" : "prompt", rel, tol, worst, inexact,
+		          nan ? ", NaN" : "");
+	}
+	CK(cudaFree(dq));
+	CK(cudaFree(dk));
+	CK(cudaFree(dv));
+	CK(cudaFree(dout));
+	CK(cudaFree(dsinks));
+	cpu->destroy(cpu);
+	gpu->destroy(gpu);
+}
+
+static void fp8_checks(const char *filter)
+{
+	if (!filter || strstr("E4M3 fp8 codec", filter))
+		fp8_codec_checks();
+	for (int kv = FP4S_KV_BF16; kv <= FP4S_KV_FP8; kv++) {
+		/* GQA at the three geometries (sinks and the window in gpt-oss), one-key sequences,
+		 * prompts on and off 16/64 boundaries; G = 16 (the generic kernel); a batch of 64 */
+		backend_case("llama3-8b", 32, 8, 128, 0, 0, {300, 1, 40, 17, 129, 1, 2}, kv, filter);
+		backend_case("gpt-oss", 64, 8, 64, 0, 1, {200, 1, 65, 16}, kv, filter);
+		backend_case("gpt-oss-swa", 64, 8, 64, 128, 1, {700, 130, 1, 33}, kv, filter);
+		backend_case("qwen3-moe", 32, 4, 128, 0, 0, {1000, 1, 64}, kv, filter);
+		backend_case("g16", 32, 2, 64, 0, 0, {90, 1, 20}, kv, filter);
+		std::vector<int> many;
+		for (int i = 0; i < 64; i++)
+			many.push_back(1 + (int)(t_rand_u64() % 300));
+		backend_case("llama3-8b", 32, 8, 128, 0, 0, many, kv, filter);
+	}
+}
+
 static std::vector<seqspec> decode(std::initializer_list<int> lens)
 {
 	std::vector<seqspec> v;
@@ -396,6 +644,7 @@ int main(int argc, char **argv)
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
 		TEST_SKIP("no CUDA device");
 	t_seed_from_env();
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut off by a time limit still shows how far it got */
 	const char *filter = argc > 1 ? argv[1] : NULL;
 	cudaDeviceProp p;
 	CK(cudaGetDeviceProperties(&p, 0));
@@ -419,63 +668,73 @@ int main(int argc, char **argv)
 	    {"d256", 8, 2, 256, 0, 0},       {"g2-win", 4, 2, 128, 17, 0},
 	};
 	const fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0};
-	/* decode at every context class, both cache types, the engine's split counts */
+	/* the FP8 cache's encoder, decoder and the backends' attention ops */
+	fp8_checks(filter);
+	/* decode at every context class, every cache type, the engine's split counts */
 	for (const geo &g : main_geos)
-		for (int bf16 = 0; bf16 <= 1; bf16++) {
+		for (int kv = 0; kv <= 2; kv++) {
 			const int lens[] = {1, 2, 15, 16, 17, 33, 100, 129, 513, 4096, 5003};
 			for (int l : lens) {
 				const int splits = l % 3 == 0 ? 7 : 128;
-				run_case({g.name, g.nh, g.nkv, g.d, bf16, g.window, g.sinks, decode({l}), splits, dflt, 0, 1.0},
+				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({l}), splits, dflt, 0, 1.0},
 				         filter);
 			}
 			/* a batch of decodes of different lengths; prefill chunks mixed with decodes */
-			run_case({g.name, g.nh, g.nkv, g.d, bf16, g.window, g.sinks, random_decode(9, 6000), 14, dflt, 0, 1.0},
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, random_decode(9, 6000), 14, dflt, 0, 1.0},
 			         filter);
-			run_case({g.name, g.nh, g.nkv, g.d, bf16, g.window, g.sinks,
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks,
 			          {{40, 40}, {316, 17}, {1, 1}, {77, 1}, {2100, 3}, {18, 1}}, 2, dflt, 0, 2.0},
 			         filter);
 			/* sharper softmax: q x 4 */
-			run_case({g.name, g.nh, g.nkv, g.d, bf16, g.window, g.sinks, decode({1000, 37}), 128, dflt, 0, 4.0},
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({1000, 37}), 128, dflt, 0, 4.0},
 			         filter);
 		}
-	/* batch 64 decode (the engine's split count for it is 1 or 2) and a 300-token prefill */
-	run_case({"llama3-8b", 32, 8, 128, 1, 0, 0, random_decode(64, 3000), 2, dflt, 0, 1.0}, filter);
-	run_case({"gpt-oss-swa", 64, 8, 64, 1, 128, 1, random_decode(64, 3000), 2, dflt, 0, 1.0}, filter);
-	run_case({"qwen3-moe", 32, 4, 128, 1, 0, 0, {{300, 300}}, 1, dflt, 0, 1.0}, filter);
-	run_case({"gpt-oss", 64, 8, 64, 1, 0, 1, {{300, 300}, {20, 1}}, 1, dflt, 0, 1.0}, filter);
+	/* batch 64 decode (the engine's split count for it is 1 or 2) and a 300-token prefill, BF16
+	 * and FP8 */
+	for (int kv = 1; kv <= 2; kv++) {
+		run_case({"llama3-8b", 32, 8, 128, kv, 0, 0, random_decode(64, 3000), 2, dflt, 0, 1.0}, filter);
+		run_case({"gpt-oss-swa", 64, 8, 64, kv, 128, 1, random_decode(64, 3000), 2, dflt, 0, 1.0}, filter);
+		run_case({"qwen3-moe", 32, 4, 128, kv, 0, 0, {{300, 300}}, 1, dflt, 0, 1.0}, filter);
+		run_case({"gpt-oss", 64, 8, 64, kv, 0, 1, {{300, 300}, {20, 1}}, 1, dflt, 0, 1.0}, filter);
+	}
 	/* other geometries: the generic path (G > 8, d 16/32/256, FP32) and G = 1, 2, 3 */
 	for (const geo &g : other_geos)
-		for (int bf16 = 0; bf16 <= 1; bf16++) {
-			run_case({g.name, g.nh, g.nkv, g.d, bf16, g.window, g.sinks, decode({1, 31, 700}), 128, dflt, 0, 1.0},
+		for (int kv = 0; kv <= 2; kv++) {
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({1, 31, 700}), 128, dflt, 0, 1.0},
 			         filter);
-			run_case({g.name, g.nh, g.nkv, g.d, bf16, g.window, g.sinks, {{50, 20}, {5200, 1}, {3, 1}}, 3, dflt, 0, 1.0},
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, {{50, 20}, {5200, 1}, {3, 1}}, 3, dflt, 0, 1.0},
 			         filter);
 		}
-	/* every tuning of the tensor-core kernel */
+	/* every tuning of the tensor-core kernel (FP8: every other one, each shape twice) */
 	for (int w = 2; w <= 8; w *= 2)
 		for (int bps = 1; bps <= 8; bps *= 2)
-			for (int uf = 0; uf <= 1; uf++) {
-				const fp4s_attn_tune t = {w, bps, (w + bps + uf) % 3 == 0 ? 1 : 0, uf, 0, 1 + (w + bps + uf) % 4};
-				run_case({"llama3-8b", 32, 8, 128, 1, 0, 0, decode({4096, 17, 1500}), 128, t, 0, 1.0}, filter);
-				run_case({"gpt-oss-swa", 64, 8, 64, 1, 128, 1, decode({4000, 130}), 128, t, 0, 1.0}, filter);
-				run_case({"gpt-oss", 64, 8, 64, 1, 0, 1, decode({6000, 1}), 64, t, 0, 1.0}, filter);
-			}
+			for (int uf = 0; uf <= 1; uf++)
+				for (int kv = 1; kv <= 2; kv++) {
+					if (kv == 2 && (bps + uf) % 2)
+						continue;
+					const fp4s_attn_tune t = {w, bps, (w + bps + uf) % 3 == 0 ? 1 : 0, uf, 0, 1 + (w + bps + uf) % 4};
+					run_case({"llama3-8b", 32, 8, 128, kv, 0, 0, decode({4096, 17, 1500}), 128, t, 0, 1.0}, filter);
+					run_case({"gpt-oss-swa", 64, 8, 64, kv, 128, 1, decode({4000, 130}), 128, t, 0, 1.0}, filter);
+					run_case({"gpt-oss", 64, 8, 64, kv, 0, 1, decode({6000, 1}), 64, t, 0, 1.0}, filter);
+				}
 	/* the generic kernel forced on the main geometries */
-	{
+	for (int kv = 1; kv <= 2; kv++) {
 		const fp4s_attn_tune t = {0, 0, 0, 0, 1, 0};
-		run_case({"llama3-8b", 32, 8, 128, 1, 0, 0, decode({4096, 200}), 128, t, 0, 1.0}, filter);
-		run_case({"gpt-oss-swa", 64, 8, 64, 1, 128, 1, decode({999}), 128, t, 0, 1.0}, filter);
+		run_case({"llama3-8b", 32, 8, 128, kv, 0, 0, decode({4096, 200}), 128, t, 0, 1.0}, filter);
+		run_case({"gpt-oss-swa", 64, 8, 64, kv, 128, 1, decode({999}), 128, t, 0, 1.0}, filter);
 	}
 	/* more tokens x KV heads than the counters: the separate merge kernel by default */
-	{
+	for (int kv = 1; kv <= 2; kv++) {
 		const fp4s_attn_tune t = {4, 400, 1, 0, 0, 0};
-		run_case({"many", 8, 8, 64, 1, 0, 1, random_decode(1100, 200), 4, t, 0, 1.0}, filter);
-		run_case({"many", 8, 8, 64, 1, 0, 1, random_decode(1100, 200), 1, dflt, 0, 1.0}, filter);
+		run_case({"many", 8, 8, 64, kv, 0, 1, random_decode(1100, 200), 4, t, 0, 1.0}, filter);
+		run_case({"many", 8, 8, 64, kv, 0, 1, random_decode(1100, 200), 1, dflt, 0, 1.0}, filter);
 	}
 	/* graphs: captured once, replayed with new positions, slots and tables (the counters too) */
-	run_case({"llama3-8b", 32, 8, 128, 1, 0, 0, decode({3000}), 128, dflt, 1, 1.0}, filter);
-	run_case({"gpt-oss", 64, 8, 64, 1, 0, 1, random_decode(5, 2000), 16, dflt, 1, 1.0}, filter);
-	run_case({"gpt-oss-swa", 64, 8, 64, 1, 128, 1, random_decode(3, 500), 128, dflt, 1, 1.0}, filter);
+	for (int kv = 1; kv <= 2; kv++) {
+		run_case({"llama3-8b", 32, 8, 128, kv, 0, 0, decode({3000}), 128, dflt, 1, 1.0}, filter);
+		run_case({"gpt-oss", 64, 8, 64, kv, 0, 1, random_decode(5, 2000), 16, dflt, 1, 1.0}, filter);
+		run_case({"gpt-oss-swa", 64, 8, 64, kv, 128, 1, random_decode(3, 500), 128, dflt, 1, 1.0}, filter);
+	}
 	run_case({"llama3-8b", 32, 8, 128, 0, 0, 0, decode({900}), 128, dflt, 1, 1.0}, filter);
 	/* bad arguments are errors, not launches */
 	{
@@ -490,8 +749,11 @@ int main(int argc, char **argv)
 		                             1.0f, 1, d, d, &bad, 0, &err) == FP4S_EINVAL);
 		CHECK(fp4s_cuda_attention_ex(d, d, d, 1, (int32_t *)d, (int32_t *)d, (int32_t *)d, 1, 1, 8, 8, 64, 0, NULL,
 		                             1.0f, 1, d, d, &bad_stages, 0, &err) == FP4S_EINVAL);
+		CHECK(fp4s_cuda_attention(d, d, d, 3, (int32_t *)d, (int32_t *)d, (int32_t *)d, 1, 1, 8, 8, 64, 0, NULL,
+		                          1.0f, 1, d, d, 0, &err) == FP4S_EINVAL); /* no such KV type */
 		CK(cudaFree(d));
 	}
-	printf("worst relative L2: tensor-core path %.3g, generic path %.3g\n", worst_mma, worst_generic);
+	printf("worst relative L2: tensor-core path %.3g (FP8 cache %.3g), generic path %.3g (FP8 cache %.3g)\n",
+	       worst_mma, worst_mma8, worst_generic, worst_generic8);
 	return TEST_DONE();
 }

@@ -1,6 +1,7 @@
 // test_attention_prefill.cu (label gpu): fp4s_cuda_attention_prefill against a double-precision
-// CPU reference fed the same BF16 values (q rounded to BF16 on the host, K/V stored as BF16), on
-// fresh random inputs: the three model geometries (llama3-8b 32/8/128, gpt-oss-20b 64/8/64 with
+// CPU reference fed the same BF16 values (q rounded to BF16 on the host, K/V stored as BF16, or as
+// FP8 E4M3: values rounded by the CPU's encoder, which BF16 holds exactly), on fresh random
+// inputs: the three model geometries (llama3-8b 32/8/128, gpt-oss-20b 64/8/64 with
 // sinks and a 128-key window, qwen3-30b-a3b 32/4/128) and odd ones (G = 1, 3, 16, 64); prompts of
 // 1..3000 tokens; chunks that start at nonzero positions (on and off 16- and 64-key boundaries);
 // mixed batches of prompt chunks and decode tokens, in any slot order, more tiles than grid
@@ -26,6 +27,9 @@
 // errors. Long prompts check a sample of tokens against the CPU (every k-th plus each segment's
 // ends); all rows are also compared with the exact split-K kernel (fp4s_cuda_attention, FP32 P)
 // under the same bounds.
+//
+// FP8 caches run every case with the same bounds: E4M3 values become BF16 exactly in the kernel,
+// so its error is the BF16 kernel's (the precise kernel's 2e-5 shows nothing else is lost).
 //
 // Also: graph capture and replay on new batch contents, bitwise repeatability, reuse_plan, and
 // FP4S_EUNSUPPORTED for the shapes it leaves to the exact kernel. `test_attention_prefill
@@ -69,6 +73,7 @@ static const uint16_t BF16_NAN = 0x7FC0;
 /* One batch on host and device. */
 struct prob {
 	int n, nh, nkv, d, window, table_stride, n_blocks, max_slot;
+	int kv; /* FP4S_KV_BF16 or FP4S_KV_FP8: what the device cache holds (kc/vc: its values in BF16) */
 	float scale;
 	std::vector<int32_t> pos, seq, table;
 	std::vector<float> q, sinks; /* q holds BF16 values */
@@ -81,9 +86,16 @@ struct prob {
 
 static float rbf16(double x) { return fp4s_bf16_to_f32(fp4s_f32_to_bf16((float)x)); }
 
-static void prob_fill(prob &p, const acase &c, int min_stride = 0, int min_blocks = 0)
+/* a K/V value as the cache of type kv holds it, in BF16 (exact for E4M3 values) */
+static uint16_t cache_val(double x, int kv)
 {
-	p.nh = c.nh, p.nkv = c.nkv, p.d = c.d, p.window = c.window;
+	const float f = (float)x;
+	return fp4s_f32_to_bf16(kv == FP4S_KV_FP8 ? fp4s_e4m3_to_f32(fp4s_f32_to_e4m3(f)) : f);
+}
+
+static void prob_fill(prob &p, const acase &c, int min_stride = 0, int min_blocks = 0, int kv = FP4S_KV_BF16)
+{
+	p.nh = c.nh, p.nkv = c.nkv, p.d = c.d, p.window = c.window, p.kv = kv;
 	p.scale = 1.0f / sqrtf((float)c.d);
 	p.n = 0;
 	p.max_slot = 0;
@@ -133,8 +145,8 @@ static void prob_fill(prob &p, const acase &c, int min_stride = 0, int min_block
 			const size_t row = ((size_t)p.table[(size_t)s * stride + t / FP4S_KV_BLOCK] * FP4S_KV_BLOCK +
 			                    t % FP4S_KV_BLOCK) * kvw;
 			for (int j = 0; j < kvw; j++) {
-				p.kc[row + j] = fp4s_f32_to_bf16((float)t_rand_normal());
-				p.vc[row + j] = fp4s_f32_to_bf16((float)(t_rand_normal() + vmean[j / c.d]));
+				p.kc[row + j] = cache_val(t_rand_normal(), kv);
+				p.vc[row + j] = cache_val(t_rand_normal() + vmean[j / c.d], kv);
 			}
 		}
 	/* q: BF16 values, a per-(token, head) gain so that some rows are peaked, some flat */
@@ -160,7 +172,7 @@ static void prob_upload(prob &p, int alloc)
 		CK(cudaMalloc(&p.d_q, nq * 4));
 		CK(cudaMalloc(&p.d_out, nq * 4));
 		CK(cudaMalloc(&p.d_sinks, (size_t)p.nh * 4));
-		CK(cudaMalloc(&p.d_kc, p.kc.size() * 2));
+		CK(cudaMalloc(&p.d_kc, p.kc.size() * 2)); /* room for BF16; E4M3 takes half */
 		CK(cudaMalloc(&p.d_vc, p.vc.size() * 2));
 		CK(cudaMalloc(&p.d_work, (size_t)fp4s_cuda_attention_prefill_work_bytes(p.n)));
 	}
@@ -169,6 +181,17 @@ static void prob_upload(prob &p, int alloc)
 	CK(cudaMemcpy(p.d_table, p.table.data(), p.table.size() * 4, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(p.d_q, p.q.data(), nq * 4, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(p.d_sinks, p.sinks.data(), (size_t)p.nh * 4, cudaMemcpyHostToDevice));
+	if (p.kv == FP4S_KV_FP8) {
+		/* the E4M3 bytes of the values (exact; BF16 NaN -> 0x7F) */
+		std::vector<uint8_t> k8(p.kc.size()), v8(p.vc.size());
+		for (size_t i = 0; i < k8.size(); i++) {
+			k8[i] = fp4s_f32_to_e4m3(fp4s_bf16_to_f32(p.kc[i]));
+			v8[i] = fp4s_f32_to_e4m3(fp4s_bf16_to_f32(p.vc[i]));
+		}
+		CK(cudaMemcpy(p.d_kc, k8.data(), k8.size(), cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(p.d_vc, v8.data(), v8.size(), cudaMemcpyHostToDevice));
+		return;
+	}
 	CK(cudaMemcpy(p.d_kc, p.kc.data(), p.kc.size() * 2, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(p.d_vc, p.vc.data(), p.vc.size() * 2, cudaMemcpyHostToDevice));
 }
@@ -189,7 +212,7 @@ static void poison_out(prob &p)
 static int call(prob &p, int use_sinks, const struct fp4s_attn_prefill_tune *tune, cudaStream_t s)
 {
 	struct fp4s_error err = {0};
-	const int rc = fp4s_cuda_attention_prefill_ex(p.d_q, p.d_kc, p.d_vc, 1, p.d_pos, p.d_seq, p.d_table,
+	const int rc = fp4s_cuda_attention_prefill_ex(p.d_q, p.d_kc, p.d_vc, p.kv, p.d_pos, p.d_seq, p.d_table,
 	                                              p.table_stride, p.n, p.nh, p.nkv, p.d, p.window,
 	                                              use_sinks ? p.d_sinks : NULL, p.scale, p.d_work, p.d_out,
 	                                              tune, s, &err);
@@ -262,16 +285,16 @@ static errs compare(const float *got, const double *want, const std::vector<int>
 	return e;
 }
 
-static int run_case(const acase &c, int precise, int bn, int mt, const char *filter)
+static int run_case(const acase &c, int precise, int bn, int mt, const char *filter, int kv = FP4S_KV_BF16)
 {
 	char name[160];
-	snprintf(name, sizeof name, "%s%s", c.name, precise ? ",precise" : "");
+	snprintf(name, sizeof name, "%s%s%s", c.name, kv == FP4S_KV_FP8 ? ",fp8" : "", precise ? ",precise" : "");
 	if (bn || mt)
 		snprintf(name + strlen(name), sizeof name - strlen(name), ",bn%d,mt%d", bn, mt);
 	if (filter && !strstr(name, filter))
 		return 0;
 	prob p;
-	prob_fill(p, c);
+	prob_fill(p, c, 0, 0, kv);
 	prob_upload(p, 1);
 	poison_out(p);
 	struct fp4s_attn_prefill_tune tune = {precise, 0, bn, mt};
@@ -327,7 +350,7 @@ static int run_case(const acase &c, int precise, int bn, int mt, const char *fil
 		float *work, *dref;
 		CK(cudaMalloc(&work, (size_t)fp4s_cuda_attention_work_floats(p.n, p.nh, p.nkv, p.d, splits) * 4));
 		CK(cudaMalloc(&dref, out.size() * 4));
-		const int rc = fp4s_cuda_attention(p.d_q, p.d_kc, p.d_vc, 1, p.d_pos, p.d_seq, p.d_table,
+		const int rc = fp4s_cuda_attention(p.d_q, p.d_kc, p.d_vc, p.kv, p.d_pos, p.d_seq, p.d_table,
 		                                   p.table_stride, p.n, p.nh, p.nkv, p.d, p.window,
 		                                   c.sinks ? p.d_sinks : NULL, p.scale, splits, work, dref, 0, &err);
 		CHECK_MSG(rc == FP4S_OK, "%s: split-K: %s", name, err.msg);
@@ -449,9 +472,10 @@ static void unsupported(const char *filter)
 	float *d;
 	CK(cudaMalloc(&d, 1 << 16));
 	int32_t *ip = (int32_t *)d;
-	/* shape: d 96 / 256 / 32, G 65, nh % nkv, FP32 KV: all left to the exact kernel */
+	/* shape: d 96 / 256 / 32, G 65, nh % nkv, FP32 KV, no such KV type, FP8 at d 96: all left to
+	 * the exact kernel */
 	const int shapes[][4] = {{32, 8, 96, 1}, {32, 8, 256, 1}, {8, 8, 32, 1}, {65, 1, 64, 1},
-	                         {30, 8, 128, 1}, {32, 8, 128, 0}, {32, 0, 128, 1}};
+	                         {30, 8, 128, 1}, {32, 8, 128, 0}, {32, 0, 128, 1}, {32, 8, 128, 3}, {32, 8, 96, 2}};
 	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
 		const int rc = fp4s_cuda_attention_prefill(d, d, d, shapes[k][3], ip, ip, ip, 1, 4, shapes[k][0],
 		                                           shapes[k][1], shapes[k][2], 0, NULL, 0.1f, d, d, 0, &err);
@@ -543,17 +567,19 @@ int main(int argc, char **argv)
 		cs.push_back(m);
 	}
 
-	for (const acase &c : cs)
-		run_case(c, 0, 0, 0, filter);
-	/* the precise kernel on a spread of cases */
-	for (size_t k = 0; k < cs.size(); k += 3)
-		run_case(cs[k], 1, 0, 0, filter);
-	/* the other tile shapes (dev/attn_prefill_bench compares them) on a spread of cases */
-	const int alts[][3] = {{64, 64, 1}, {64, 128, 1}, {128, 64, 2}, {128, 32, 2}}; /* d, bn, mt */
-	for (size_t k = 0; k < cs.size(); k += 2)
-		for (size_t v = 0; v < 4; v++)
-			if (cs[k].d == alts[v][0] && (k / 2 + v) % 2 == 0)
-				run_case(cs[k], 0, alts[v][1], alts[v][2], filter);
+	for (int kv = FP4S_KV_BF16; kv <= FP4S_KV_FP8; kv++) {
+		for (const acase &c : cs)
+			run_case(c, 0, 0, 0, filter, kv);
+		/* the precise kernel on a spread of cases */
+		for (size_t k = 0; k < cs.size(); k += 3)
+			run_case(cs[k], 1, 0, 0, filter, kv);
+		/* the other tile shapes (dev/attn_prefill_bench compares them) on a spread of cases */
+		const int alts[][3] = {{64, 64, 1}, {64, 128, 1}, {128, 64, 2}, {128, 32, 2}}; /* d, bn, mt */
+		for (size_t k = 0; k < cs.size(); k += 2)
+			for (size_t v = 0; v < 4; v++)
+				if (cs[k].d == alts[v][0] && (k / 2 + v + kv - FP4S_KV_BF16) % 2 == 0)
+					run_case(cs[k], 0, alts[v][1], alts[v][2], filter, kv);
+	}
 	graph_and_repeat(filter);
 	unsupported(filter);
 	free(names);

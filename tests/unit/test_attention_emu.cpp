@@ -1,9 +1,10 @@
-// test_attention_emu.cpp: runs the BF16 tensor-core decode attention of
-// src/backend/cuda/attention_mma.cuh on the CPU, one host thread per GPU thread, with the warp
-// primitives (mma.sync m16n8k16 in its documented fragment layouts, shuffles, barriers, byte
-// permutes) emulated, and compares it with an exact double-precision attention. It checks the
-// kernel's indexing (fragment layouts, the permuted k orders, masking, the block and split
-// merges) where no GPU is, so CI covers it; tests/ops/test_attention.cu checks the real thing.
+// test_attention_emu.cpp: runs the tensor-core decode attention of
+// src/backend/cuda/attention_mma.cuh (BF16 and FP8 E4M3 caches) on the CPU, one host thread per
+// GPU thread, with the warp primitives (mma.sync m16n8k16 in its documented fragment layouts,
+// shuffles, barriers, byte permutes, the E4M3 -> BF16 conversion) emulated, and compares it with
+// an exact double-precision attention over the cache's values. It checks the kernel's indexing
+// (fragment layouts, the permuted k orders, masking, the block and split merges, FP8 pieces)
+// where no GPU is, so CI covers it; tests/ops/test_attention.cu checks the real thing.
 #include <atomic>
 #include <condition_variable>
 #include <math.h>
@@ -25,6 +26,9 @@
 
 struct att_u4 {
 	uint32_t x, y, z, w;
+};
+struct att_u2 {
+	uint32_t x, y;
 };
 struct float4 {
 	float x, y, z, w;
@@ -86,6 +90,19 @@ ATT_DEV att_u4 att_ld16(const uint16_t *p)
 	att_u4 r;
 	memcpy(&r, p, 16);
 	return r;
+}
+ATT_DEV void att_cp8(att_u2 *dst, const uint8_t *src) { memcpy(dst, src, 8); }
+ATT_DEV att_u2 att_ld8(const uint8_t *p)
+{
+	att_u2 r;
+	memcpy(&r, p, 8);
+	return r;
+}
+/* the CPU's decoder, then BF16 (exact for every E4M3 value) */
+ATT_DEV uint32_t att_e4m3x2(uint32_t two)
+{
+	return fp4s_f32_to_bf16(fp4s_e4m3_to_f32(two & 0xFF)) |
+	       (uint32_t)fp4s_f32_to_bf16(fp4s_e4m3_to_f32((two >> 8) & 0xFF)) << 16;
 }
 ATT_DEV void att_cp_commit(void) {}
 ATT_DEV void att_cp_wait(int n) {}
@@ -156,9 +173,10 @@ struct ecase {
 	int nh, nkv, d, window, sinks, warps, min_tiles, fused, stages;
 	int splits;
 	std::vector<int> seqlen; /* tokens: one per sequence, at position seqlen - 1 */
+	int fp8;                 /* the cache holds E4M3 bytes */
 };
 
-template <int D, int W>
+template <int D, int W, bool F8>
 void emu_launch(const att_mma_args &a, int n, bool fused)
 {
 	for (int bx = 0; bx < n; bx++)
@@ -167,16 +185,16 @@ void emu_launch(const att_mma_args &a, int n, bool fused)
 				emu_block blk(W);
 				emu_cur = &blk;
 				/* garbage, as shared memory starts */
-				std::vector<float4> sm(att_smem_bytes<D, W>(a.stages) / 16 + 1);
+				std::vector<float4> sm(att_smem_bytes<D, W, F8>(a.stages) / 16 + 1);
 				memset(sm.data(), 0xFF, sm.size() * 16);
 				std::vector<std::thread> th;
 				for (int t = 0; t < 32 * W; t++)
 					th.emplace_back([&, t] {
 						emu_tid = t;
 						if (a.stages > 1)
-							att_mma_block<D, W, true>(a, t, bx, by, bz, (unsigned char *)sm.data());
+							att_mma_block<D, W, true, F8>(a, t, bx, by, bz, (unsigned char *)sm.data());
 						else
-							att_mma_block<D, W, false>(a, t, bx, by, bz, (unsigned char *)sm.data());
+							att_mma_block<D, W, false, F8>(a, t, bx, by, bz, (unsigned char *)sm.data());
 					});
 				for (auto &x : th)
 					x.join();
@@ -225,10 +243,18 @@ int run_case(const ecase &c)
 	for (size_t i = 0; i < table.size(); i++)
 		table[i] = perm[i];
 	const size_t pool = (size_t)nblocks * FP4S_KV_BLOCK * kvw;
+	/* the cache's values (kf, vf) and its bytes: BF16 (kc, vc) or E4M3 (k8, v8) */
 	std::vector<uint16_t> kc(pool), vc(pool);
+	std::vector<uint8_t> k8(pool), v8(pool);
+	std::vector<float> kf(pool), vf(pool);
 	for (size_t i = 0; i < pool; i++) {
-		kc[i] = fp4s_f32_to_bf16((float)t_rand_normal());
-		vc[i] = fp4s_f32_to_bf16((float)t_rand_normal());
+		const float x = (float)t_rand_normal(), y = (float)t_rand_normal();
+		kc[i] = fp4s_f32_to_bf16(x);
+		vc[i] = fp4s_f32_to_bf16(y);
+		k8[i] = fp4s_f32_to_e4m3(x);
+		v8[i] = fp4s_f32_to_e4m3(y);
+		kf[i] = c.fp8 ? fp4s_e4m3_to_f32(k8[i]) : fp4s_bf16_to_f32(kc[i]);
+		vf[i] = c.fp8 ? fp4s_e4m3_to_f32(v8[i]) : fp4s_bf16_to_f32(vc[i]);
 	}
 	for (int s = 0; s < n; s++) {
 		pos[s] = c.seqlen[s] - 1;
@@ -236,8 +262,10 @@ int run_case(const ecase &c)
 		/* rows past the last position of its block: NaN, which must never reach the output */
 		for (int t = pos[s] + 1; t % FP4S_KV_BLOCK; t++) {
 			const size_t row = (size_t)table[(size_t)s * stride + t / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + t % FP4S_KV_BLOCK;
-			for (int j = 0; j < kvw; j++)
+			for (int j = 0; j < kvw; j++) {
 				kc[row * kvw + j] = vc[row * kvw + j] = 0x7FC0;
+				k8[row * kvw + j] = v8[row * kvw + j] = 0x7F;
+			}
 		}
 	}
 	std::vector<float> q((size_t)n * c.nh * c.d), sinks(c.nh), out((size_t)n * c.nh * c.d, NAN);
@@ -252,8 +280,8 @@ int run_case(const ecase &c)
 
 	att_mma_args a;
 	a.q = q.data();
-	a.kc = kc.data();
-	a.vc = vc.data();
+	a.kc = c.fp8 ? (const void *)k8.data() : (const void *)kc.data();
+	a.vc = c.fp8 ? (const void *)v8.data() : (const void *)vc.data();
 	a.pos = pos.data();
 	a.seq = seq.data();
 	a.table = table.data();
@@ -270,10 +298,18 @@ int run_case(const ecase &c)
 	a.work = work.data();
 	a.out = out.data();
 	a.counters = c.fused ? counters.data() : nullptr;
-	if (c.d == 64)
-		c.warps == 2 ? emu_launch<64, 2>(a, n, c.fused) : c.warps == 4 ? emu_launch<64, 4>(a, n, c.fused) : emu_launch<64, 8>(a, n, c.fused);
+	if (c.fp8 && c.d == 64)
+		c.warps == 2 ? emu_launch<64, 2, true>(a, n, c.fused) : c.warps == 4 ? emu_launch<64, 4, true>(a, n, c.fused)
+		                                                                     : emu_launch<64, 8, true>(a, n, c.fused);
+	else if (c.fp8)
+		c.warps == 2 ? emu_launch<128, 2, true>(a, n, c.fused) : c.warps == 4 ? emu_launch<128, 4, true>(a, n, c.fused)
+		                                                                       : emu_launch<128, 8, true>(a, n, c.fused);
+	else if (c.d == 64)
+		c.warps == 2 ? emu_launch<64, 2, false>(a, n, c.fused) : c.warps == 4 ? emu_launch<64, 4, false>(a, n, c.fused)
+		                                                                       : emu_launch<64, 8, false>(a, n, c.fused);
 	else
-		c.warps == 2 ? emu_launch<128, 2>(a, n, c.fused) : c.warps == 4 ? emu_launch<128, 4>(a, n, c.fused) : emu_launch<128, 8>(a, n, c.fused);
+		c.warps == 2 ? emu_launch<128, 2, false>(a, n, c.fused) : c.warps == 4 ? emu_launch<128, 4, false>(a, n, c.fused)
+		                                                                        : emu_launch<128, 8, false>(a, n, c.fused);
 
 	double num = 0, den = 0;
 	int bad = 0;
@@ -287,7 +323,7 @@ int run_case(const ecase &c)
 				const size_t row = (size_t)table[(size_t)i * stride + t / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + t % FP4S_KV_BLOCK;
 				double acc = 0;
 				for (int j = 0; j < c.d; j++)
-					acc += (double)q[((size_t)i * c.nh + h) * c.d + j] * fp4s_bf16_to_f32(kc[row * kvw + g0 * c.d + j]);
+					acc += (double)q[((size_t)i * c.nh + h) * c.d + j] * kf[row * kvw + g0 * c.d + j];
 				s[t] = acc * scale;
 				m = s[t] > m ? s[t] : m;
 			}
@@ -298,7 +334,7 @@ int run_case(const ecase &c)
 				double o = 0;
 				for (int t = start; t <= p; t++) {
 					const size_t row = (size_t)table[(size_t)i * stride + t / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + t % FP4S_KV_BLOCK;
-					o += exp(s[t] - m) / l * fp4s_bf16_to_f32(vc[row * kvw + g0 * c.d + j]);
+					o += exp(s[t] - m) / l * vf[row * kvw + g0 * c.d + j];
 				}
 				const float got = out[((size_t)i * c.nh + h) * c.d + j];
 				if (isnan(got))
@@ -308,9 +344,9 @@ int run_case(const ecase &c)
 			}
 		}
 	const double rel = sqrt(num / den);
-	printf("emu nh=%d nkv=%d d=%d window=%d sinks=%d warps=%d min_tiles=%d stages=%d splits=%d %s n=%d: rel L2 %.3g%s\n",
-	       c.nh, c.nkv, c.d, c.window, c.sinks, c.warps, c.min_tiles, c.stages, c.splits, c.fused ? "fused" : "merge-kernel",
-	       n, rel, bad ? " NaN!" : "");
+	printf("emu %s nh=%d nkv=%d d=%d window=%d sinks=%d warps=%d min_tiles=%d stages=%d splits=%d %s n=%d: rel L2 %.3g%s\n",
+	       c.fp8 ? "fp8" : "bf16", c.nh, c.nkv, c.d, c.window, c.sinks, c.warps, c.min_tiles, c.stages, c.splits,
+	       c.fused ? "fused" : "merge-kernel", n, rel, bad ? " NaN!" : "");
 	CHECK_MSG(!bad && rel <= 1e-5, "rel L2 %.3g, %d NaN", rel, bad);
 	for (unsigned v : counters)
 		CHECK_EQ_INT(v, 0);
@@ -336,5 +372,13 @@ int main(void)
 	run_case({16, 2, 128, 30, 1, 4, 1, 0, 1, 4, {33, 5, 120}});
 	run_case({8, 8, 64, 0, 0, 4, 2, 1, 1, 2, {64, 16, 95}});
 	run_case({32, 8, 128, 0, 0, 4, 1, 1, 1, 1, {70}});
+	/* FP8 (E4M3) cache: ring and registers, both head dims, windows, sinks, both merges */
+	run_case({8, 2, 64, 0, 0, 2, 1, 1, 2, 3, {1, 17, 40}, 1});
+	run_case({16, 2, 64, 20, 1, 4, 1, 0, 3, 5, {81, 19}, 1});
+	run_case({6, 2, 128, 23, 1, 2, 1, 1, 3, 3, {60, 23, 24, 9}, 1});
+	run_case({24, 8, 128, 0, 1, 8, 1, 1, 3, 3, {180, 33}, 1});
+	run_case({8, 2, 64, 0, 1, 2, 1, 1, 1, 3, {1, 17, 100}, 1});
+	run_case({16, 2, 128, 30, 1, 4, 1, 0, 1, 4, {33, 5, 120}, 1});
+	run_case({32, 8, 128, 0, 0, 4, 1, 1, 1, 1, {70}, 1});
 	return TEST_DONE();
 }

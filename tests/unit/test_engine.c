@@ -2,7 +2,7 @@
  * BPE): batch invariance (a request's greedy tokens are the same alone and among others, with
  * chunked prefill), seeded sampling reproducibility under concurrency, max_tokens, stop strings,
  * cancellation, bad requests, scoring, preemption under KV-pool pressure (same outputs, blocks
- * all returned) and prefix-cache hits (same output as a miss). */
+ * all returned), prefix-cache hits (same output as a miss) and the FP8 KV cache option. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +263,34 @@ static void test_model(const char *preset, const char *format)
 		prompt_len[0] = save0, prompt_len[1] = save1;
 		fp4s_engine_close(cached);
 		fp4s_engine_close(plain);
+	}
+	/* FP8 KV cache, by both of vLLM's names: greedy tokens are the same alone and batched with
+	 * chunked prefill (E4M3 rounding is per element, so chunking caches the same bytes); an
+	 * unknown type is refused with the choices named */
+	{
+		struct fp4s_engine_opts fo = o;
+		struct fp4s_engine *f1, *fn;
+		fo.kv_cache_dtype = "fp8";
+		fo.max_seqs = 1;
+		fo.max_batch_tokens = 0;
+		CHECK(fp4s_engine_open(&fo, &f1, &err) == 0);
+		fo.kv_cache_dtype = "fp8_e4m3";
+		fo.max_seqs = NREQ;
+		fo.max_batch_tokens = 7;
+		CHECK(fp4s_engine_open(&fo, &fn, &err) == 0);
+		req.sampling.temperature = 0;
+		for (int i = 0; i < NREQ; i++)
+			CHECK(run_batch(f1, i, 1, &req, &a) == 0);
+		CHECK(run_batch(fn, 0, NREQ, &req, &b) == 0);
+		for (int i = 0; i < NREQ; i++)
+			CHECK_MSG(a.n[i] == NGEN && a.n[i] == b.n[i] &&
+			          !memcmp(a.tokens[i], b.tokens[i], sizeof(int32_t) * (size_t)a.n[i]),
+			          "%s/%s FP8 KV request %d: greedy tokens differ alone and batched", preset, format, i);
+		fp4s_engine_close(f1);
+		fp4s_engine_close(fn);
+		fo.kv_cache_dtype = "fp8_e5m2";
+		CHECK_EQ_INT(fp4s_engine_open(&fo, &f1, &err), FP4S_EINVAL);
+		CHECK(strstr(err.msg, "fp8_e4m3") != NULL);
 	}
 	fp4s_engine_close(alone);
 	fp4s_engine_close(together);

@@ -1,7 +1,8 @@
-/* cpu_backend.c: the CPU implementation of backend.h. Host memory, FP32 activations, an FP32
- * KV cache a pool of blocks [layer][block][FP4S_KV_BLOCK][kv_width] addressed through the batch's
- * block table, attention computed exactly (two passes: scores,
- * then a max-subtracted softmax in FP32), MoE by looping over each token's selected experts. */
+/* cpu_backend.c: the CPU implementation of backend.h. Host memory, FP32 activations, a KV cache
+ * that is a pool of blocks [layer][block][FP4S_KV_BLOCK][kv_width] addressed through the batch's
+ * block table (FP32, BF16-rounded FP32, or E4M3 bytes), attention computed exactly (two passes:
+ * scores, then a max-subtracted softmax in FP32), MoE by looping over each token's selected
+ * experts. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +11,11 @@
 #include "numerics/numerics.h"
 
 struct cpu_impl {
-	float *k, *v;
+	float *k, *v;      /* FP32 and BF16 caches */
+	uint8_t *k8, *v8;  /* FP8 cache: the E4M3 bytes themselves, as the GPU keeps them */
+	float e4m3[256];   /* their values (0x7F/0xFF: NaN) */
 	int32_t n_layers, kv_width, n_blocks, max_seqs, max_ctx;
-	int kv_bf16; /* BF16 cache emulated: FP32 storage of BF16-rounded values, as the GPU keeps */
+	enum fp4s_kv_dtype kv_dtype; /* BF16 is emulated: FP32 storage of BF16-rounded values */
 };
 
 static struct cpu_impl *impl_of(struct fp4s_backend *be) { return (struct cpu_impl *)be->impl; }
@@ -22,20 +25,28 @@ static int cpu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_wid
                        struct fp4s_error *err)
 {
 	struct cpu_impl *c = impl_of(be);
-	c->kv_bf16 = dtype == FP4S_KV_BF16;
-	free(c->k);
-	free(c->v);
+	c->kv_dtype = dtype;
+	free(c->k), free(c->v), free(c->k8), free(c->v8);
 	c->k = c->v = NULL;
+	c->k8 = c->v8 = NULL;
 	if (n_layers <= 0 || kv_width <= 0 || n_blocks <= 0 || max_seqs <= 0 || max_ctx <= 0)
 		return fp4s_error_set(err, FP4S_EINVAL, "kv cache: bad geometry %d layers x %d blocks x %d",
 		                      n_layers, n_blocks, kv_width);
 	const size_t n = (size_t)n_layers * (size_t)n_blocks * FP4S_KV_BLOCK * (size_t)kv_width;
-	c->k = calloc(n, sizeof(float));
-	c->v = calloc(n, sizeof(float));
-	if (!c->k || !c->v)
+	const int fp8 = dtype == FP4S_KV_FP8;
+	if (fp8) {
+		c->k8 = calloc(n, 1);
+		c->v8 = calloc(n, 1);
+		for (int b = 0; b < 256; b++)
+			c->e4m3[b] = fp4s_e4m3_to_f32((uint32_t)b);
+	} else {
+		c->k = calloc(n, sizeof(float));
+		c->v = calloc(n, sizeof(float));
+	}
+	if (fp8 ? !c->k8 || !c->v8 : !c->k || !c->v)
 		return fp4s_error_set(err, FP4S_ENOMEM, "kv cache: cannot allocate 2 x %.1f MB (lower the "
 		                      "context length or the number of sequences)",
-		                      (double)n * 4 / 1e6);
+		                      (double)n * (fp8 ? 1 : 4) / 1e6);
 	c->n_layers = n_layers, c->kv_width = kv_width, c->n_blocks = n_blocks;
 	c->max_seqs = max_seqs, c->max_ctx = max_ctx;
 	return FP4S_OK;
@@ -50,6 +61,18 @@ static size_t kv_row(const struct cpu_impl *c, const struct fp4s_batch *b, int32
 }
 
 static void cpu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)seq; }
+
+/* Elements [off, off + d) of the K (v = 0) or V cache as floats: a pointer into the FP32
+ * storage, or the E4M3 bytes decoded into tmp[d]. */
+static const float *kv_elems(const struct cpu_impl *c, int v, size_t off, int32_t d, float *tmp)
+{
+	if (c->kv_dtype != FP4S_KV_FP8)
+		return (v ? c->v : c->k) + off;
+	const uint8_t *b = (v ? c->v8 : c->k8) + off;
+	for (int32_t j = 0; j < d; j++)
+		tmp[j] = c->e4m3[b[j]];
+	return tmp;
+}
 
 static int cpu_alloc(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4s_error *err)
 {
@@ -67,8 +90,7 @@ static void cpu_destroy(struct fp4s_backend *be)
 		return;
 	struct cpu_impl *c = impl_of(be);
 	if (c) {
-		free(c->k);
-		free(c->v);
+		free(c->k), free(c->v), free(c->k8), free(c->v8);
 		free(c);
 	}
 	free(be);
@@ -185,7 +207,7 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 	struct cpu_impl *c = impl_of(be);
 	const int32_t kvw = p->n_kv_heads * p->head_dim, d = p->head_dim;
 	const int32_t group = p->n_heads / p->n_kv_heads;
-	if (!c->k || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
+	if (!(c->k || c->k8) || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
 	for (int32_t i = 0; i < b->n; i++) {
 		if (b->seq[i] < 0 || b->seq[i] >= c->max_seqs)
@@ -201,9 +223,17 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 				                      "pool of %d", b->seq[i], t, blk, c->n_blocks);
 		}
 		const size_t base = kv_row(c, b, layer, b->seq[i], b->pos[i]) * kvw;
-		memcpy(c->k + base, k + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
-		memcpy(c->v + base, v + (int64_t)i * kvw, (size_t)kvw * sizeof(float));
-		if (c->kv_bf16)
+		const float *ki = k + (int64_t)i * kvw, *vi = v + (int64_t)i * kvw;
+		if (c->kv_dtype == FP4S_KV_FP8) {
+			for (int32_t j = 0; j < kvw; j++) {
+				c->k8[base + j] = fp4s_f32_to_e4m3(ki[j]);
+				c->v8[base + j] = fp4s_f32_to_e4m3(vi[j]);
+			}
+			continue;
+		}
+		memcpy(c->k + base, ki, (size_t)kvw * sizeof(float));
+		memcpy(c->v + base, vi, (size_t)kvw * sizeof(float));
+		if (c->kv_dtype == FP4S_KV_BF16)
 			for (int32_t j = 0; j < kvw; j++) {
 				c->k[base + j] = fp4s_bf16_to_f32(fp4s_f32_to_bf16(c->k[base + j]));
 				c->v[base + j] = fp4s_bf16_to_f32(fp4s_f32_to_bf16(c->v[base + j]));
@@ -215,7 +245,8 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 		work += (double)(b->pos[i] + 1) * p->n_heads * p->head_dim;
 #pragma omp parallel if (work > 1e6)
 	{
-		float *s = malloc((size_t)c->max_ctx * sizeof *s);
+		/* scores, then one decoded K or V row (FP8) */
+		float *s = malloc(((size_t)c->max_ctx + (size_t)d) * sizeof *s);
 		if (!s)
 			failed = 1;
 #pragma omp for collapse(2) schedule(dynamic, 4)
@@ -228,7 +259,8 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 				const float *qh = q + (int64_t)i * p->n_heads * d + (int64_t)h * d;
 				float m = p->sinks ? p->sinks[h] : -INFINITY;
 				for (int32_t t = start; t <= pos; t++) {
-					const float *kt = c->k + kv_row(c, b, layer, b->seq[i], t) * kvw + (size_t)g * d;
+					const float *kt = kv_elems(c, 0, kv_row(c, b, layer, b->seq[i], t) * kvw + (size_t)g * d, d,
+					                           s + c->max_ctx);
 					float acc = 0;
 					for (int32_t j = 0; j < d; j++)
 						acc += qh[j] * kt[j];
@@ -246,7 +278,8 @@ static int cpu_attention(struct fp4s_backend *be, int32_t layer, const float *q,
 					o[j] = 0;
 				for (int32_t t = start; t <= pos; t++) {
 					const float w = s[t] / denom;
-					const float *vt = c->v + kv_row(c, b, layer, b->seq[i], t) * kvw + (size_t)g * d;
+					const float *vt = kv_elems(c, 1, kv_row(c, b, layer, b->seq[i], t) * kvw + (size_t)g * d, d,
+					                           s + c->max_ctx);
 					for (int32_t j = 0; j < d; j++)
 						o[j] += w * vt[j];
 				}

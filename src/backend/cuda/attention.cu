@@ -9,12 +9,13 @@
  * their count is fixed per call shape so the step can be replayed as a graph, and each block
  * finds its key range from the position it reads on the device. Two kernels:
  *
- *   attn_mma_kernel (attention_mma.cuh): BF16 cache, head_dim 64 or 128, G <= 8: the decode
- *     path. Tensor cores (BF16 operands carried to ~16 bits by hi/lo splits of q and P), 16-byte
- *     loads of whole KV blocks (through a per-lane cp.async ring in shared memory for decode of
- *     few sequences, straight into registers for batches), chunks of whole KV blocks, W warps
- *     per block merged in shared memory, and the chunks merged by the last block to finish (one
- *     launch), or by attn_mma_merge_kernel for batches too large for the counters.
+ *   attn_mma_kernel (attention_mma.cuh): BF16 or FP8 (E4M3) cache, head_dim 64 or 128, G <= 8:
+ *     the decode path. Tensor cores (BF16 operands carried to ~16 bits by hi/lo splits of q and
+ *     P; E4M3 values become BF16 exactly), 16-byte (FP8: 8-byte) loads of whole KV blocks
+ *     (through a per-lane cp.async ring in shared memory for decode of few sequences, straight
+ *     into registers for batches), chunks of whole KV blocks, W warps per block merged in shared
+ *     memory, and the chunks merged by the last block to finish (one launch), or by
+ *     attn_mma_merge_kernel for batches too large for the counters.
  *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
  *     golden tests use) included: CUDA cores, one warp per key. */
 #include <math.h>
@@ -25,6 +26,7 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/attention_mma.cuh"
 
 #define ATT_TILE 128
@@ -33,8 +35,9 @@
 
 static __device__ __forceinline__ float kv_load(const float *p) { return *p; }
 static __device__ __forceinline__ float kv_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ float kv_load(const __nv_fp8_e4m3 *p) { return fp4s_kv_e4m3_f32(p->__x); }
 
-/* ---- the generic CUDA-core path: FP32 KV (exact), other head dims, G > 8 ----------------- */
+/* ---- the generic CUDA-core path: FP32 KV (exact), other head dims, G > 8 (any KV type) ---- */
 
 /* Partial attention of one (token, KV head, key chunk) for the G query heads of the group.
  *   scores: one warp per key, lanes over dims (coalesced row loads), G dot products reduced by
@@ -215,11 +218,11 @@ static __global__ void attn_merge_kernel(const float *__restrict__ work, int32_t
 #define ATT_COUNTERS 8192
 static __device__ unsigned att_counters[ATT_COUNTERS];
 
-template <int D, int W, bool RING>
+template <int D, int W, bool RING, bool F8>
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
 	extern __shared__ float4 att_smem[];
-	att_mma_block<D, W, RING>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
+	att_mma_block<D, W, RING, F8>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
 }
 
 /* grid (tokens, KV heads): merges the partials of tokens whose range took several blocks */
@@ -242,14 +245,18 @@ static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kerne
 #define ATT_SMEM_MAX (227 * 1024)
 
 template <int D, int W>
-static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, cudaStream_t s)
+static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, bool f8, cudaStream_t s)
 {
-	const size_t smem = att_smem_bytes<D, W>(a.stages);
+	const size_t smem = f8 ? att_smem_bytes<D, W, true>(a.stages) : att_smem_bytes<D, W, false>(a.stages);
 	const dim3 grid((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits);
-	if (a.stages > 1)
-		attn_mma_kernel<D, W, true><<<grid, W * 32, smem, s>>>(a);
+	if (a.stages > 1 && f8)
+		attn_mma_kernel<D, W, true, true><<<grid, W * 32, smem, s>>>(a);
+	else if (f8)
+		attn_mma_kernel<D, W, false, true><<<grid, W * 32, smem, s>>>(a);
+	else if (a.stages > 1)
+		attn_mma_kernel<D, W, true, false><<<grid, W * 32, smem, s>>>(a);
 	else
-		attn_mma_kernel<D, W, false><<<grid, W * 32, smem, s>>>(a);
+		attn_mma_kernel<D, W, false, false><<<grid, W * 32, smem, s>>>(a);
 	if (!fused)
 		attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
 	return cudaGetLastError();
@@ -258,12 +265,26 @@ static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused,
 template <int D, int W>
 static cudaError_t attn_mma_setup(void)
 {
-	cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, W, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                                     ATT_SMEM_MAX);
-	if (e == cudaSuccess)
-		e = cudaFuncSetAttribute(attn_mma_kernel<D, W, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                         ATT_SMEM_MAX);
+	void (*const fns[])(const att_mma_args) = {attn_mma_kernel<D, W, true, false>, attn_mma_kernel<D, W, false, false>,
+	                                           attn_mma_kernel<D, W, true, true>, attn_mma_kernel<D, W, false, true>};
+	cudaError_t e = cudaSuccess;
+	for (int i = 0; i < 4 && e == cudaSuccess; i++)
+		e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
 	return e;
+}
+
+/* shared memory of a tensor-core block of this shape */
+static size_t att_smem_of(int32_t d, int W, bool f8, int stages)
+{
+	if (f8)
+		return d == 64 ? (W == 2 ? att_smem_bytes<64, 2, true>(stages) : W == 4 ? att_smem_bytes<64, 4, true>(stages)
+		                                                                       : att_smem_bytes<64, 8, true>(stages))
+		               : (W == 2 ? att_smem_bytes<128, 2, true>(stages) : W == 4 ? att_smem_bytes<128, 4, true>(stages)
+		                                                                        : att_smem_bytes<128, 8, true>(stages));
+	return d == 64 ? (W == 2 ? att_smem_bytes<64, 2, false>(stages) : W == 4 ? att_smem_bytes<64, 4, false>(stages)
+	                                                                        : att_smem_bytes<64, 8, false>(stages))
+	               : (W == 2 ? att_smem_bytes<128, 2, false>(stages) : W == 4 ? att_smem_bytes<128, 4, false>(stages)
+	                                                                         : att_smem_bytes<128, 8, false>(stages));
 }
 
 /* per device: SM count and the counters' address (looked up once, outside any graph capture
@@ -310,7 +331,7 @@ extern "C" int fp4s_cuda_attention_smem(int32_t nh, int32_t nkv, int32_t d)
 	return (int)sizeof(float) * (G * d + G * ATT_TILE + 3 * G + ATT_THREADS * ATT_MAX_G);
 }
 
-extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void *vc, int kv_bf16,
+extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void *vc, int kv_dtype,
                                       const int32_t *pos, const int32_t *seq, const int32_t *table,
                                       int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
                                       int32_t window, const float *sinks, float scale, int32_t splits,
@@ -327,11 +348,14 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: %d query heads over %d KV heads of "
 		                      "dim %d (supported: up to %d heads per KV head; dim 256 or a divisor of 128)",
 		                      nh, nkv, d, ATT_MAX_G);
+	if (kv_dtype != FP4S_KV_F32 && kv_dtype != FP4S_KV_BF16 && kv_dtype != FP4S_KV_FP8)
+		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache type %d", kv_dtype);
 	if (n <= 0)
 		return FP4S_OK;
 	const int32_t G = nh / nkv;
+	const bool f8 = kv_dtype == FP4S_KV_FP8;
 	const bool aligned = (((uintptr_t)kc | (uintptr_t)vc | (uintptr_t)q | (uintptr_t)work | (uintptr_t)out) & 15) == 0;
-	if (kv_bf16 && (d == 64 || d == 128) && G <= 8 && aligned && !tune->generic) {
+	if (kv_dtype != FP4S_KV_F32 && (d == 64 || d == 128) && G <= 8 && aligned && !tune->generic) {
 		int sms = 0;
 		unsigned *counters = nullptr;
 		if (att_device_info(&sms, &counters, err))
@@ -347,13 +371,8 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		int S = tune->stages ? tune->stages : few ? 3 : 1;
 		if (S < 1 || S > 4)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (1 to 4)", S);
-		/* a ring that does not fit takes fewer stages (8 warps of dim 128: 3) */
-		auto bytes = [&](int st) {
-			return d == 64 ? (W == 2 ? att_smem_bytes<64, 2>(st) : W == 4 ? att_smem_bytes<64, 4>(st) : att_smem_bytes<64, 8>(st))
-			               : (W == 2 ? att_smem_bytes<128, 2>(st) : W == 4 ? att_smem_bytes<128, 4>(st)
-			                                                               : att_smem_bytes<128, 8>(st));
-		};
-		while (S > 1 && bytes(S) > ATT_SMEM_MAX)
+		/* a ring that does not fit takes fewer stages (8 warps of dim 128 BF16: 3) */
+		while (S > 1 && att_smem_of(d, W, f8, S) > ATT_SMEM_MAX)
 			S--;
 		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
 		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
@@ -374,8 +393,8 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		}
 		att_mma_args a;
 		a.q = q;
-		a.kc = (const uint16_t *)kc;
-		a.vc = (const uint16_t *)vc;
+		a.kc = kc;
+		a.vc = vc;
 		a.pos = pos;
 		a.seq = seq;
 		a.table = table;
@@ -395,19 +414,25 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		a.counters = fused ? counters : nullptr;
 		cudaError_t e;
 		if (d == 64)
-			e = W == 2 ? attn_mma_launch<64, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, s)
-			                                                             : attn_mma_launch<64, 8>(a, n, fused, s);
+			e = W == 2   ? attn_mma_launch<64, 2>(a, n, fused, f8, s)
+			    : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, f8, s)
+			             : attn_mma_launch<64, 8>(a, n, fused, f8, s);
 		else
-			e = W == 2 ? attn_mma_launch<128, 2>(a, n, fused, s) : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, s)
-			                                                              : attn_mma_launch<128, 8>(a, n, fused, s);
+			e = W == 2   ? attn_mma_launch<128, 2>(a, n, fused, f8, s)
+			    : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, f8, s)
+			             : attn_mma_launch<128, 8>(a, n, fused, f8, s);
 		FP4S_CUDA_TRY(err, e);
 		return FP4S_OK;
 	}
 	const int smem = fp4s_cuda_attention_smem(nh, nkv, d);
 	const dim3 grid((unsigned)n, (unsigned)nkv, (unsigned)splits);
-	if (kv_bf16)
+	if (kv_dtype == FP4S_KV_BF16)
 		attn_partial_kernel<__nv_bfloat16><<<grid, ATT_THREADS, smem, s>>>(
 			q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos, seq, table, table_stride, nh, nkv, d,
+			window, scale, splits, work);
+	else if (f8)
+		attn_partial_kernel<__nv_fp8_e4m3><<<grid, ATT_THREADS, smem, s>>>(
+			q, (const __nv_fp8_e4m3 *)kc, (const __nv_fp8_e4m3 *)vc, pos, seq, table, table_stride, nh, nkv, d,
 			window, scale, splits, work);
 	else
 		attn_partial_kernel<float><<<grid, ATT_THREADS, smem, s>>>(
@@ -419,13 +444,13 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 	return FP4S_OK;
 }
 
-extern "C" int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_bf16,
+extern "C" int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_dtype,
                                    const int32_t *pos, const int32_t *seq, const int32_t *table,
                                    int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
                                    int32_t window, const float *sinks, float scale, int32_t splits,
                                    float *work, float *out, cudaStream_t s, struct fp4s_error *err)
 {
-	return fp4s_cuda_attention_ex(q, kc, vc, kv_bf16, pos, seq, table, table_stride, n, nh, nkv, d, window,
+	return fp4s_cuda_attention_ex(q, kc, vc, kv_dtype, pos, seq, table, table_stride, n, nh, nkv, d, window,
 	                              sinks, scale, splits, work, out, NULL, s, err);
 }
 
@@ -436,6 +461,8 @@ extern "C" int fp4s_cuda_attention_setup(struct fp4s_error *err)
 	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attn_partial_kernel<float>,
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attn_partial_kernel<__nv_bfloat16>,
+	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(attn_partial_kernel<__nv_fp8_e4m3>,
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	int sms;
 	unsigned *counters;

@@ -1,11 +1,12 @@
 /* attention_cuda.h: split-K attention over a per-slot KV cache (see attention.cu).
- * kc/vc point at one layer's block pool, [blocks][FP4S_KV_BLOCK][nkv * d] FP32 or BF16; sequence s's
+ * kc/vc point at one layer's block pool, [blocks][FP4S_KV_BLOCK][nkv * d] of kv_dtype (an enum
+ * fp4s_kv_dtype: FP32, BF16 or FP8 E4M3); sequence s's
  * position t is in block table[s * table_stride + t / FP4S_KV_BLOCK]; q [n, nh * d] is
  * pre-RoPE'd; pos/seq are device arrays of the batch; out [n, nh * d]. work holds
  * fp4s_cuda_attention_work_floats(n, nh, nkv, d, splits) floats. The launches depend only on
- * (n, nh, nkv, d, splits, kv_bf16, whether sinks/window are set), never on the positions, so a
+ * (n, nh, nkv, d, splits, kv_dtype, whether sinks/window are set), never on the positions, so a
  * call can be captured in a graph and replayed with new pos/seq/table contents.
- * The BF16 tensor-core path merges the splits in the last block to finish, through counters of
+ * The tensor-core path (BF16 and FP8 KV) merges the splits in the last block to finish, through counters of
  * its own (a device array, zero between calls): two calls must not run concurrently on
  * different streams of one device. */
 #ifndef FP4S_ATTENTION_CUDA_H
@@ -22,15 +23,15 @@ extern "C" {
 
 int64_t fp4s_cuda_attention_work_floats(int32_t n, int32_t nh, int32_t nkv, int32_t d, int32_t splits);
 int fp4s_cuda_attention_smem(int32_t nh, int32_t nkv, int32_t d);
-/* kc/vc hold FP32, or BF16 when kv_bf16 */
-int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_bf16, const int32_t *pos,
+/* kc/vc hold FP32, BF16 or E4M3 bytes, as kv_dtype (enum fp4s_kv_dtype) says */
+int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_dtype, const int32_t *pos,
                         const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n,
                         int32_t nh, int32_t nkv,
                         int32_t d, int32_t window, const float *sinks, float scale, int32_t splits,
                         float *work, float *out, cudaStream_t s, struct fp4s_error *err);
 /* Tuning knobs for tests and dev/attn_bench; zero fields take the defaults. */
 struct fp4s_attn_tune {
-	int32_t warps;         /* warps per block of the BF16 tensor-core kernel: 2, 4 or 8 */
+	int32_t warps;         /* warps per block of the tensor-core kernel: 2, 4 or 8 */
 	int32_t blocks_per_sm; /* blocks per (token, KV head) = this x SMs / (n x nkv), <= splits */
 	int32_t min_tiles;     /* fewest 16-key tiles per block (one per warp) */
 	int32_t unfused;       /* merge the splits in a second kernel rather than in the last block */
@@ -40,7 +41,7 @@ struct fp4s_attn_tune {
 };
 /* Defaults (attention.cu): n x nkv < SMs: 8 warps, 1 block per SM, 3 stages; else 4 warps, 2
  * blocks per SM, registers. */
-int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv_bf16, const int32_t *pos,
+int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv_dtype, const int32_t *pos,
                            const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n,
                            int32_t nh, int32_t nkv, int32_t d, int32_t window, const float *sinks,
                            float scale, int32_t splits, float *work, float *out,

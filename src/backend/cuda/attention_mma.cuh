@@ -1,8 +1,13 @@
-/* attention_mma.cuh: decode attention over a BF16 paged KV cache on the tensor cores (mma.sync
- * m16n8k16, BF16 in, FP32 accumulate), for head_dim D = 64 or 128 and up to 8 query heads per
- * KV head. Included by attention.cu; written against a handful of primitives (att_ld16, att_mma,
- * att_shfl_xor, att_sync, ...) so that a host emulator (tests/unit/test_attention_emu.cpp) can
- * run this very code with one host thread per GPU thread.
+/* attention_mma.cuh: decode attention over a BF16 or FP8 (E4M3) paged KV cache on the tensor
+ * cores (mma.sync m16n8k16, BF16 in, FP32 accumulate), for head_dim D = 64 or 128 and up to 8
+ * query heads per KV head. Included by attention.cu; written against a handful of primitives
+ * (att_ld16, att_mma, att_shfl_xor, att_sync, ...) so that a host emulator
+ * (tests/unit/test_attention_emu.cpp) can run this very code with one host thread per GPU thread.
+ *
+ * FP8 (the F8 instances): every load below moves the same 8 elements, as 8 bytes instead of 16,
+ * into the same lanes; they stay E4M3 in registers (and in the ring) until the mma needs them,
+ * then become the very BF16 registers the BF16 cache would have given (exact: kv_fp8.cuh), so
+ * the fragment logic is shared and half the bytes stream.
  *
  * One block = one (token, KV head, split) of W warps. A split is a range of whole KV blocks
  * (FP4S_KV_BLOCK = 16 positions: one "tile"); warp w takes tiles w, w + W, ... of it. Per tile:
@@ -40,11 +45,16 @@
 #ifndef FP4S_ATTN_EMU
 #include <cuda_bf16.h>
 
+#include "backend/cuda/kv_fp8.cuh"
+
 #define ATT_DEV static __device__ __forceinline__
 #define ATT_HD static __host__ __device__ __forceinline__
 
 struct att_u4 {
 	uint32_t x, y, z, w;
+};
+struct att_u2 {
+	uint32_t x, y;
 };
 
 /* 16 bytes of the cache into registers: read once per step, kept out of L1 */
@@ -57,10 +67,24 @@ ATT_DEV att_u4 att_ld16(const uint16_t *p)
 	return r;
 }
 
+/* 8 bytes of an FP8 cache, likewise */
+ATT_DEV att_u2 att_ld8(const uint8_t *p)
+{
+	att_u2 r;
+	asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+	return r;
+}
+
 /* 16 bytes of the cache into this lane's shared-memory slot, through L2 only */
 ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src)
 {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+	             : "memory");
+}
+/* 8 bytes (an FP8 piece): cp.async.cg takes 16 only, .ca any of 4, 8, 16 */
+ATT_DEV void att_cp8(att_u2 *dst, const uint8_t *src)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
 	             : "memory");
 }
 ATT_DEV void att_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -100,11 +124,41 @@ ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
 ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
 ATT_DEV void att_fence(void) { __threadfence(); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
+/* two E4M3 bytes (bits 0-15) -> two BF16, exactly */
+ATT_DEV uint32_t att_e4m3x2(uint32_t two) { return fp4s_kv_e4m3x2_bf16x2(two); }
 #endif
+
+/* The cache's element type, by F8: a "piece" is what a lane loads at once, 8 consecutive
+ * elements of one row (16 bytes of BF16 or 8 of E4M3); att_bf16x8 makes its 8 BF16 (4 registers,
+ * element 2i in the low half of register i) whichever it is. */
+template <bool F8>
+struct att_kv {
+	typedef uint16_t elem;
+	typedef att_u4 piece;
+};
+template <>
+struct att_kv<true> {
+	typedef uint8_t elem;
+	typedef att_u2 piece;
+};
+ATT_DEV att_u4 att_ld(const uint16_t *p) { return att_ld16(p); }
+ATT_DEV att_u2 att_ld(const uint8_t *p) { return att_ld8(p); }
+ATT_DEV void att_cp(att_u4 *dst, const uint16_t *src) { att_cp16(dst, src); }
+ATT_DEV void att_cp(att_u2 *dst, const uint8_t *src) { att_cp8(dst, src); }
+ATT_DEV att_u4 att_bf16x8(const att_u4 &v) { return v; }
+ATT_DEV att_u4 att_bf16x8(const att_u2 &v)
+{
+	att_u4 r;
+	r.x = att_e4m3x2(v.x);
+	r.y = att_e4m3x2(v.x >> 16);
+	r.z = att_e4m3x2(v.y);
+	r.w = att_e4m3x2(v.y >> 16);
+	return r;
+}
 
 struct att_mma_args {
 	const float *q;           /* [n][nh * D], FP32, pre-RoPE'd */
-	const uint16_t *kc, *vc;  /* the layer's pool, BF16 [blocks][16][nkv * D] */
+	const void *kc, *vc;      /* the layer's pool, BF16 or E4M3 (F8) [blocks][16][nkv * D] */
 	const int32_t *pos, *seq, *table;
 	int32_t table_stride, nh, nkv, window;
 	int32_t splits;           /* blocks per (token, KV head) in the grid */
@@ -141,19 +195,20 @@ ATT_DEV att_range att_range_of(int32_t p, int32_t window, int32_t splits, int32_
 	return r;
 }
 
-/* Shared memory of a block: the ring [W][stages][D / 8 chunks][32 lanes] of 16-byte slots (each
- * lane reads back only what it copied itself), reused after the tile loop for the warps' outputs
- * [W][8][D] floats; then per-warp max/sum [2][W][8], the merge's weights and sums [2][8][MAX]
- * and a flag. */
-template <int D, int W>
+/* Shared memory of a block: the ring [W][stages][D / 8 chunks][32 lanes] of pieces (16 bytes,
+ * 8 for FP8; each lane reads back only what it copied itself), reused after the tile loop for the
+ * warps' outputs [W][8][D] floats (so never smaller than those); then per-warp max/sum [2][W][8],
+ * the merge's weights and sums [2][8][MAX] and a flag. */
+template <int D, int W, bool F8>
 ATT_HD size_t att_smem_ring(int stages)
 {
-	return (size_t)W * stages * (D / 8) * 32 * 16;
+	const size_t ring = (size_t)W * stages * (D / 8) * 32 * (F8 ? 8 : 16), outs = (size_t)W * 8 * D * sizeof(float);
+	return ring > outs ? ring : outs;
 }
-template <int D, int W>
+template <int D, int W, bool F8>
 ATT_HD size_t att_smem_bytes(int stages)
 {
-	return att_smem_ring<D, W>(stages) + sizeof(float) * (2 * W * 8 + 2 * 8 * ATT_MERGE_MAX + 4);
+	return att_smem_ring<D, W, F8>(stages) + sizeof(float) * (2 * W * 8 + 2 * 8 * ATT_MERGE_MAX + 4);
 }
 
 /* Merges the nact partials of one (token, KV head): part points at its region (outputs
@@ -227,12 +282,14 @@ ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, i
  * blocks, each must keep many bytes in flight); otherwise straight into registers, the next
  * tile's K loaded once the scores are out of the K registers and its V once P.V is done (many
  * blocks per SM: the batch default, where that streams faster). */
-template <int D, int W, bool RING>
+template <int D, int W, bool RING, bool F8>
 ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem)
 {
-	constexpr int NJ = D / 32; /* 32-dim chunks of a K row (one 16-byte load each per lane) */
+	typedef typename att_kv<F8>::elem E;
+	typedef typename att_kv<F8>::piece P;
+	constexpr int NJ = D / 32; /* 32-dim chunks of a K row (one piece each per lane) */
 	constexpr int NH = D / 64; /* 64-dim chunks of a V row */
-	constexpr int NC = D / 8;  /* 16-byte slots per lane per tile: K then V */
+	constexpr int NC = D / 8;  /* ring slots (pieces) per lane per tile: K then V */
 	const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
 	const int32_t i = bx, g0 = by, split = bz;
 	const int32_t G = a.nh / a.nkv, kvw = a.nkv * D;
@@ -262,11 +319,11 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	const int32_t *trow = a.table + (size_t)a.seq[i] * a.table_stride;
 	const int32_t b_begin = r.b_lo + split * r.per;
 	const int32_t b_end = b_begin + r.per < r.b_lo + r.nb ? b_begin + r.per : r.b_lo + r.nb;
-	const uint16_t *kb = a.kc + (size_t)g0 * D + 8 * c; /* + row * kvw + 32 j */
-	const uint16_t *vb = a.vc + (size_t)g0 * D + 8 * g; /* + row * kvw + 64 h */
+	const E *kb = (const E *)a.kc + (size_t)g0 * D + 8 * c; /* + row * kvw + 32 j */
+	const E *vb = (const E *)a.vc + (size_t)g0 * D + 8 * g; /* + row * kvw + 64 h */
 	const int vrow[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
-	att_u4 *ring = (att_u4 *)smem + (size_t)warp * S * NC * 32 + lane; /* slot (stage, k) at [(stage NC + k) 32] */
-	float *sm_m = (float *)(smem + att_smem_ring<D, W>(S)), *sm_l = sm_m + W * 8;
+	P *ring = (P *)smem + (size_t)warp * S * NC * 32 + lane; /* slot (stage, k) at [(stage NC + k) 32] */
+	float *sm_m = (float *)(smem + att_smem_ring<D, W, F8>(S)), *sm_l = sm_m + W * 8;
 	float(*wt)[ATT_MERGE_MAX] = (float(*)[ATT_MERGE_MAX])(sm_l + W * 8);
 	float(*wl)[ATT_MERGE_MAX] = wt + 8;
 	int *last = (int *)(wl + 8);
@@ -274,27 +331,29 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	/* this warp's tiles: b_begin + warp + k W, k < nt; tile k streams into stage k % S */
 	const int32_t nt = b_end - b_begin > warp ? (b_end - b_begin - warp + W - 1) / W : 0;
 	auto issue = [&](int32_t k, int32_t blk) {
-		att_u4 *dst = ring + (size_t)(k % S) * NC * 32;
+		P *dst = ring + (size_t)(k % S) * NC * 32;
 		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
 #pragma unroll
 		for (int nt2 = 0; nt2 < 2; nt2++)
 #pragma unroll
 			for (int j = 0; j < NJ; j++)
-				att_cp16(dst + (nt2 * NJ + j) * 32, kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
+				att_cp(dst + (nt2 * NJ + j) * 32, kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
 #pragma unroll
 		for (int rr = 0; rr < 4; rr++)
 #pragma unroll
 			for (int h = 0; h < NH; h++)
-				att_cp16(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow[rr]) * kvw + 64 * h);
+				att_cp(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow[rr]) * kvw + 64 * h);
 	};
-	att_u4 kr[2][NJ], vr[4][NH];
+	/* the tile as loaded (E4M3 pieces stay bytes here: half the registers, and no wait on a
+	 * prefetch before its tile is used) */
+	P kr[2][NJ], vr[4][NH];
 	auto load_k = [&](int32_t blk) {
 		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
 #pragma unroll
 		for (int nt2 = 0; nt2 < 2; nt2++)
 #pragma unroll
 			for (int j = 0; j < NJ; j++)
-				kr[nt2][j] = att_ld16(kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
+				kr[nt2][j] = att_ld(kb + (row0 + 8 * nt2 + g) * kvw + 32 * j);
 	};
 	auto load_v = [&](int32_t blk) {
 		const size_t row0 = (size_t)blk * FP4S_KV_BLOCK;
@@ -302,7 +361,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		for (int rr = 0; rr < 4; rr++)
 #pragma unroll
 			for (int h = 0; h < NH; h++)
-				vr[rr][h] = att_ld16(vb + (row0 + vrow[rr]) * kvw + 64 * h);
+				vr[rr][h] = att_ld(vb + (row0 + vrow[rr]) * kvw + 64 * h);
 	};
 	int32_t tb_next = 0;
 	if (RING) {
@@ -336,7 +395,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		const int32_t tb_after = k + S + (RING ? 1 : 0) < nt ? trow[b_begin + warp + (k + S + (RING ? 1 : 0)) * W] : 0;
 		if (RING) {
 			att_cp_wait(S - 1);
-			const att_u4 *src = ring + (size_t)(k % S) * NC * 32;
+			const P *src = ring + (size_t)(k % S) * NC * 32;
 #pragma unroll
 			for (int nt2 = 0; nt2 < 2; nt2++)
 #pragma unroll
@@ -355,8 +414,9 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			s[nt2][0] = s[nt2][1] = s[nt2][2] = s[nt2][3] = 0.0f;
 #pragma unroll
 			for (int j = 0; j < NJ; j++) {
-				att_mma(s[nt2], qh[j][0], ql[j][0], qh[j][1], ql[j][1], kr[nt2][j].x, kr[nt2][j].y);
-				att_mma(s[nt2], qh[j][2], ql[j][2], qh[j][3], ql[j][3], kr[nt2][j].z, kr[nt2][j].w);
+				const att_u4 kk = att_bf16x8(kr[nt2][j]);
+				att_mma(s[nt2], qh[j][0], ql[j][0], qh[j][1], ql[j][1], kk.x, kk.y);
+				att_mma(s[nt2], qh[j][2], ql[j][2], qh[j][3], ql[j][3], kk.z, kk.w);
 			}
 		}
 		if (!RING && k + 1 < nt)
@@ -402,15 +462,17 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 				if (kp < r.start || kp > p)
 #pragma unroll
 					for (int h = 0; h < NH; h++)
-						vr[rr][h].x = vr[rr][h].y = vr[rr][h].z = vr[rr][h].w = 0u;
+						vr[rr][h] = P{}; /* zero bytes: +0 in either format */
 			}
 		}
 #pragma unroll
 		for (int h = 0; h < NH; h++) {
-			const uint32_t v0[4] = {vr[0][h].x, vr[0][h].y, vr[0][h].z, vr[0][h].w};
-			const uint32_t v1[4] = {vr[1][h].x, vr[1][h].y, vr[1][h].z, vr[1][h].w};
-			const uint32_t v2[4] = {vr[2][h].x, vr[2][h].y, vr[2][h].z, vr[2][h].w};
-			const uint32_t v3[4] = {vr[3][h].x, vr[3][h].y, vr[3][h].z, vr[3][h].w};
+			const att_u4 w0 = att_bf16x8(vr[0][h]), w1 = att_bf16x8(vr[1][h]), w2 = att_bf16x8(vr[2][h]),
+			             w3 = att_bf16x8(vr[3][h]);
+			const uint32_t v0[4] = {w0.x, w0.y, w0.z, w0.w};
+			const uint32_t v1[4] = {w1.x, w1.y, w1.z, w1.w};
+			const uint32_t v2[4] = {w2.x, w2.y, w2.z, w2.w};
+			const uint32_t v3[4] = {w3.x, w3.y, w3.z, w3.w};
 #pragma unroll
 			for (int t = 0; t < 8; t++) {
 				const uint32_t sel = (t & 1) ? 0x7632u : 0x5410u;

@@ -1,8 +1,8 @@
 /* attention_prefill.cu: flash attention (FlashAttention-2 style) for the prompt tokens of a
- * flattened batch, over the paged BF16 KV cache, on tensor cores (mma.sync m16n8k16 BF16, FP32
- * accumulate: sm_80 and later). GQA, causal mask by absolute position, sliding window, per-head
- * sinks (architectures.md §1.5); the same function as fp4s_cuda_attention, for batches with many
- * tokens per sequence.
+ * flattened batch, over the paged BF16 or FP8 (E4M3) KV cache, on tensor cores (mma.sync
+ * m16n8k16 BF16, FP32 accumulate: sm_80 and later). GQA, causal mask by absolute position,
+ * sliding window, per-head sinks (architectures.md §1.5); the same function as
+ * fp4s_cuda_attention, for batches with many tokens per sequence.
  *
  * Work split. A tile is up to T consecutive batch tokens of one sequence; the block of a (tile,
  * KV head) computes BM = 64 query rows, row r = token (r / G) x query head (r % G) of the G heads
@@ -25,7 +25,14 @@
  * adds P V (P from the S registers packed to BF16: the C fragment of two 8-key MMAs is the A
  * fragment of one 16-key MMA; V through ldmatrix.trans). Key columns past the tile's last
  * position are skipped in whole MMAs. At the end the sum is reduced over the quad and the sink,
- * if any, joins the denominator as a key with a zero value vector. */
+ * if any, joins the denominator as a key with a zero value vector.
+ *
+ * FP8 cache: the same kernel with E4M3 tiles. Each thread cp.asyncs its own 8-byte chunks of the
+ * next tile (the 8 elements of a row the BF16 kernel copies as 16 bytes) into a staging area of
+ * its own, and once they have landed turns them into BF16 (exact: kv_fp8.cuh) at the place in
+ * the swizzled stage where the BF16 kernel's copy would have put them; everything after that is
+ * the BF16 kernel's. Only the thread that copied a chunk reads it, so the staging needs no
+ * barrier; a stage is filled one tile ahead, behind the loop's barrier, like the BF16 cp.async. */
 #include <math.h>
 
 #include <cuda_bf16.h>
@@ -33,6 +40,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention_prefill_cuda.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/kv_fp8.cuh"
 
 #define AP_THREADS 128 /* 4 warps */
 #define AP_MAX_G 64    /* query heads per KV head: at most the rows of a block */
@@ -50,6 +58,11 @@ static __device__ __forceinline__ void ap_cp_async16(uint32_t dst, const void *s
 {
 	/* src_bytes = 0 zero-fills the chunk without reading src */
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+/* 8 bytes (an FP8 chunk; cp.async.cg moves 16 only), src_bytes = 0 zero-fills likewise */
+static __device__ __forceinline__ void ap_cp_async8(uint32_t dst, const void *src, int src_bytes)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 static __device__ __forceinline__ void ap_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 static __device__ __forceinline__ void ap_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
@@ -161,20 +174,25 @@ static __global__ void __launch_bounds__(PLAN_THREADS) attn_plan_kernel(const in
 
 /* BF16 elements of shared memory: two stages of [K tile][V tile], BN x D each, and Q as BF16
  * [BM][D]: behind the stages when it stays there (QS), else staged behind stage 0 (stage 1 is
- * not loaded before Q is in registers). */
-static constexpr int ap_smem_elems(int D, int BN, int MT, bool QS)
+ * not loaded before Q is in registers). An FP8 cache adds its E4M3 staging behind all that: one
+ * K and one V tile of bytes, BN x D BF16 elements' worth. */
+static __host__ __device__ constexpr int ap_smem_elems(int D, int BN, int MT, bool QS)
 {
 	return QS ? 4 * BN * D + 64 * MT * D
 	          : (4 * BN * D > 2 * BN * D + 64 * MT * D ? 4 * BN * D : 2 * BN * D + 64 * MT * D);
 }
+static __host__ __device__ constexpr int ap_smem_bytes(int D, int BN, int MT, bool QS, bool F8)
+{
+	return (ap_smem_elems(D, BN, MT, QS) + (F8 ? BN * D : 0)) * 2;
+}
 
 /* D head dim; BN keys per tile; MT m16 row tiles per warp (BM = 64 MT rows per block); QS: Q
  * fragments read from shared memory per key tile instead of held in registers (room for the
- * accumulators of MT = 2 at D = 128); PRECISE: P.V as hi + lo */
-template <int D, int BN, int MT, bool QS, bool PRECISE>
+ * accumulators of MT = 2 at D = 128); PRECISE: P.V as hi + lo; F8: the cache holds E4M3 */
+template <int D, int BN, int MT, bool QS, bool PRECISE, bool F8>
 static __global__ void __launch_bounds__(AP_THREADS, 2)
-attn_prefill_kernel(const float *__restrict__ q, const __nv_bfloat16 *__restrict__ kc,
-                    const __nv_bfloat16 *__restrict__ vc, const int32_t *__restrict__ pos,
+attn_prefill_kernel(const float *__restrict__ q, const void *__restrict__ kc,
+                    const void *__restrict__ vc, const int32_t *__restrict__ pos,
                     const int32_t *__restrict__ seq, const int32_t *__restrict__ table, int32_t table_stride,
                     int32_t nh, int32_t nkv, int32_t G, int32_t T, int32_t window,
                     const float *__restrict__ sinks, float sl, const int32_t *__restrict__ plan,
@@ -201,7 +219,7 @@ attn_prefill_kernel(const float *__restrict__ q, const __nv_bfloat16 *__restrict
 		const int32_t kstart = window > 0 ? max(0, pmin - window + 1) : 0, kend = pmax + 1;
 		const int32_t kt0 = kstart / BN * BN;
 		const int32_t *trow = table + (size_t)seq[i0] * table_stride;
-		const __nv_bfloat16 *kb = kc + (size_t)g0 * D + lch * 8, *vb = vc + (size_t)g0 * D + lch * 8;
+		const size_t kvo = (size_t)g0 * D + lch * 8; /* this thread's column of the layer's rows */
 
 		/* K/V positions k0 .. k0 + BN - 1 into stage st (zeros outside [kstart, kend)) */
 		auto load_tile = [&](int32_t k0, int st) {
@@ -212,12 +230,53 @@ attn_prefill_kernel(const float *__restrict__ q, const __nv_bfloat16 *__restrict
 				const bool ok = t >= kstart && t < kend;
 				const size_t off = ok ? ((size_t)trow[(uint32_t)t / 16] * 16 + (uint32_t)t % 16) * kvw : 0;
 				const uint32_t so = (uint32_t)(st * 2 * TILE + r * D + ((lch ^ (r & 7)) << 3)) * 2;
-				ap_cp_async16(ap_smem_u32(sm) + so, kb + off, ok ? 16 : 0);
-				ap_cp_async16(ap_smem_u32(sm) + so + TILE * 2, vb + off, ok ? 16 : 0);
+				ap_cp_async16(ap_smem_u32(sm) + so, (const __nv_bfloat16 *)kc + kvo + off, ok ? 16 : 0);
+				ap_cp_async16(ap_smem_u32(sm) + so + TILE * 2, (const __nv_bfloat16 *)vc + kvo + off, ok ? 16 : 0);
 			}
 			ap_cp_async_commit();
 		};
-		load_tile(kt0, 0);
+		/* FP8: the same chunks of positions k0 .. into this thread's staging slots ... */
+		const unsigned char *stg = ap_smem + ap_smem_elems(D, BN, MT, QS) * 2 + tid * 8;
+		auto fetch8 = [&](int32_t k0) {
+#pragma unroll
+			for (int i = 0; i < NLD; i++) {
+				const int r = lr0 + i * RSTEP;
+				const int32_t t = k0 + r;
+				const bool ok = t >= kstart && t < kend;
+				const size_t off = ok ? ((size_t)trow[(uint32_t)t / 16] * 16 + (uint32_t)t % 16) * kvw : 0;
+				ap_cp_async8(ap_smem_u32(stg + 2 * i * AP_THREADS * 8), (const uint8_t *)kc + kvo + off, ok ? 8 : 0);
+				ap_cp_async8(ap_smem_u32(stg + (2 * i + 1) * AP_THREADS * 8), (const uint8_t *)vc + kvo + off,
+				             ok ? 8 : 0);
+			}
+			ap_cp_async_commit();
+		};
+		/* ... and, once landed, into stage st as BF16 where load_tile would have put them */
+		auto convert8 = [&](int st) {
+			ap_cp_async_wait_all();
+#pragma unroll
+			for (int i = 0; i < NLD; i++) {
+				const int r = lr0 + i * RSTEP;
+				__nv_bfloat16 *dst = sm + st * 2 * TILE + r * D + ((lch ^ (r & 7)) << 3);
+#pragma unroll
+				for (int kv = 0; kv < 2; kv++) {
+					const uint2 u = *(const uint2 *)(stg + (2 * i + kv) * AP_THREADS * 8);
+					uint4 w;
+					w.x = fp4s_kv_e4m3x2_bf16x2(u.x);
+					w.y = fp4s_kv_e4m3x2_bf16x2(u.x >> 16);
+					w.z = fp4s_kv_e4m3x2_bf16x2(u.y);
+					w.w = fp4s_kv_e4m3x2_bf16x2(u.y >> 16);
+					*(uint4 *)(dst + kv * TILE) = w;
+				}
+			}
+		};
+		if (F8) {
+			fetch8(kt0);
+			convert8(0);
+			if (kt0 + BN < kend)
+				fetch8(kt0 + BN);
+		} else {
+			load_tile(kt0, 0);
+		}
 
 		/* Q rows as BF16 behind stage 0 (or both stages: QS), then to registers as A fragments */
 		__nv_bfloat16 *qs = sm + (QS ? 4 : 2) * TILE;
@@ -273,9 +332,10 @@ attn_prefill_kernel(const float *__restrict__ q, const __nv_bfloat16 *__restrict
 
 		for (int32_t k0 = kt0; k0 < kend; k0 += BN) {
 			const int st = ((k0 - kt0) / BN) & 1;
-			ap_cp_async_wait_all();
+			if (!F8)
+				ap_cp_async_wait_all();
 			__syncthreads(); /* tile k0 landed for all; everyone is done with the other stage */
-			if (k0 + BN < kend)
+			if (!F8 && k0 + BN < kend)
 				load_tile(k0 + BN, st ^ 1);
 			const int32_t nval = min(BN, kend - k0); /* keys past kend: whole MMAs skipped */
 
@@ -394,6 +454,13 @@ attn_prefill_kernel(const float *__restrict__ q, const __nv_bfloat16 *__restrict
 					}
 				}
 			}
+			/* FP8: the next tile (fetched during this one) into the other stage, and the one
+			 * after it on its way */
+			if (F8 && k0 + BN < kend) {
+				convert8(st ^ 1);
+				if (k0 + 2 * BN < kend)
+					fetch8(k0 + 2 * BN);
+			}
 		}
 
 		/* the quad's partial sums; the sink joins the denominator with a zero value vector */
@@ -425,26 +492,29 @@ attn_prefill_kernel(const float *__restrict__ q, const __nv_bfloat16 *__restrict
 
 /* ---- host ------------------------------------------------------------------------------- */
 
-typedef void (*ap_kernel_fn)(const float *, const __nv_bfloat16 *, const __nv_bfloat16 *, const int32_t *,
-                             const int32_t *, const int32_t *, int32_t, int32_t, int32_t, int32_t, int32_t,
-                             int32_t, const float *, float, const int32_t *, float *);
+typedef void (*ap_kernel_fn)(const float *, const void *, const void *, const int32_t *, const int32_t *,
+                             const int32_t *, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t,
+                             const float *, float, const int32_t *, float *);
 
 struct ap_variant {
-	int d, bn, mt, precise;
+	int d, bn, mt, precise, f8;
 	ap_kernel_fn fn;
 	int smem;
 };
 
 /* Q stays in shared memory where its fragments would not fit beside the accumulators (d 128,
  * 2 row tiles per warp: a few registers still spill there, and it is the fastest on long
- * prompts all the same). The precise kernel exists in one shape per d. */
-#define AP_V(D_, BN_, MT_, P_)                                                                        \
-	{D_, BN_, MT_, P_, attn_prefill_kernel<D_, BN_, MT_, D_ * MT_ >= 256, P_>,                       \
-	 ap_smem_elems(D_, BN_, MT_, D_ * MT_ >= 256) * 2}
+ * prompts all the same). The precise kernel exists in one shape per d. Every shape comes for
+ * BF16 and for FP8 caches. */
+#define AP_V(D_, BN_, MT_, P_, F8_)                                                                   \
+	{D_, BN_, MT_, P_, F8_, attn_prefill_kernel<D_, BN_, MT_, D_ * MT_ >= 256, P_, F8_>,             \
+	 ap_smem_bytes(D_, BN_, MT_, D_ * MT_ >= 256, F8_)}
+#define AP_V2(D_, BN_, MT_, P_) AP_V(D_, BN_, MT_, P_, false), AP_V(D_, BN_, MT_, P_, true)
 static const struct ap_variant ap_variants[] = {
-	AP_V(64, 64, 1, false),  AP_V(64, 64, 2, false),   AP_V(64, 128, 1, false), AP_V(64, 64, 2, true),
-	AP_V(128, 64, 1, false), AP_V(128, 64, 2, false), AP_V(128, 32, 2, false), AP_V(128, 64, 1, true),
+	AP_V2(64, 64, 1, false),  AP_V2(64, 64, 2, false),  AP_V2(64, 128, 1, false), AP_V2(64, 64, 2, true),
+	AP_V2(128, 64, 1, false), AP_V2(128, 64, 2, false), AP_V2(128, 32, 2, false), AP_V2(128, 64, 1, true),
 };
+#undef AP_V2
 #undef AP_V
 
 /* Row tiles per warp when the caller does not say. Two (128 rows per block) halve the shared-
@@ -474,7 +544,7 @@ extern "C" int fp4s_cuda_attention_prefill_setup(struct fp4s_error *err)
 	return FP4S_OK;
 }
 
-extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, const void *vc, int kv_bf16,
+extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, const void *vc, int kv_dtype,
                                               const int32_t *pos, const int32_t *seq, const int32_t *table,
                                               int32_t table_stride, int32_t n, int32_t nh, int32_t nkv,
                                               int32_t d, int32_t window, const float *sinks, float scale,
@@ -482,9 +552,9 @@ extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, co
                                               cudaStream_t s, struct fp4s_error *err)
 {
 	static int ready, sms; /* once per process: the shared-memory limit, the SM count */
-	if (!kv_bf16)
-		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "prefill attention: FP32 KV cache (the exact "
-		                      "mode keeps fp4s_cuda_attention)");
+	if (kv_dtype != FP4S_KV_BF16 && kv_dtype != FP4S_KV_FP8)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "prefill attention: KV cache type %d (the exact "
+		                      "FP32 mode keeps fp4s_cuda_attention)", kv_dtype);
 	if (nkv <= 0 || nh <= 0 || nh % nkv || nh / nkv > AP_MAX_G || (d != 64 && d != 128) || !(scale > 0.0f))
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "prefill attention: %d query heads over %d KV "
 		                      "heads of dim %d (supported: dim 64 or 128, up to %d heads per KV head)",
@@ -515,7 +585,8 @@ extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, co
 	const struct ap_variant *v = NULL;
 	for (int i = 0; i < AP_NVARIANTS && !v; i++) {
 		const struct ap_variant *c = &ap_variants[i];
-		if (c->d == d && c->precise == precise && (!bn || c->bn == bn) && (!mt || c->mt == mt))
+		if (c->d == d && c->precise == precise && c->f8 == (kv_dtype == FP4S_KV_FP8) && (!bn || c->bn == bn) &&
+		    (!mt || c->mt == mt))
 			v = c;
 	}
 	if (!v)
@@ -528,19 +599,19 @@ extern "C" int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, co
 	/* tiles <= ceil(n / T) + sequence changes; extra tiles, if any, are looped over */
 	const int64_t slots_want = (int64_t)(n + T - 1) / T + AP_SLACK;
 	const int64_t slots = slots_want < n ? slots_want : n;
-	v->fn<<<(unsigned)(slots * nkv), AP_THREADS, v->smem, s>>>(
-		q, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, pos, seq, table, table_stride, nh, nkv, G, T,
-		window, sinks, scale * 1.4426950408889634f, plan, out);
+	v->fn<<<(unsigned)(slots * nkv), AP_THREADS, v->smem, s>>>(q, kc, vc, pos, seq, table, table_stride, nh, nkv, G,
+	                                                          T, window, sinks, scale * 1.4426950408889634f, plan,
+	                                                          out);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
 
-extern "C" int fp4s_cuda_attention_prefill(const float *q, const void *kc, const void *vc, int kv_bf16,
+extern "C" int fp4s_cuda_attention_prefill(const float *q, const void *kc, const void *vc, int kv_dtype,
                                            const int32_t *pos, const int32_t *seq, const int32_t *table,
                                            int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
                                            int32_t window, const float *sinks, float scale, void *work,
                                            float *out, cudaStream_t s, struct fp4s_error *err)
 {
-	return fp4s_cuda_attention_prefill_ex(q, kc, vc, kv_bf16, pos, seq, table, table_stride, n, nh, nkv, d,
+	return fp4s_cuda_attention_prefill_ex(q, kc, vc, kv_dtype, pos, seq, table, table_stride, n, nh, nkv, d,
 	                                      window, sinks, scale, work, out, NULL, s, err);
 }

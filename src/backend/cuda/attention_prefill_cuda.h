@@ -7,11 +7,12 @@
  * FP32. Everything is enqueued on s with no host synchronisation or allocation, so a call can be
  * captured in a CUDA graph; its launches depend on n and the shape only.
  *
- * Supported: BF16 KV (kv_bf16 = 1), d = 64 or 128, G = nh / nkv query heads per KV head with
- * 1 <= G <= 64. Anything else (the exact FP32 KV mode included) is FP4S_EUNSUPPORTED and the
- * caller keeps fp4s_cuda_attention.
+ * Supported: BF16 or FP8 (E4M3) KV (kv_dtype FP4S_KV_BF16, FP4S_KV_FP8), d = 64 or 128, G = nh /
+ * nkv query heads per KV head with 1 <= G <= 64. Anything else (the exact FP32 KV mode included)
+ * is FP4S_EUNSUPPORTED and the caller keeps fp4s_cuda_attention.
  *
- * Numerics: q is rounded to BF16 (RNE) once; Q.K^T and P.V run as BF16 MMAs with FP32 sums, the
+ * Numerics: q is rounded to BF16 (RNE) once; E4M3 K/V become BF16 exactly; Q.K^T and P.V run as
+ * BF16 MMAs with FP32 sums, the
  * online softmax in FP32. P is rounded to BF16 for P.V, as in FlashAttention-2, which costs
  * ~1.7e-3 relative (rms) against a double reference fed the same BF16 q/K/V; the `precise` knob
  * splits P into two BF16 terms (hi + lo) and lands near 1e-5 at the price of a second P.V MMA.
@@ -37,7 +38,7 @@ extern "C" {
 
 int64_t fp4s_cuda_attention_prefill_work_bytes(int32_t n);
 
-int fp4s_cuda_attention_prefill(const float *q, const void *kc, const void *vc, int kv_bf16,
+int fp4s_cuda_attention_prefill(const float *q, const void *kc, const void *vc, int kv_dtype,
                                 const int32_t *pos, const int32_t *seq, const int32_t *table,
                                 int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
                                 int32_t window, const float *sinks, float scale, void *work, float *out,
@@ -55,7 +56,7 @@ struct fp4s_attn_prefill_tune {
 	                 * bn 0: 2 where the batch makes >= 2 blocks of 128 rows per SM, else 1 */
 };
 
-int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, const void *vc, int kv_bf16,
+int fp4s_cuda_attention_prefill_ex(const float *q, const void *kc, const void *vc, int kv_dtype,
                                    const int32_t *pos, const int32_t *seq, const int32_t *table,
                                    int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
                                    int32_t window, const float *sinks, float scale, void *work,

@@ -1,6 +1,6 @@
 /* cuda_backend.cu: backend.h on one GPU. Weights are uploaded in their checkpoint format (packed
- * E2M1 + scales stay packed); activations are FP32 in device memory; the KV cache is FP32,
- * [layer][slot][pos][kv_width], one contiguous region per sequence slot.
+ * E2M1 + scales stay packed); activations are FP32 in device memory; the KV cache is a pool of
+ * blocks [layer][block][FP4S_KV_BLOCK][kv_width] of FP32, BF16 or E4M3 (fp4s_kv_dtype).
  *
  * Matmuls go through fp4s_cuda_matmul (gemv_cuda.h, bandwidth-bound decode kernels). The other
  * ops are plain kernels checked end to end against the CPU reference (test_golden_cuda). A decode
@@ -19,6 +19,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/gemv_cuda.h"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 
@@ -27,8 +28,8 @@ struct cuda_impl {
 	cudaStream_t s;
 	void **allocs; /* weights and scratch owned by the backend */
 	int32_t n_allocs, cap_allocs;
-	void *kc, *vc; /* FP32 or BF16, [layer][block][FP4S_KV_BLOCK][kv_width] */
-	int kv_bf16;
+	void *kc, *vc; /* FP32, BF16 or E4M3 bytes, [layer][block][FP4S_KV_BLOCK][kv_width] */
+	enum fp4s_kv_dtype kv_dtype;
 	int32_t n_layers, kv_width, n_blocks, max_seqs, max_ctx;
 	int32_t *d_table; /* [max_seqs][table_stride] block table, copied at every step's begin */
 	int32_t table_stride;
@@ -214,7 +215,7 @@ static __global__ void norm_rope_kernel(float *q, float *k, const float *qn, con
 	}
 }
 
-static __global__ void kv_write_kernel(void *kc, void *vc, int bf16, const float *k, const float *v,
+static __global__ void kv_write_kernel(void *kc, void *vc, int dtype, const float *k, const float *v,
                                        const int32_t *pos, const int32_t *seq, const int32_t *table,
                                        int32_t table_stride, int32_t layer, int32_t n_blocks, int32_t kvw)
 {
@@ -224,10 +225,14 @@ static __global__ void kv_write_kernel(void *kc, void *vc, int bf16, const float
 	const size_t base = (((size_t)layer * n_blocks + blk) * FP4S_KV_BLOCK + pos[i] % FP4S_KV_BLOCK) * kvw;
 	for (int32_t j = threadIdx.x; j < kvw; j += blockDim.x) {
 		const float kv = k[(int64_t)i * kvw + j], vv = v[(int64_t)i * kvw + j];
-		if (bf16) {
+		if (dtype == FP4S_KV_BF16) {
 			/* the same RNE rounding as the CPU's emulation */
 			((uint16_t *)kc)[base + j] = fp4s_f32_to_bf16(kv);
 			((uint16_t *)vc)[base + j] = fp4s_f32_to_bf16(vv);
+		} else if (dtype == FP4S_KV_FP8) {
+			/* the CPU's fp4s_f32_to_e4m3, bit for bit (kv_fp8.cuh) */
+			((uint8_t *)kc)[base + j] = fp4s_kv_e4m3(kv);
+			((uint8_t *)vc)[base + j] = fp4s_kv_e4m3(vv);
 		} else {
 			((float *)kc)[base + j] = kv;
 			((float *)vc)[base + j] = vv;
@@ -618,9 +623,10 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 	cudaFree(c->kc), cudaFree(c->vc), cudaFree(c->d_table);
 	c->kc = c->vc = NULL;
 	c->d_table = NULL;
-	c->kv_bf16 = dtype == FP4S_KV_BF16;
+	c->kv_dtype = dtype;
 	c->table_stride = (max_ctx + FP4S_KV_BLOCK - 1) / FP4S_KV_BLOCK;
-	const size_t n = (size_t)n_layers * n_blocks * FP4S_KV_BLOCK * kv_width, es = c->kv_bf16 ? 2 : 4;
+	/* 4, 2 or 1 bytes an element: an FP8 pool of the same blocks takes half BF16's memory */
+	const size_t n = (size_t)n_layers * n_blocks * FP4S_KV_BLOCK * kv_width, es = (size_t)fp4s_kv_dtype_bytes(dtype);
 	int rc = fp4s_cuda_attention_setup(err);
 	if (!rc)
 		rc = fp4s_cuda_attention_prefill_setup(err);
@@ -833,10 +839,10 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 	const int32_t kvw = p->n_kv_heads * p->head_dim;
 	if (!c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
-	pdl_launch(kv_write_kernel, dim3(b->n), 256, 0, c->s, c->kc, c->vc, c->kv_bf16, k, v, c->d_pos, c->d_seq,
+	pdl_launch(kv_write_kernel, dim3(b->n), 256, 0, c->s, c->kc, c->vc, c->kv_dtype, k, v, c->d_pos, c->d_seq,
 		c->d_table, c->table_stride, layer, c->n_blocks, kvw);
-	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * (c->kv_bf16 ? 2 : 4);
-	if (c->pf_step && c->kv_bf16) {
+	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * fp4s_kv_dtype_bytes(c->kv_dtype);
+	if (c->pf_step && c->kv_dtype != FP4S_KV_F32) {
 		const int64_t need = fp4s_cuda_attention_prefill_work_bytes(b->n);
 		if (need > c->pf_work_bytes) {
 			cudaFree(c->pf_work);
@@ -850,7 +856,7 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		/* the tile list depends on the batch only: layer 0 makes it, the others reuse it */
 		const struct fp4s_attn_prefill_tune tune = {0, c->pf_plan_valid, 0, 0};
 		int rc = fp4s_cuda_attention_prefill_ex(q, (const char *)c->kc + layer_off,
-		                                        (const char *)c->vc + layer_off, 1, c->d_pos, c->d_seq,
+		                                        (const char *)c->vc + layer_off, c->kv_dtype, c->d_pos, c->d_seq,
 		                                        c->d_table, c->table_stride, b->n, p->n_heads,
 		                                        p->n_kv_heads, p->head_dim, p->window, p->sinks, p->scale,
 		                                        c->pf_work, out, &tune, c->s, err);
@@ -884,7 +890,7 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		work = c->workn;
 	}
 	return fp4s_cuda_attention(q, (const char *)c->kc + layer_off, (const char *)c->vc + layer_off,
-	                           c->kv_bf16, c->d_pos, c->d_seq, c->d_table, c->table_stride, b->n,
+	                           c->kv_dtype, c->d_pos, c->d_seq, c->d_table, c->table_stride, b->n,
 	                           p->n_heads, p->n_kv_heads, p->head_dim, p->window,
 	                           p->sinks, p->scale, splits, work, out, c->s, err);
 }
