@@ -108,9 +108,10 @@ extern "C" int fp4s_cuda_copy_bandwidth(int dev, double *gbs, struct fp4s_error 
 	return rc;
 }
 
-/* PDL policy (pdl.cuh): per device, from the compute capability, unless FP4S_PDL=0 or a
- * benchmark forced it. The cache is written only with the value it would compute, so a race
- * between threads is harmless. */
+/* PDL policy (pdl.cuh): per device, from the compute capability, unless FP4S_PDL or a benchmark
+ * picks a mode. The cache is written only with the value it would compute, so a race between
+ * threads is harmless. */
+#define FP4S_PDL_DEFAULT 2
 static int pdl_mode = -1;
 static signed char pdl_dev[64];
 
@@ -121,9 +122,10 @@ extern "C" int fp4s_cuda_pdl(void)
 	static int env = -1;
 	if (env < 0) {
 		const char *v = getenv("FP4S_PDL");
-		env = !(v && !strcmp(v, "0"));
+		env = !v ? FP4S_PDL_DEFAULT : !strcmp(v, "0") ? 0 : !strcmp(v, "gemv") ? 1 : 2;
 	}
-	if (pdl_mode == 0 || (pdl_mode < 0 && !env))
+	const int mode = pdl_mode >= 0 ? pdl_mode : env;
+	if (mode == 0)
 		return 0;
 	int dev = 0;
 	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
@@ -134,5 +136,5 @@ extern "C" int fp4s_cuda_pdl(void)
 			return 0;
 		pdl_dev[dev] = major >= 9 ? 1 : 2;
 	}
-	return pdl_dev[dev] == 1;
+	return pdl_dev[dev] == 1 ? mode : 0;
 }

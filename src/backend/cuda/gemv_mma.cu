@@ -703,7 +703,7 @@ static cudaError_t gm_go(gm_args a, int64_t units, int per_z, int ks, int nz, in
 	(void)per_z;
 	bx = bx < 1 ? 1 : bx > units ? units : bx;
 	struct pdl_launch l;
-	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, (unsigned)ks, (unsigned)nz), dim3(W * 32), smem, s),
+	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, (unsigned)ks, (unsigned)nz), dim3(W * 32), smem, s, 1),
 	                          gemv_mma_kernel<F, NG, W, D>, a);
 }
 

@@ -45,10 +45,11 @@ static __device__ __forceinline__ void pdl_enter(void)
 }
 
 extern "C" {
-/* 1 when launches on the current device carry the PDL attribute: compute capability >= 9.0 and
- * FP4S_PDL is not "0" (a diagnostic switch). */
+/* Which launches on the current device carry the PDL attribute: 0 none, 1 the decode GEMV's
+ * (gemv_mma.cu) only, 2 every pdl_launch too. Compute capability >= 9.0 only; FP4S_PDL=0 / gemv /
+ * all picks (diagnostics), the default is FP4S_PDL_DEFAULT. */
 int fp4s_cuda_pdl(void);
-/* Benchmarks: force PDL off (0), on where supported (1), or back to the default (-1). */
+/* Benchmarks: force a mode (0..2), or back to the default (-1). */
 void fp4s_cuda_set_pdl(int mode);
 }
 
@@ -57,9 +58,10 @@ struct pdl_launch {
 	cudaLaunchAttribute attr[1];
 };
 
-/* A launch configuration for cudaLaunchKernelEx, with the PDL attribute where fp4s_cuda_pdl(). */
+/* A launch configuration for cudaLaunchKernelEx, with the PDL attribute where fp4s_cuda_pdl() is at
+ * least `level` (1: the decode GEMV, 2: other kernels). */
 static inline cudaLaunchConfig_t *pdl_cfg(struct pdl_launch *l, dim3 grid, dim3 block, size_t smem,
-                                          cudaStream_t s)
+                                          cudaStream_t s, int level)
 {
 	l->cfg = cudaLaunchConfig_t{};
 	l->cfg.gridDim = grid;
@@ -68,7 +70,7 @@ static inline cudaLaunchConfig_t *pdl_cfg(struct pdl_launch *l, dim3 grid, dim3 
 	l->cfg.stream = s;
 	l->cfg.attrs = l->attr;
 	l->cfg.numAttrs = 0;
-	if (fp4s_cuda_pdl()) {
+	if (fp4s_cuda_pdl() >= level) {
 		l->attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		l->attr[0].val.programmaticStreamSerializationAllowed = 1;
 		l->cfg.numAttrs = 1;
@@ -83,7 +85,7 @@ static inline cudaError_t pdl_launch(void (*kernel)(K...), dim3 grid, dim3 block
                                      A... args)
 {
 	struct pdl_launch l;
-	return cudaLaunchKernelEx(pdl_cfg(&l, grid, block, smem, s), kernel, args...);
+	return cudaLaunchKernelEx(pdl_cfg(&l, grid, block, smem, s, 2), kernel, args...);
 }
 
 #endif
