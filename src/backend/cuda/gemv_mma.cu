@@ -35,11 +35,16 @@
  * the GPU) leave partial sums in a workspace; the last to finish adds them in a fixed order, so
  * results do not depend on timing.
  *
- * Where it stands (H100, bench/results/2026-11-21-h100-session2.md): 0.5-1.9 TB/s at M = 1 (the
- * FP32 kernel's range; floor 2.2), 3-4x the FP32 kernel at M = 4..16. A load-only probe of the
- * same kernel reaches only 1.8-2.2 TB/s on large shapes, so the access pattern (64 bytes from
- * each of 8 rows per warp load) and the tile-level pipeline are what to change next, not the
- * math: stream each 16-row tile (contiguous in memory) with bulk copies into shared memory. */
+ * PDL (pdl.cuh). The weight loads and any L2 prefetches are issued before pdl_wait: they depend
+ * on no earlier kernel, so in a decode chain they overlap the previous kernel's tail.
+ *
+ * Where it stands (H100, bench/results/2026-11-21-h100-session3.md): in graph replay with PDL,
+ * 0.8-2.1 TB/s at M = 1 (floor 2.2 large, 1.5 small). Once running it streams at ~2.7 TB/s (the
+ * difference between the 14336 and 28672-row shapes), but each launch in a chain costs ~5 us
+ * (a 256-row matrix takes 5.1 us), which small shapes cannot amortize. Measured and not taken:
+ * bulk L2 prefetch of upcoming tiles (slower at every distance), a cp.async shared-memory ring
+ * with one block an SM so the next kernel's block fits beside it (slower), K splits to even out
+ * the last round of tiles (1.4-2x slower: a fence and counter round trip per tile). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
