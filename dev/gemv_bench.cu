@@ -8,8 +8,12 @@
 // all enqueued without host synchronisation in between, so an event pair brackets GPU time only.
 // Weight buffers rotate over enough copies that the set cycled through is > 3x the L2: every call
 // streams from DRAM. "iso" is the median of those per-call times; "b2b" is one event pair around
-// 50 back-to-back iterations divided by 50, which is what a decode pass under a CUDA graph sees
-// (performance.md §4: isolated ~5 us kernels carry a per-call cost a sequence partly hides).
+// 50 back-to-back iterations divided by 50; "graph" is the same 50 iterations captured in a CUDA
+// graph and replayed (median of 7 replays), which is how the decode step runs them: no host
+// launch cost, and with programmatic dependent launch (pdl.cuh) each kernel's weight loads start
+// while the previous one finishes (performance.md §4: isolated ~5 us kernels carry a per-call
+// cost a sequence partly hides). The decode sweep shows graph time with PDL off and on and with
+// the L2 prefetch distance of the tensor-core kernel (tiles a block prefetches ahead).
 // Bytes counted (performance.md §3.1): the weight codes and scales, read once; x and y are not
 // counted (they are < 1% at M <= 16 except for the small 2880 shapes, where they are ~1.5%).
 // Weights are random codes with realistic scale bytes (never zeros: METHOD.md).
@@ -28,6 +32,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
+#include "backend/cuda/pdl.cuh"
 #include "numerics/numerics.h"
 
 /* model.h has no extern "C" block: its fp4s_wformat_name is not callable from C++. */
@@ -207,15 +212,19 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	cudaEvent_t ev[122];
 	for (auto &e : ev)
 		CK(cudaEventCreate(&e));
+	cudaStream_t cs; /* capturable (the legacy default stream is not) */
+	CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
 	int next = 0;
+	int l2pf = 0; /* tune.l2pf: 0 default, < 0 none */
 	/* mma: 0 = the default (tensor cores for FP4), -1 = the FP32 kernels; st < 0: kblocks -st */
 	int variant = 0, probe = 0; /* tensor-core kernel shape and load-only probe for the sweep */
 	auto iteration = [&](int m, int mma, int tile, int pf, int rpg, int st) {
-		struct fp4s_gemv_tune tune = {0, tile, 0, pf, rpg, st > 0 ? st : 0, mma, st < 0 ? -st : 0, variant, probe};
+		struct fp4s_gemv_tune tune = {0,       tile, 0,     pf,   rpg, st > 0 ? st : 0, mma, st < 0 ? -st : 0,
+		                              variant, probe, l2pf};
 		for (int j = 0; j < sh.nmat; j++) {
 			struct fp4s_mat w = mat(next);
 			next = (next + 1) % nmats;
-			if (fp4s_cuda_matmul_ex(&w, dx, m, dy + (size_t)j * yref.size(), &tune, 0, &err)) {
+			if (fp4s_cuda_matmul_ex(&w, dx, m, dy + (size_t)j * yref.size(), &tune, cs, &err)) {
 				fprintf(stderr, "%s\n", err.msg);
 				exit(1);
 			}
@@ -227,14 +236,14 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		for (int i = 0; i < 5; i++)
 			iteration(m, ksplit, tile, pf, rpg, stg);
 		for (int i = 0; i < 60; i++) {
-			CK(cudaEventRecord(ev[2 * i]));
+			CK(cudaEventRecord(ev[2 * i], cs));
 			iteration(m, ksplit, tile, pf, rpg, stg);
-			CK(cudaEventRecord(ev[2 * i + 1]));
+			CK(cudaEventRecord(ev[2 * i + 1], cs));
 		}
-		CK(cudaEventRecord(ev[120]));
+		CK(cudaEventRecord(ev[120], cs));
 		for (int i = 0; i < 50; i++)
 			iteration(m, ksplit, tile, pf, rpg, stg);
-		CK(cudaEventRecord(ev[121]));
+		CK(cudaEventRecord(ev[121], cs));
 		CK(cudaEventSynchronize(ev[121]));
 		std::vector<float> t;
 		for (int i = 10; i < 60; i++) {
@@ -246,6 +255,33 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		float tot;
 		CK(cudaEventElapsedTime(&tot, ev[120], ev[121]));
 		*b2b = tot / 50;
+	};
+	/* 50 iterations captured once, replayed 8 times (the first discarded): median ms / iteration */
+	auto graph_it = [&](int m, int mma, int kblocks = 0) {
+		for (int i = 0; i < 3; i++)
+			iteration(m, mma, 0, 0, 0, -kblocks);
+		CK(cudaStreamSynchronize(cs));
+		cudaGraph_t g;
+		cudaGraphExec_t ge;
+		CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+		for (int i = 0; i < 50; i++)
+			iteration(m, mma, 0, 0, 0, -kblocks);
+		CK(cudaStreamEndCapture(cs, &g));
+		CK(cudaGraphInstantiate(&ge, g, 0));
+		std::vector<float> t;
+		for (int r = 0; r < 8; r++) {
+			CK(cudaEventRecord(ev[0], cs));
+			CK(cudaGraphLaunch(ge, cs));
+			CK(cudaEventRecord(ev[1], cs));
+			CK(cudaEventSynchronize(ev[1]));
+			float ms_;
+			CK(cudaEventElapsedTime(&ms_, ev[0], ev[1]));
+			if (r)
+				t.push_back(ms_ / 50);
+		}
+		CK(cudaGraphExecDestroy(ge));
+		CK(cudaGraphDestroy(g));
+		return summarize(t).median;
 	};
 	auto tbs = [&](float ms_) { return (double)iter_b / (ms_ * 1e-3) / 1e12; };
 	char shp[64];
@@ -277,23 +313,52 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		printf("\n");
 		fflush(stdout);
 	}
+	if (fmt != FP4S_WF_BF16) {
+		/* decode: graph replay at M = 1 and 4, PDL off / on, L2 prefetch distance (tiles) */
+		for (int m : {1, 4}) {
+			printf("decode %-14s %-6s M=%d graph TB/s:", shp, fmtname(fmt), m);
+			/* pdl, l2pf, K blocks (0: automatic); splitting K and L2 prefetch measured slower */
+			const int cfg[][3] = {{0, -1, 0}, {1, -1, 0}, {1, 2, 0}, {1, -1, 2}};
+			for (auto &c : cfg) {
+				fp4s_cuda_set_pdl(c[0]);
+				l2pf = c[1];
+				const float t = graph_it(m, 1, c[2]);
+				printf(" pdl%d/l2pf%d/kb%d:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], tbs(t), t * 1e3);
+			}
+			if (m == 1) {
+				probe = 1;
+				fp4s_cuda_set_pdl(1);
+				l2pf = -1;
+				const float t = graph_it(m, 1);
+				printf(" [loads only: %.2f]", tbs(t));
+				probe = 0;
+			}
+			fp4s_cuda_set_pdl(-1);
+			l2pf = 0;
+			printf("\n");
+			fflush(stdout);
+		}
+	}
 	/* the default (FP4: the tensor-core kernel) and the FP32 register kernel (library rows) */
 	for (int m : ms) {
 		stats st, st2;
 		float b2b, b2b2;
 		time_it(m, 0, &st, &b2b, 0, 0, 0, 0);
+		const float gr = graph_it(m, 0);
 		time_it(m, -1, &st2, &b2b2, 0, 0, 0, 1);
+		const float gr2 = graph_it(m, -1);
 		result r;
 		snprintf(r.line, sizeof r.line,
-		         "%-16s %-6s %3d | %7.1f %7.1f %5.2f %5.1f%% | %7.1f %7.1f %5.2f %5.1f%%%s", shp,
-		         fmtname(fmt), m, st.median * 1e3, b2b * 1e3, tbs(b2b), 100 * tbs(b2b) * 1e3 / ceiling,
-		         st2.median * 1e3, b2b2 * 1e3, tbs(b2b2), 100 * tbs(b2b2) * 1e3 / ceiling,
+		         "%-16s %-6s %3d | %7.1f %7.1f %7.1f %5.2f %5.1f%% | %7.1f %7.1f %5.2f %5.1f%%%s", shp,
+		         fmtname(fmt), m, st.median * 1e3, b2b * 1e3, gr * 1e3, tbs(gr), 100 * tbs(gr) * 1e3 / ceiling,
+		         b2b2 * 1e3, gr2 * 1e3, tbs(gr2), 100 * tbs(gr2) * 1e3 / ceiling,
 		         iter_b * (size_t)nmats / (size_t)sh.nmat < 3 * (size_t)p.l2CacheSize ? " (L2!)" : "");
 		out.push_back(r);
 		fprintf(stderr, "%s  [iso TB/s %.2f / %.2f]\n", r.line, tbs(st.median), tbs(st2.median));
 	}
 	for (auto &e : ev)
 		CK(cudaEventDestroy(e));
+	CK(cudaStreamDestroy(cs));
 	for (int i = 0; i < nmats; i++) {
 		CK(cudaFree(dd[(size_t)i]));
 		if (ds[(size_t)i])
@@ -332,6 +397,7 @@ int main(int argc, char **argv)
 	    {"gate+up", 28672, 4096, 1, FP4},  {"experts", 5760, 2880, 4, FP4},
 	    {"qkv", 6144, 4096, 1, FP4},       {"o", 4096, 4096, 1, FP4 | BF},
 	    {"oss", 2880, 2880, 1, FP4},       {"lm_head", 128256, 4096, 1, BF},
+	    {"tiny", 256, 4096, 1, 1 << FP4S_WF_NVFP4}, /* fixed cost per launch */
 	};
 	std::vector<result> out;
 	int failed = 0;
@@ -342,10 +408,10 @@ int main(int argc, char **argv)
 			if (sh.formats & (1 << f))
 				run(sh, (enum fp4s_wformat)f, p, ceiling, !quick && f != FP4S_WF_BF16, out, &failed);
 	}
-	printf("\n%-16s %-6s %3s | %-32s | %-32s\n", "", "", "", "default (FP4: tensor cores)",
-	       "FP32 register kernel");
-	printf("%-16s %-6s %3s | %7s %7s %5s %6s | %7s %7s %5s %6s\n", "rows x K", "format", "M",
-	       "iso us", "b2b us", "TB/s", "%copy", "iso us", "b2b us", "TB/s", "%copy");
+	printf("\n%-16s %-6s %3s | %-40s | %-32s\n", "", "", "", "default (FP4: tensor cores; TB/s of graph)",
+	       "FP32 register kernel (TB/s of graph)");
+	printf("%-16s %-6s %3s | %7s %7s %7s %5s %6s | %7s %7s %5s %6s\n", "rows x K", "format", "M",
+	       "iso us", "b2b us", "graph", "TB/s", "%copy", "b2b us", "graph", "TB/s", "%copy");
 	for (auto &r : out)
 		printf("%s\n", r.line);
 	if (failed)

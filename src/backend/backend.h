@@ -152,7 +152,9 @@ struct fp4s_backend {
 	 * within the matmul tolerance. Each saves kernels and passes over the activations.
 	 *   norm_matmul:       y = W . rmsnorm(h; nw)        (rmsnorm + matmul)
 	 *   matmul_add:        h += W . x                    (matmul + add)
-	 *   swiglu_matmul_add: h += W . swiglu(gu), gu [n, 2 * w->cols] = gate | up per token */
+	 *   swiglu_matmul_add: h += W . swiglu(gu), gu [n, 2 * w->cols] = gate | up per token
+	 *   norm_rope:         per-head rmsnorm of q (qn) and k (kn), then rope (rmsnorm x 2 + rope)
+	 *   moe_add:           h += moe(x)                   (moe + add) */
 	int (*norm_matmul)(struct fp4s_backend *be, const float *h, const float *nw, float eps,
 	                   enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
 	                   struct fp4s_error *err);
@@ -160,6 +162,12 @@ struct fp4s_backend {
 	                  struct fp4s_error *err);
 	int (*swiglu_matmul_add)(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
 	                         float *h, struct fp4s_error *err);
+	int (*norm_rope)(struct fp4s_backend *be, float *q, float *k, const float *qn, const float *kn, float eps,
+	                 enum fp4s_norm_kind kind, const struct fp4s_batch *b, int32_t nh, int32_t nkv,
+	                 int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale,
+	                 struct fp4s_error *err);
+	int (*moe_add)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
+	               float *h, struct fp4s_error *err);
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */
 	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	           float *y, struct fp4s_error *err);

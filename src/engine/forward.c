@@ -442,11 +442,21 @@ static int record_step(void *ctx, struct fp4s_error *err)
 			    (rc = be->matmul(be, x, n, &L->v, v, err)))
 				return rc;
 		}
-		if (L->q_norm) /* Qwen3: per-head RMSNorm over d, before RoPE */
-			be->rmsnorm(be, q, L->q_norm, n * nh, d, eps, f->norm_kind, q);
-		if (L->k_norm)
-			be->rmsnorm(be, k, L->k_norm, n * nkv, d, eps, f->norm_kind, k);
-		be->rope(be, q, k, b, (int32_t)nh, (int32_t)nkv, (int32_t)d, f->rot_dim, f->inv_freq, f->rope_mscale);
+		/* Qwen3: per-head RMSNorm over d, before RoPE (one kernel where the backend fuses them) */
+		rc = L->q_norm && L->k_norm && be->norm_rope
+		         ? be->norm_rope(be, q, k, L->q_norm, L->k_norm, eps, f->norm_kind, b, (int32_t)nh, (int32_t)nkv,
+		                         (int32_t)d, f->rot_dim, f->inv_freq, f->rope_mscale, err)
+		         : FP4S_EUNSUPPORTED;
+		if (rc == FP4S_EUNSUPPORTED) {
+			if (L->q_norm)
+				be->rmsnorm(be, q, L->q_norm, n * nh, d, eps, f->norm_kind, q);
+			if (L->k_norm)
+				be->rmsnorm(be, k, L->k_norm, n * nkv, d, eps, f->norm_kind, k);
+			be->rope(be, q, k, b, (int32_t)nh, (int32_t)nkv, (int32_t)d, f->rot_dim, f->inv_freq,
+			         f->rope_mscale);
+		} else if (rc) {
+			return rc;
+		}
 		struct fp4s_attn_params ap = {.n_heads = (int32_t)nh, .n_kv_heads = (int32_t)nkv,
 		                              .head_dim = (int32_t)d, .window = L->window,
 		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
@@ -456,9 +466,14 @@ static int record_step(void *ctx, struct fp4s_error *err)
 			return rc;
 		if (L->is_moe) {
 			be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
-			if ((rc = be->moe(be, &L->moe, x, n, y, err)))
+			rc = be->moe_add ? be->moe_add(be, &L->moe, x, n, h, err) : FP4S_EUNSUPPORTED;
+			if (rc == FP4S_EUNSUPPORTED) {
+				if ((rc = be->moe(be, &L->moe, x, n, y, err)))
+					return rc;
+				be->add(be, h, y, n * H);
+			} else if (rc) {
 				return rc;
-			be->add(be, h, y, n * H);
+			}
 		} else if (n == 1 && L->fused_gu) {
 			if ((rc = norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, H, &L->gate_up, x, f->fused, err)))
 				return rc;

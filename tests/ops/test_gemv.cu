@@ -303,6 +303,113 @@ static int run_case(const struct gcase *c, const char *filter)
 	return failed;
 }
 
+/* The fused decode forms (fp4s_gemv_mma_fused) and the L2 prefetch distance: mode 0 = plain
+ * through fp4s_gemv_mma_ex with l2pf tiles of prefetch, 1 = RMSNorm of x staged in (the sums of
+ * squares taken in the staging pass, or in a pass of their own where K is split), 2 = SwiGLU of
+ * [gate | up] rows. The reference applies the norm / activation on the CPU, then fp4s_cpu_matmul.
+ * Token counts and K make tokens meet inside a warp's items (K = 2880) and K too short for the
+ * warp sums (K < 256). */
+static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int mode, int zc, int acc, int l2pf,
+                      const char *filter, int variant = 0, int kblocks = 0)
+{
+	char name[160];
+	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d,variant=%d,kblocks=%d)", fmtname(fmt),
+	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : "swiglu",
+	         zc ? ",zero-centred" : "", acc ? ",accumulate" : "", l2pf, variant, kblocks);
+	if (filter && !strstr(name, filter))
+		return;
+	struct gcase c = {fmt, rows, k, m, 0};
+	struct hw h;
+	if (make_weights(&c, &h)) {
+		t_fail++;
+		return;
+	}
+	const int64_t xw = mode == 2 ? 2 * k : k, nx = (int64_t)m * xw, ny = (int64_t)m * rows;
+	float *x = (float *)malloc((size_t)nx * sizeof *x), *xin = (float *)malloc((size_t)m * k * sizeof *xin);
+	float *nw = (float *)malloc((size_t)k * sizeof *nw), *yref = (float *)malloc((size_t)ny * sizeof *yref);
+	float *y0 = (float *)malloc((size_t)ny * sizeof *y0), *ygpu = (float *)malloc((size_t)ny * sizeof *ygpu);
+	for (int64_t i = 0; i < nx; i++)
+		x[i] = (float)(t_rand_normal() * (1 + (i / xw) % 3)); /* tokens of different size */
+	for (int64_t i = 0; i < k; i++)
+		nw[i] = (float)(zc ? t_rand_normal() * 0.2 : 1.0 + t_rand_normal() * 0.2);
+	for (int64_t i = 0; i < ny; i++)
+		y0[i] = acc ? (float)t_rand_normal() : NAN;
+	const float eps = 1e-5f;
+	for (int t = 0; t < m; t++) {
+		const float *xr = x + (size_t)t * xw;
+		double ss = 0;
+		for (int64_t i = 0; i < k; i++)
+			ss += (double)xr[i] * xr[i];
+		const double inv = 1.0 / sqrt(ss / (double)k + eps);
+		for (int64_t i = 0; i < k; i++) {
+			double v = xr[i];
+			if (mode == 1)
+				v = v * inv * ((zc ? 1.0 : 0.0) + nw[i]);
+			else if (mode == 2)
+				v = xr[i] / (1.0 + exp(-(double)xr[i])) * xr[k + i];
+			xin[(size_t)t * k + i] = (float)v;
+		}
+	}
+	struct fp4s_mat wc = {fmt, rows, k, h.data, h.scales, h.ws2, NULL};
+	struct fp4s_error err = {0};
+	if (fp4s_cpu_matmul(xin, m, &wc, yref, &err)) {
+		fprintf(stderr, "%s: CPU reference failed: %s\n", name, err.msg);
+		t_fail++;
+		return;
+	}
+	if (acc)
+		for (int64_t i = 0; i < ny; i++)
+			yref[i] += y0[i];
+	void *dd;
+	uint8_t *ds;
+	float *dx, *dn, *dy;
+	CK(cudaMalloc(&dd, h.data_b));
+	CK(cudaMemcpy(dd, h.data, h.data_b, cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&ds, h.scales_b));
+	CK(cudaMemcpy(ds, h.scales, h.scales_b, cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&dx, (size_t)nx * sizeof(float)));
+	CK(cudaMemcpy(dx, x, (size_t)nx * sizeof(float), cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&dn, (size_t)k * sizeof(float)));
+	CK(cudaMemcpy(dn, nw, (size_t)k * sizeof(float), cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&dy, (size_t)ny * sizeof(float)));
+	CK(cudaMemcpy(dy, y0, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
+	struct fp4s_mat wd = {fmt, rows, k, dd, ds, h.ws2, NULL};
+	int rc = fp4s_cuda_mx_scale_range(&wd, 0, &err);
+	if (!rc && mode == 0)
+		rc = fp4s_gemv_mma_ex(&wd, dx, m, dy, acc, kblocks, variant, 0, l2pf, 0, &err);
+	else if (!rc)
+		rc = fp4s_gemv_mma_fused(&wd, dx, m, dy, acc, mode == 2, mode == 1 ? dn : NULL, eps, zc, 0, &err);
+	int failed = 0;
+	if (rc) {
+		fprintf(stderr, "%s: failed: %s\n", name, rc == FP4S_EUNSUPPORTED ? "declined" : err.msg);
+		failed = 1;
+	} else {
+		CK(cudaDeviceSynchronize());
+		CK(cudaMemcpy(ygpu, dy, (size_t)ny * sizeof(float), cudaMemcpyDeviceToHost));
+		double num = 0, den = 0;
+		int nan = 0;
+		for (int64_t i = 0; i < ny; i++) {
+			nan |= isnan(ygpu[i]);
+			num += ((double)ygpu[i] - yref[i]) * ((double)ygpu[i] - yref[i]);
+			den += (double)yref[i] * yref[i];
+		}
+		const double rel = sqrt(num / den);
+		if (nan || !(rel <= 3e-5)) {
+			fprintf(stderr, "%s: FAIL rel L2 %.3g%s\n", name, rel, nan ? ", NaN" : "");
+			failed = 1;
+		} else if (getenv("FP4S_TEST_VERBOSE")) {
+			printf("%s: rel L2 %.3g\n", name, rel);
+		}
+	}
+	failed ? t_fail++ : t_pass++;
+	CK(cudaFree(dd));
+	CK(cudaFree(ds));
+	CK(cudaFree(dx));
+	CK(cudaFree(dn));
+	CK(cudaFree(dy));
+	free(h.data), free(h.scales), free(x), free(xin), free(nw), free(yref), free(y0), free(ygpu);
+}
+
 /* The MoE form (fp4s_gemv_mma_experts): E experts stacked at a stride, slots choosing experts
  * (repeats included), x rows shared by x_div slots, SwiGLU of h staged on the fly (act 1: halves,
  * act 2: gpt-oss interleaved and clamped), per-expert bias and NVFP4 per-expert ws2. */
@@ -674,6 +781,25 @@ int main(int argc, char **argv)
 		struct gcase c = {FP4S_WF_MXFP4, 64, 4096, 2, 0};
 		c.wild = 2;
 		run_case(&c, filter);
+	}
+	/* fused decode forms and L2 prefetch distances (M = 16 at K = 4096 splits K for the norm) */
+	for (size_t f = 0; f < 2; f++) {
+		const int64_t sh[][2] = {{6144, 4096}, {333, 2880}, {100, 14336}, {40, 128}, {24, 96}};
+		const int mm[] = {1, 3, 5, 16};
+		for (size_t si = 0; si < 5; si++)
+			for (int mi = 0; mi < 4; mi++) {
+				run_fused(fmts[f], sh[si][0], sh[si][1], mm[mi], 1, (mi + (int)si) & 1, mi & 1, 0, filter);
+				run_fused(fmts[f], sh[si][0], sh[si][1], mm[mi], 2, 0, (mi + 1) & 1, 0, filter);
+			}
+		for (int l2pf = 0; l2pf <= 5; l2pf++)
+			run_fused(fmts[f], l2pf & 1 ? 1000 : 14336, 4096, 1 + 3 * (l2pf % 2), 0, 0, l2pf & 1, l2pf, filter);
+		/* every kernel shape, whole K and split K, 1..4 tokens */
+		for (int v = 0; v <= 3; v++)
+			for (int kb = 0; kb <= 3; kb += 3) {
+				run_fused(fmts[f], 1000 + 7 * v, 4096, 1 + (v + kb) % 4, 0, 0, v & 1, v % 3, filter, v, kb);
+				run_fused(fmts[f], 333, 14336, 1 + v % 4, 0, 0, 0, 0, filter, v, kb);
+				run_fused(fmts[f], 77, 2880, 1 + (v + 1) % 4, 0, 0, 1, 0, filter, v, kb);
+			}
 	}
 	for (size_t f = 0; f < 2; f++)
 		for (int act = 0; act <= 2; act++) {

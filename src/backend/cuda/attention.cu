@@ -23,6 +23,7 @@
 #include "backend/cuda/attention_cuda.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/pdl.cuh"
 
 #include <cuda_bf16.h>
 
@@ -221,6 +222,7 @@ static __device__ unsigned att_counters[ATT_COUNTERS];
 template <int D, int W, bool RING, bool F8>
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
+	pdl_enter();
 	extern __shared__ float4 att_smem[];
 	att_mma_block<D, W, RING, F8>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
 }
@@ -230,6 +232,7 @@ static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_a
 template <int D>
 static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kernel(const att_mma_args a)
 {
+	pdl_enter();
 	__shared__ float wt[8][ATT_MERGE_MAX], wl[8][ATT_MERGE_MAX];
 	__shared__ float4 red[ATT_MERGE_THREADS];
 	const int32_t i = blockIdx.x, g0 = blockIdx.y, G = a.nh / a.nkv;
@@ -250,15 +253,15 @@ static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused,
 	const size_t smem = f8 ? att_smem_bytes<D, W, true>(a.stages) : att_smem_bytes<D, W, false>(a.stages);
 	const dim3 grid((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits);
 	if (a.stages > 1 && f8)
-		attn_mma_kernel<D, W, true, true><<<grid, W * 32, smem, s>>>(a);
+		pdl_launch(attn_mma_kernel<D, W, true, true>, grid, dim3(W * 32), smem, s, a);
 	else if (f8)
-		attn_mma_kernel<D, W, false, true><<<grid, W * 32, smem, s>>>(a);
+		pdl_launch(attn_mma_kernel<D, W, false, true>, grid, dim3(W * 32), smem, s, a);
 	else if (a.stages > 1)
-		attn_mma_kernel<D, W, true, false><<<grid, W * 32, smem, s>>>(a);
+		pdl_launch(attn_mma_kernel<D, W, true, false>, grid, dim3(W * 32), smem, s, a);
 	else
-		attn_mma_kernel<D, W, false, false><<<grid, W * 32, smem, s>>>(a);
+		pdl_launch(attn_mma_kernel<D, W, false, false>, grid, dim3(W * 32), smem, s, a);
 	if (!fused)
-		attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
+		pdl_launch(attn_mma_merge_kernel<D>, dim3((unsigned)n, (unsigned)a.nkv), dim3(ATT_MERGE_THREADS), 0, s, a);
 	return cudaGetLastError();
 }
 

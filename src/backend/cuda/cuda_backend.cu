@@ -16,6 +16,7 @@
 #include "backend/cuda/attention_prefill_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/kv_fp8.cuh"
@@ -82,6 +83,7 @@ static __device__ __forceinline__ float w_elem(int fmt, const void *data, const 
 static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *scales, float ws2,
                                     int64_t K, const int32_t *tok, float *out)
 {
+	pdl_enter();
 	const int32_t i = blockIdx.x;
 	for (int64_t c = threadIdx.x; c < K; c += blockDim.x)
 		out[(int64_t)i * K + c] = w_elem(fmt, data, scales, K, tok[i], c) * ws2;
@@ -94,6 +96,7 @@ static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *sc
 static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t width, float eps,
                                       int zero_centred, float *y)
 {
+	pdl_enter();
 	__shared__ float red[32];
 	const float *xr = x + (int64_t)blockIdx.x * width;
 	float *yr = y + (int64_t)blockIdx.x * width;
@@ -144,6 +147,7 @@ static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t wi
 
 static __global__ void add_kernel(float *x, const float *y, int64_t n)
 {
+	pdl_enter();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		x[i] += y[i];
 }
@@ -152,6 +156,7 @@ static __global__ void add_kernel(float *x, const float *y, int64_t n)
 static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t nh, int32_t nkv,
                                    int32_t d, int32_t rot, const float *inv_freq, float mscale)
 {
+	pdl_enter();
 	const int32_t i = blockIdx.x, h = blockIdx.y;
 	float *v = h < nh ? q + ((int64_t)i * nh + h) * d : k + ((int64_t)i * nkv + (h - nh)) * d;
 	const int half = rot / 2;
@@ -164,10 +169,57 @@ static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32
 	}
 }
 
+/* norm_rope: grid (tokens, heads of q then k), one block a head of d <= 512: RMSNorm of the
+ * head over d with its weight (qn or kn), then the rotary pairs, in one pass through shared
+ * memory (Qwen3's q_norm / k_norm before RoPE; the same float math as rmsnorm_kernel and
+ * rope_kernel). */
+static __global__ void norm_rope_kernel(float *q, float *k, const float *qn, const float *kn, float eps,
+                                        int zero_centred, const int32_t *pos, int32_t nh, int32_t nkv, int32_t d,
+                                        int32_t rot, const float *inv_freq, float mscale)
+{
+	pdl_enter();
+	__shared__ float s_v[512], red[32];
+	const int32_t i = blockIdx.x, h = blockIdx.y;
+	float *v = h < nh ? q + ((int64_t)i * nh + h) * d : k + ((int64_t)i * nkv + (h - nh)) * d;
+	const float *w = h < nh ? qn : kn;
+	float ss = 0.0f;
+	for (int j = threadIdx.x; j < d; j += blockDim.x) {
+		s_v[j] = v[j];
+		ss += s_v[j] * s_v[j];
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x / 32] = ss;
+	__syncthreads();
+	float tot = 0.0f;
+	for (int r = 0; r < (int)(blockDim.x / 32); r++)
+		tot += red[r];
+	const float inv = 1.0f / sqrtf(tot / (float)d + eps), a = zero_centred ? 1.0f : 0.0f;
+	for (int j = threadIdx.x; j < d; j += blockDim.x)
+		s_v[j] = s_v[j] * inv * (a + w[j]);
+	__syncthreads();
+	const int half = rot / 2;
+	for (int j = threadIdx.x; j < d; j += blockDim.x) {
+		if (j < half) {
+			const float ang = (float)pos[i] * inv_freq[j];
+			const float c = cosf(ang) * mscale, s = sinf(ang) * mscale;
+			v[j] = s_v[j] * c - s_v[j + half] * s;
+		} else if (j < rot) {
+			const float ang = (float)pos[i] * inv_freq[j - half];
+			const float c = cosf(ang) * mscale, s = sinf(ang) * mscale;
+			v[j] = s_v[j] * c + s_v[j - half] * s;
+		} else {
+			v[j] = s_v[j];
+		}
+	}
+}
+
 static __global__ void kv_write_kernel(void *kc, void *vc, int dtype, const float *k, const float *v,
                                        const int32_t *pos, const int32_t *seq, const int32_t *table,
                                        int32_t table_stride, int32_t layer, int32_t n_blocks, int32_t kvw)
 {
+	pdl_enter();
 	const int32_t i = blockIdx.x;
 	const int32_t blk = table[(size_t)seq[i] * table_stride + pos[i] / FP4S_KV_BLOCK];
 	const size_t base = (((size_t)layer * n_blocks + blk) * FP4S_KV_BLOCK + pos[i] % FP4S_KV_BLOCK) * kvw;
@@ -190,12 +242,14 @@ static __global__ void kv_write_kernel(void *kc, void *vc, int dtype, const floa
 
 static __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, float *out)
 {
+	pdl_enter();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 static __global__ void swiglu_oai_kernel(const float *gu, int64_t n, float alpha, float limit, float *out)
 {
+	pdl_enter();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
 		const float g = fminf(gu[2 * i], limit), u = fminf(fmaxf(gu[2 * i + 1], -limit), limit);
 		out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
@@ -204,6 +258,7 @@ static __global__ void swiglu_oai_kernel(const float *gu, int64_t n, float alpha
 
 static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n, int first)
 {
+	pdl_enter();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		y[i] = first ? a * x[i] : y[i] + a * x[i];
 }
@@ -237,6 +292,7 @@ static __device__ void argmax_block(float &bv, int32_t &bi)
 
 static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, float *pv, int32_t *pi)
 {
+	pdl_enter();
 	const float *l = logits + (int64_t)blockIdx.y * vocab;
 	const int64_t per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
 	const int64_t b = (int64_t)blockIdx.x * per, e = b + per < vocab ? b + per : vocab;
@@ -251,6 +307,7 @@ static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, fl
 
 static __global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int32_t *out)
 {
+	pdl_enter();
 	float bv = -INFINITY;
 	int32_t bi = 0x7FFFFFFF;
 	for (int j = threadIdx.x; j < ARGMAX_PARTS; j += blockDim.x)
@@ -665,7 +722,8 @@ static int cu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const s
 {
 	struct cuda_impl *c = impl_of(be);
 	const float ws2 = emb->fmt == FP4S_WF_NVFP4 ? emb->ws2 : 1.0f;
-	embed_kernel<<<b->n, 256, 0, c->s>>>((int)emb->fmt, emb->data, emb->scales, ws2, emb->cols, c->d_tok, out);
+	pdl_launch(embed_kernel, dim3(b->n), 256, 0, c->s, (int)emb->fmt, emb->data, emb->scales, ws2, emb->cols,
+		c->d_tok, out);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
@@ -731,21 +789,35 @@ static void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, 
                        int64_t width, float eps, enum fp4s_norm_kind kind, float *y)
 {
 	if (rows > 0)
-		rmsnorm_kernel<<<(unsigned)rows, norm_threads(width), 0, impl_of(be)->s>>>(x, w, width, eps,
-		                                                          kind == FP4S_NORM_ZERO_CENTRED, y);
+		pdl_launch(rmsnorm_kernel, dim3((unsigned)rows), norm_threads(width), 0, impl_of(be)->s, x, w, width, eps,
+			kind == FP4S_NORM_ZERO_CENTRED, y);
 }
 
 static void cu_add(struct fp4s_backend *be, float *x, const float *y, int64_t n)
 {
-	add_kernel<<<grid1(n), 256, 0, impl_of(be)->s>>>(x, y, n);
+	pdl_launch(add_kernel, dim3(grid1(n)), 256, 0, impl_of(be)->s, x, y, n);
 }
 
 static void cu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp4s_batch *b, int32_t nh,
                     int32_t nkv, int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale)
 {
 	struct cuda_impl *c = impl_of(be);
-	rope_kernel<<<dim3((unsigned)b->n, (unsigned)(nh + nkv)), 64, 0, c->s>>>(
+	pdl_launch(rope_kernel, dim3((unsigned)b->n, (unsigned)(nh + nkv)), 64, 0, c->s,
 		q, k, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
+}
+
+static int cu_norm_rope(struct fp4s_backend *be, float *q, float *k, const float *qn, const float *kn, float eps,
+                        enum fp4s_norm_kind kind, const struct fp4s_batch *b, int32_t nh, int32_t nkv,
+                        int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale,
+                        struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	if (head_dim > 512 || rot_dim > head_dim || (kind != FP4S_NORM_PLAIN && kind != FP4S_NORM_ZERO_CENTRED))
+		return FP4S_EUNSUPPORTED;
+	pdl_launch(norm_rope_kernel, dim3((unsigned)b->n, (unsigned)(nh + nkv)), 64, 0, c->s, q, k, qn, kn, eps,
+		kind == FP4S_NORM_ZERO_CENTRED, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
 }
 
 /* Key chunks per (token, KV head): a decode step has one token and a handful of KV heads, so
@@ -767,8 +839,8 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 	const int32_t kvw = p->n_kv_heads * p->head_dim;
 	if (!c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
-	kv_write_kernel<<<b->n, 256, 0, c->s>>>(c->kc, c->vc, c->kv_dtype, k, v, c->d_pos, c->d_seq,
-	                                         c->d_table, c->table_stride, layer, c->n_blocks, kvw);
+	pdl_launch(kv_write_kernel, dim3(b->n), 256, 0, c->s, c->kc, c->vc, c->kv_dtype, k, v, c->d_pos, c->d_seq,
+		c->d_table, c->table_stride, layer, c->n_blocks, kvw);
 	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * fp4s_kv_dtype_bytes(c->kv_dtype);
 	if (c->pf_step && c->kv_dtype != FP4S_KV_F32) {
 		const int64_t need = fp4s_cuda_attention_prefill_work_bytes(b->n);
@@ -826,7 +898,7 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 static void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
                       int64_t inter, float *out)
 {
-	swiglu_kernel<<<grid1(n * inter), 256, 0, impl_of(be)->s>>>(gate, up, n * inter, out);
+	pdl_launch(swiglu_kernel, dim3(grid1(n * inter)), 256, 0, impl_of(be)->s, gate, up, n * inter, out);
 }
 
 /* Picks the k largest of v[n] into idx (descending; ties to the lower index), as the CPU does. */
@@ -878,7 +950,7 @@ static int expert_gu(struct cuda_impl *c, struct cu_moe *m, const int32_t *idx, 
 }
 
 static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, const float *x, int64_t n,
-                         float *y, struct fp4s_error *err)
+                         int accumulate, float *y, struct fp4s_error *err)
 {
 	struct cu_moe *m = (struct cu_moe *)p->dev;
 	const int64_t K = p->top_k, I = p->inter, H = p->hidden, E = p->n_experts;
@@ -931,7 +1003,7 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 			rc = fp4s_gemv_mma_grouped(&m->down, m->gexp, m->goff, m->gm, nz, gmax, h, NULL, 2 * I,
 			                           m->interleaved ? 2 : 1, p->swiglu_alpha, p->swiglu_limit, o, c->s, err);
 		if (rc == FP4S_OK)
-			return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, y, c->s, err);
+			return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 		/* declined (format, shape): the per-slot kernels below; the gate|up launch, if it ran,
@@ -947,7 +1019,16 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
 	if (rc)
 		return rc;
-	return fp4s_cuda_moe_combine(o, w, NULL, (int32_t)n, (int32_t)K, H, y, c->s, err);
+	return fp4s_cuda_moe_combine(o, w, NULL, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
+}
+
+/* h += moe(x): the combine adds into the residual (experts on the device only) */
+static int cu_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n, float *h,
+                      struct fp4s_error *err)
+{
+	if (!p->dev)
+		return FP4S_EUNSUPPORTED;
+	return moe_on_device(impl_of(be), p, x, n, 1, h, err);
 }
 
 static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
@@ -955,7 +1036,7 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
 {
 	struct cuda_impl *c = impl_of(be);
 	if (p->dev)
-		return moe_on_device(c, p, x, n, y, err);
+		return moe_on_device(c, p, x, n, 0, y, err);
 	const int32_t E = p->n_experts, K = p->top_k;
 	const int64_t H = p->hidden, I = p->inter;
 	if (K <= 0 || K > E || K > 64 || E > 4096)
@@ -1000,17 +1081,17 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
 			if (p->oai_swiglu) {
 				if ((rc = cu_matmul(be, x + t * H, 1, &ex->gate_up, c->moe_h1, err)))
 					return rc;
-				swiglu_oai_kernel<<<grid1(I), 256, 0, c->s>>>(c->moe_h1, I, p->swiglu_alpha,
-				                                               p->swiglu_limit, c->moe_a);
+				pdl_launch(swiglu_oai_kernel, dim3(grid1(I)), 256, 0, c->s, c->moe_h1, I, p->swiglu_alpha,
+					p->swiglu_limit, c->moe_a);
 			} else {
 				if ((rc = cu_matmul(be, x + t * H, 1, &ex->gate, c->moe_h1, err)) ||
 				    (rc = cu_matmul(be, x + t * H, 1, &ex->up, c->moe_h2, err)))
 					return rc;
-				swiglu_kernel<<<grid1(I), 256, 0, c->s>>>(c->moe_h1, c->moe_h2, I, c->moe_a);
+				pdl_launch(swiglu_kernel, dim3(grid1(I)), 256, 0, c->s, c->moe_h1, c->moe_h2, I, c->moe_a);
 			}
 			if ((rc = cu_matmul(be, c->moe_a, 1, &ex->down, c->moe_o, err)))
 				return rc;
-			axpy_kernel<<<grid1(H), 256, 0, c->s>>>(y + t * H, c->moe_o, w[j], H, j == 0);
+			pdl_launch(axpy_kernel, dim3(grid1(H)), 256, 0, c->s, y + t * H, c->moe_o, w[j], H, j == 0);
 		}
 	}
 	FP4S_CUDA_TRY(err, cudaGetLastError());
@@ -1073,8 +1154,8 @@ static int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, in
 	}
 	float *pv = (float *)(c->d_argmax + 1024);
 	int32_t *pi = c->d_argmax + 1024 + 1024 * ARGMAX_PARTS;
-	argmax_part_kernel<<<dim3(ARGMAX_PARTS, (unsigned)n), 256, 0, c->s>>>(logits, vocab, pv, pi);
-	argmax_final_kernel<<<n, 64, 0, c->s>>>(pv, pi, c->d_argmax);
+	pdl_launch(argmax_part_kernel, dim3(ARGMAX_PARTS, (unsigned)n), 256, 0, c->s, logits, vocab, pv, pi);
+	pdl_launch(argmax_final_kernel, dim3(n), 64, 0, c->s, pv, pi, c->d_argmax);
 	return cu_read(be, out, c->d_argmax, (int64_t)n * (int64_t)sizeof(int32_t), err);
 }
 
@@ -1157,6 +1238,8 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->attention = cu_attention;
 	be->norm_matmul = cu_norm_matmul;
 	be->matmul_add = cu_matmul_add;
+	be->norm_rope = cu_norm_rope;
+	be->moe_add = cu_moe_add;
 	be->swiglu_matmul_add = cu_swiglu_matmul_add;
 	be->swiglu = cu_swiglu;
 	be->moe = cu_moe;

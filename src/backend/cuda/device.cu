@@ -1,5 +1,6 @@
 /* device.cu: GPU discovery for the build/device report and for backend start-up. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -105,4 +106,35 @@ extern "C" int fp4s_cuda_copy_bandwidth(int dev, double *gbs, struct fp4s_error 
 	cudaFree(a);
 	cudaFree(b);
 	return rc;
+}
+
+/* PDL policy (pdl.cuh): per device, from the compute capability, unless FP4S_PDL or a benchmark
+ * picks a mode. The cache is written only with the value it would compute, so a race between
+ * threads is harmless. */
+#define FP4S_PDL_DEFAULT 2
+static int pdl_mode = -1;
+static signed char pdl_dev[64];
+
+extern "C" void fp4s_cuda_set_pdl(int mode) { pdl_mode = mode; }
+
+extern "C" int fp4s_cuda_pdl(void)
+{
+	static int env = -1;
+	if (env < 0) {
+		const char *v = getenv("FP4S_PDL");
+		env = !v ? FP4S_PDL_DEFAULT : !strcmp(v, "0") ? 0 : !strcmp(v, "gemv") ? 1 : 2;
+	}
+	const int mode = pdl_mode >= 0 ? pdl_mode : env;
+	if (mode == 0)
+		return 0;
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return 0;
+	if (!pdl_dev[dev]) {
+		int major = 0;
+		if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+			return 0;
+		pdl_dev[dev] = major >= 9 ? 1 : 2;
+	}
+	return pdl_dev[dev] == 1 ? mode : 0;
 }

@@ -43,6 +43,7 @@ struct fp4s_gemv_tune {
 	int kblocks;  /* tensor-core kernel: blocks along K (0 = automatic) */
 	int variant;  /* tensor-core kernel shape (gemv_mma.h), 0 = default */
 	int probe;    /* benchmarks: the tensor-core kernel's loads without the math (wrong results) */
+	int l2pf;     /* tensor-core kernel: row tiles prefetched into L2 ahead (0 = default, < 0 = none) */
 };
 
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,

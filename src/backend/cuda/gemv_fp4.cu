@@ -52,6 +52,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "numerics/numerics.h"
@@ -350,6 +351,7 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 template <int F, int R, int MT>
 __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 {
+	pdl_enter();
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int ksplit = a.ksplit;
@@ -451,6 +453,7 @@ static __device__ __forceinline__ void cp_async_wait()
 template <int F, int R, int MT, int ST>
 __global__ void __launch_bounds__(256) gemv_async(gemv_args a)
 {
+	pdl_enter();
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
 	constexpr bool FP4 = gemv_fmt_traits<F>::FP4;
 	/* per warp and stage: R rows x 32 lanes x 16 code bytes, then R x 32 scale words */
@@ -539,6 +542,7 @@ __global__ void __launch_bounds__(256) gemv_async(gemv_args a)
  * shared numerics helpers. Slow, and the reference the fast path must agree with too. */
 __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 {
+	pdl_enter();
 	const int64_t row = blockIdx.x;
 	const int t = blockIdx.y;
 	const int K = a.K;
@@ -611,7 +615,7 @@ static cudaError_t launch_async(gemv_args a, int64_t grid, dim3 block, size_t sm
 		if (e != cudaSuccess)
 			return e;
 	}
-	gemv_async<F, R, MT, ST><<<(unsigned)grid, block, smem, s>>>(a);
+	pdl_launch(gemv_async<F, R, MT, ST>, dim3((unsigned)grid), block, smem, s, a);
 	return cudaGetLastError();
 }
 
@@ -656,7 +660,7 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 		}
 		return e;
 	}
-	gemv_fast<F, R, MT><<<(unsigned)grid, block, 0, s>>>(a);
+	pdl_launch(gemv_fast<F, R, MT>, dim3((unsigned)grid), block, 0, s, a);
 	return cudaGetLastError();
 }
 
@@ -751,8 +755,9 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	/* FP4: the tensor-core kernel (gemv_mma.cu) unless told otherwise or it declines the shape */
 	const int mma = tune && tune->mma ? tune->mma : fp4s_gemv_mma_allowed() ? 0 : -1;
 	if ((fmt == G_NVFP4 || fmt == G_MXFP4) && mma >= 0 && !generic) {
+		const int l2pf = !tune || !tune->l2pf ? -1 : tune->l2pf < 0 ? 0 : tune->l2pf;
 		int rc = fp4s_gemv_mma_ex(w, x, M, y, 0, tune ? tune->kblocks : 0, tune ? tune->variant : 0,
-		                          tune ? tune->probe : 0, s, err);
+		                          tune ? tune->probe : 0, l2pf, s, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 		if (mma > 0)
@@ -785,7 +790,7 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 		if (!fast) {
 			if (w->rows > 0x7FFFFFFF)
 				return fp4s_error_set(err, FP4S_EINVAL, "cuda matmul: %lld rows", (long long)w->rows);
-			gemv_generic<<<dim3((unsigned)w->rows, (unsigned)a.M), 128, 0, s>>>(a, fmt);
+			pdl_launch(gemv_generic, dim3((unsigned)w->rows, (unsigned)a.M), 128, 0, s, a, fmt);
 			e = cudaGetLastError();
 		} else {
 			switch (fmt) {

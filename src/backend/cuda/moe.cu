@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 
@@ -31,6 +32,7 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
                                         int kind, int norm, int32_t *__restrict__ idx,
                                         float *__restrict__ w)
 {
+	pdl_enter();
 	extern __shared__ float pr[]; /* [E] values, then [E] taken flags */
 	uint8_t *taken = reinterpret_cast<uint8_t *>(pr + E);
 	__shared__ int32_t sel[64];
@@ -114,6 +116,7 @@ static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, co
                                             const float *__restrict__ x, int32_t x_div, int64_t x_stride,
                                             float *__restrict__ y)
 {
+	pdl_enter();
 	const int32_t slot = blockIdx.y;
 	const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * EXP_ROWS;
 	const int lane = threadIdx.x & 31;
@@ -181,6 +184,7 @@ static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, co
 static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter, int interleaved,
                                       float alpha, float limit, float *__restrict__ a)
 {
+	pdl_enter();
 	const int32_t slot = blockIdx.y;
 	const float *hs = h + (int64_t)slot * 2 * inter;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inter; i += (int64_t)gridDim.x * blockDim.x) {
@@ -197,9 +201,10 @@ static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter
 }
 
 static __global__ void moe_combine_kernel(const float *__restrict__ o, const float *__restrict__ w,
-                                          const int32_t *__restrict__ perm, int32_t K, int64_t H,
+                                          const int32_t *__restrict__ perm, int32_t K, int64_t H, int accumulate,
                                           float *__restrict__ y)
 {
+	pdl_enter();
 	const int32_t t = blockIdx.y;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < H; i += (int64_t)gridDim.x * blockDim.x) {
 		float acc = 0.0f;
@@ -207,7 +212,7 @@ static __global__ void moe_combine_kernel(const float *__restrict__ o, const flo
 			const int64_t row = perm ? perm[t * K + j] : (int64_t)t * K + j;
 			acc += w[t * K + j] * o[row * H + i];
 		}
-		y[(int64_t)t * H + i] = acc;
+		y[(int64_t)t * H + i] = accumulate ? y[(int64_t)t * H + i] + acc : acc;
 	}
 }
 
@@ -217,7 +222,7 @@ extern "C" int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, in
 {
 	if (K < 1 || K > 64 || K > E || E > 8192)
 		return fp4s_error_set(err, FP4S_EINVAL, "moe: top-%d of %d experts", K, E);
-	moe_route_kernel<<<n, 32, (size_t)E * (sizeof(float) + 1), s>>>(logits, E, K, kind, norm, idx, w);
+	pdl_launch(moe_route_kernel, dim3(n), 32, (size_t)E * (sizeof(float) + 1), s, logits, E, K, kind, norm, idx, w);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
@@ -235,19 +240,19 @@ extern "C" int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "expert matmul: K = %lld", (long long)w->cols);
 	switch (w->fmt) {
 	case FP4S_WF_NVFP4:
-		expert_matmul_kernel<FP4S_WF_NVFP4><<<grid, warps * 32, 0, s>>>(
+		pdl_launch(expert_matmul_kernel<FP4S_WF_NVFP4>, dim3(grid), warps * 32, 0, s,
 			(const uint8_t *)w->data, w->scales, w->bias, w->rows, w->cols, w->stride_data,
 			w->stride_scales, post, w->ws2e, idx, x, x_div, x_stride, y);
 		break;
 	case FP4S_WF_MXFP4:
-		expert_matmul_kernel<FP4S_WF_MXFP4><<<grid, warps * 32, 0, s>>>(
+		pdl_launch(expert_matmul_kernel<FP4S_WF_MXFP4>, dim3(grid), warps * 32, 0, s,
 			(const uint8_t *)w->data, w->scales, w->bias, w->rows, w->cols, w->stride_data,
-			w->stride_scales, post, NULL, idx, x, x_div, x_stride, y);
+			w->stride_scales, post, (const float *)NULL, idx, x, x_div, x_stride, y);
 		break;
 	case FP4S_WF_BF16:
-		expert_matmul_kernel<FP4S_WF_BF16><<<grid, warps * 32, 0, s>>>(
+		pdl_launch(expert_matmul_kernel<FP4S_WF_BF16>, dim3(grid), warps * 32, 0, s,
 			(const uint8_t *)w->data, w->scales, w->bias, w->rows, w->cols, w->stride_data,
-			w->stride_scales, 1.0f, NULL, idx, x, x_div, x_stride, y);
+			w->stride_scales, 1.0f, (const float *)NULL, idx, x, x_div, x_stride, y);
 		break;
 	default:
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "expert matmul: weight format %d", (int)w->fmt);
@@ -260,7 +265,7 @@ extern "C" int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter,
                                  float alpha, float limit, float *a, cudaStream_t s,
                                  struct fp4s_error *err)
 {
-	moe_act_kernel<<<dim3((unsigned)((inter + 255) / 256), (unsigned)n_slots), 256, 0, s>>>(
+	pdl_launch(moe_act_kernel, dim3((unsigned)((inter + 255) / 256), (unsigned)n_slots), 256, 0, s,
 		h, inter, interleaved, alpha, limit, a);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
@@ -273,6 +278,7 @@ static __global__ void moe_group_kernel(const int32_t *__restrict__ idx, int32_t
                                         int32_t *__restrict__ src, int32_t *__restrict__ g_expert,
                                         int32_t *__restrict__ g_off, int32_t *__restrict__ g_m)
 {
+	pdl_enter();
 	extern __shared__ int32_t sh[]; /* cnt[E], off[E], gbase[E] */
 	int32_t *cnt = sh, *off = sh + E, *gbase = sh + 2 * E;
 	__shared__ int32_t total;
@@ -324,16 +330,17 @@ extern "C" int fp4s_cuda_moe_group(const int32_t *idx, int32_t nslots, int32_t K
 {
 	if (E < 1 || E > 4096 || gmax < 1 || nslots < 1) /* 3 E counters in 48 KB of shared memory */
 		return fp4s_error_set(err, FP4S_EINVAL, "moe: grouping %d slots over %d experts", nslots, E);
-	moe_group_kernel<<<1, 1024, (size_t)3 * E * sizeof(int32_t), s>>>(
+	pdl_launch(moe_group_kernel, dim3(1), 1024, (size_t)3 * E * sizeof(int32_t), s,
 		idx, nslots, K, E, gmax, fp4s_cuda_moe_group_count(nslots, E, gmax), gpos, src, g_expert, g_off, g_m);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
 
 extern "C" int fp4s_cuda_moe_combine(const float *o, const float *w, const int32_t *perm, int32_t n, int32_t K,
-                                     int64_t H, float *y, cudaStream_t s, struct fp4s_error *err)
+                                     int64_t H, int accumulate, float *y, cudaStream_t s, struct fp4s_error *err)
 {
-	moe_combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s>>>(o, w, perm, K, H, y);
+	pdl_launch(moe_combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, s, o, w, perm, K, H,
+		accumulate, y);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }

@@ -38,9 +38,9 @@ int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32_t *idx, in
 /* a[slot] = SwiGLU of h[slot] ([2 * inter]: halves, or interleaved gpt-oss rows, clamped) */
 int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int interleaved, float alpha,
                       float limit, float *a, cudaStream_t s, struct fp4s_error *err);
-/* y[t] = sum_j w[t, j] * o[perm[t * K + j]] (perm NULL: o[t * K + j]) */
+/* y[t] = sum_j w[t, j] * o[perm[t * K + j]] (perm NULL: o[t * K + j]); accumulate: y[t] += that */
 int fp4s_cuda_moe_combine(const float *o, const float *w, const int32_t *perm, int32_t n, int32_t K, int64_t H,
-                          float *y, cudaStream_t s, struct fp4s_error *err);
+                          int accumulate, float *y, cudaStream_t s, struct fp4s_error *err);
 /* Groups a batch's nslots = n * K selected (token, expert) slots by expert: gpos[slot] = its row
  * in expert order, src[row] = its token; groups of <= gmax rows of one expert in g_expert /
  * g_off / g_m, g_m = 0 past the last, over fp4s_cuda_moe_group_count(...) entries. One block,
