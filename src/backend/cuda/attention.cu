@@ -212,7 +212,7 @@ static __global__ void attn_merge_kernel(const float *__restrict__ work, int32_t
 	}
 }
 
-/* ---- the BF16 tensor-core path -------------------------------------------------------------- */
+/* ---- the tensor-core path (BF16 and FP8 caches) ----------------------------------------------- */
 
 /* counters for the merge by the last block: one per (token, KV head), zero between calls */
 #define ATT_COUNTERS 8192
