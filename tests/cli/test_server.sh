@@ -78,16 +78,16 @@ tail -c 200 "$tmp/stream.out" | grep -q 'data: \[DONE\]' && ok "SIGTERM: the liv
 grep -q '"finish_reason":"length"\|unavailable_error' "$tmp/stream.out" && ok "SIGTERM: the stream got a final event" || bad "no final event"
 grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/drain.log" && { bad "sanitizer report"; cat "$tmp/drain.log"; }
 
-# 3. gpt-oss demo: harmony chat format, reasoning_content field present
-# (with a 1 s --timeout: a long generation is cut and answered 503 / an error event)
-start_server "$tmp/oss.log" --demo-preset tiny-gpt-oss --max-model-len 4096 --timeout 1 || exit 1
-# one unchecked request first: the first step pays one-off costs (page faults in the weights,
-# first allocations) that took 1.6 s under ASan on a loaded 2-core machine, past the 1 s timeout
-curl -s -o /dev/null -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":1}' \
-	"http://127.0.0.1:$port/v1/completions"
+# 3. gpt-oss demo: harmony chat format, reasoning_content field present (a server with no
+# --timeout: under ASan on a loaded 2-core machine this short chat took more than 1 s)
+start_server "$tmp/oss0.log" --demo-preset tiny-gpt-oss --max-model-len 4096 || exit 1
 out=$(curl -s -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"reasoning_effort":"low"}' \
 	"http://127.0.0.1:$port/v1/chat/completions")
 echo "$out" | grep -q '"reasoning_content"' && ok "gpt-oss: harmony response has reasoning_content" || bad "gpt-oss chat: $out"
+kill -TERM "$pid"; wait "$pid" && ok "gpt-oss server: clean exit" || bad "gpt-oss exit"
+grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/oss0.log" && { bad "sanitizer report"; cat "$tmp/oss0.log"; }
+# with a 1 s --timeout: a long generation is cut and answered 503 / an error event
+start_server "$tmp/oss.log" --demo-preset tiny-gpt-oss --max-model-len 4096 --timeout 1 || exit 1
 out=$(curl -s -w ' %{http_code}' -H 'Content-Type: application/json' -d '{"prompt":"a","max_tokens":4000,"ignore_eos":true}' \
 	"http://127.0.0.1:$port/v1/completions")
 echo "$out" | grep -q 'timed out.* 503$' && ok "--timeout: a long request is cut with 503" || bad "timeout: ${out:0:200}"
