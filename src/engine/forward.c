@@ -412,6 +412,38 @@ static int matmul_add(struct fp4s_backend *be, const float *x, int64_t n, const 
 	return FP4S_OK;
 }
 
+/* q/k per-head RMSNorm (either may be absent) then RoPE, in one kernel where the backend can */
+static int norm_rope(struct fp4s_backend *be, const struct fp4s_fwd *f, const struct fp4s_fwd_layer *L, float *q,
+                     float *k, const struct fp4s_batch *b, int32_t nh, int32_t nkv, int32_t d, float eps,
+                     struct fp4s_error *err)
+{
+	int rc = L->q_norm && L->k_norm && be->norm_rope
+	             ? be->norm_rope(be, q, k, L->q_norm, L->k_norm, eps, f->norm_kind, b, nh, nkv, d, f->rot_dim,
+	                             f->inv_freq, f->rope_mscale, err)
+	             : FP4S_EUNSUPPORTED;
+	if (rc != FP4S_EUNSUPPORTED)
+		return rc;
+	if (L->q_norm)
+		be->rmsnorm(be, q, L->q_norm, (int64_t)b->n * nh, d, eps, f->norm_kind, q);
+	if (L->k_norm)
+		be->rmsnorm(be, k, L->k_norm, (int64_t)b->n * nkv, d, eps, f->norm_kind, k);
+	be->rope(be, q, k, b, nh, nkv, d, f->rot_dim, f->inv_freq, f->rope_mscale);
+	return FP4S_OK;
+}
+
+/* h += moe(x), fused where the backend can, else through the scratch y */
+static int moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n, float *h,
+                   float *y, int64_t H, struct fp4s_error *err)
+{
+	int rc = be->moe_add ? be->moe_add(be, p, x, n, h, err) : FP4S_EUNSUPPORTED;
+	if (rc != FP4S_EUNSUPPORTED)
+		return rc;
+	if ((rc = be->moe(be, p, x, n, y, err)))
+		return rc;
+	be->add(be, h, y, n * H);
+	return FP4S_OK;
+}
+
 /* Enqueues a whole forward step on the backend; no host synchronization inside, so a GPU
  * backend can capture it as a graph (MoE routing is the exception, see fwd_run). */
 static int record_step(void *ctx, struct fp4s_error *err)
@@ -442,21 +474,9 @@ static int record_step(void *ctx, struct fp4s_error *err)
 			    (rc = be->matmul(be, x, n, &L->v, v, err)))
 				return rc;
 		}
-		/* Qwen3: per-head RMSNorm over d, before RoPE (one kernel where the backend fuses them) */
-		rc = L->q_norm && L->k_norm && be->norm_rope
-		         ? be->norm_rope(be, q, k, L->q_norm, L->k_norm, eps, f->norm_kind, b, (int32_t)nh, (int32_t)nkv,
-		                         (int32_t)d, f->rot_dim, f->inv_freq, f->rope_mscale, err)
-		         : FP4S_EUNSUPPORTED;
-		if (rc == FP4S_EUNSUPPORTED) {
-			if (L->q_norm)
-				be->rmsnorm(be, q, L->q_norm, n * nh, d, eps, f->norm_kind, q);
-			if (L->k_norm)
-				be->rmsnorm(be, k, L->k_norm, n * nkv, d, eps, f->norm_kind, k);
-			be->rope(be, q, k, b, (int32_t)nh, (int32_t)nkv, (int32_t)d, f->rot_dim, f->inv_freq,
-			         f->rope_mscale);
-		} else if (rc) {
+		/* Qwen3: per-head RMSNorm over d, before RoPE */
+		if ((rc = norm_rope(be, f, L, q, k, b, (int32_t)nh, (int32_t)nkv, (int32_t)d, eps, err)))
 			return rc;
-		}
 		struct fp4s_attn_params ap = {.n_heads = (int32_t)nh, .n_kv_heads = (int32_t)nkv,
 		                              .head_dim = (int32_t)d, .window = L->window,
 		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
@@ -466,14 +486,8 @@ static int record_step(void *ctx, struct fp4s_error *err)
 			return rc;
 		if (L->is_moe) {
 			be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
-			rc = be->moe_add ? be->moe_add(be, &L->moe, x, n, h, err) : FP4S_EUNSUPPORTED;
-			if (rc == FP4S_EUNSUPPORTED) {
-				if ((rc = be->moe(be, &L->moe, x, n, y, err)))
-					return rc;
-				be->add(be, h, y, n * H);
-			} else if (rc) {
+			if ((rc = moe_add(be, &L->moe, x, n, h, y, H, err)))
 				return rc;
-			}
 		} else if (n == 1 && L->fused_gu) {
 			if ((rc = norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, H, &L->gate_up, x, f->fused, err)))
 				return rc;
