@@ -431,6 +431,22 @@ static int norm_rope(struct fp4s_backend *be, const struct fp4s_fwd *f, const st
 	return FP4S_OK;
 }
 
+/* [Qwen3: per-head q/k RMSNorm over d], RoPE, then attention over the cache with this step's
+ * k/v written into it: one kernel where the backend can */
+static int rope_attention(struct fp4s_backend *be, const struct fp4s_fwd *f, const struct fp4s_fwd_layer *L,
+                          int32_t l, float *q, float *k, float *v, const struct fp4s_batch *b,
+                          const struct fp4s_attn_params *ap, float eps, float *att, struct fp4s_error *err)
+{
+	int rc = be->rope_attention ? be->rope_attention(be, l, q, k, v, L->q_norm, L->k_norm, eps, f->norm_kind, b,
+	                                                 f->rot_dim, f->inv_freq, f->rope_mscale, ap, att, err)
+	                            : FP4S_EUNSUPPORTED;
+	if (rc != FP4S_EUNSUPPORTED)
+		return rc;
+	if ((rc = norm_rope(be, f, L, q, k, b, ap->n_heads, ap->n_kv_heads, ap->head_dim, eps, err)))
+		return rc;
+	return be->attention(be, l, q, k, v, b, ap, att, err);
+}
+
 /* h += moe(x), fused where the backend can, else through the scratch y */
 static int moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n, float *h,
                    float *y, int64_t H, struct fp4s_error *err)
@@ -474,13 +490,10 @@ static int record_step(void *ctx, struct fp4s_error *err)
 			    (rc = be->matmul(be, x, n, &L->v, v, err)))
 				return rc;
 		}
-		/* Qwen3: per-head RMSNorm over d, before RoPE */
-		if ((rc = norm_rope(be, f, L, q, k, b, (int32_t)nh, (int32_t)nkv, (int32_t)d, eps, err)))
-			return rc;
 		struct fp4s_attn_params ap = {.n_heads = (int32_t)nh, .n_kv_heads = (int32_t)nkv,
 		                              .head_dim = (int32_t)d, .window = L->window,
 		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
-		if ((rc = be->attention(be, l, q, k, v, b, &ap, att, err)))
+		if ((rc = rope_attention(be, f, L, l, q, k, v, b, &ap, eps, att, err)))
 			return rc;
 		if ((rc = matmul_add(be, att, n, &L->o, h, y, H, err)))
 			return rc;

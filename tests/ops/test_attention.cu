@@ -16,6 +16,9 @@
 // uses against the CPU's on all 2^32 floats, the E4M3 -> BF16 decode on all byte pairs, and the
 // CUDA backend's attention op (KV write, flash prefill, split-K decode) against the CPU
 // backend's with the same cache type (FP8 and BF16) over a prompt step and a decode step.
+// The fused decode form (fp4s_cuda_attention_fused: q/k RMSNorm and RoPE in the kernel, the
+// token's K/V row written by the block that reads it) is checked the same way, plus the written
+// rows against the host's normed and rotated k and v to the cache type's rounding.
 // `test_attention [filter]` runs cases whose name contains filter.
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -55,6 +58,8 @@ struct acase {
 	fp4s_attn_tune tune;
 	int graph; /* capture once, replay with new positions (needs the same token count) */
 	double qmag;
+	int pro;   /* fp4s_cuda_attention_fused: 1 = RoPE of rot dims and the KV write, 2 = q/k RMSNorm too */
+	int rot;
 };
 
 static double worst_mma, worst_generic, worst_mma8, worst_generic8;
@@ -265,6 +270,8 @@ static int run_case(const acase &c, const char *filter)
 	for (size_t s = 0; s < c.seqs.size() && off < 440; s++)
 		off += snprintf(name + off, sizeof name - off, "%s%d%s", s ? "/" : "", c.seqs[s].len,
 		                c.seqs[s].ntok > 1 ? "p" : "");
+	if (c.pro)
+		off += snprintf(name + off, sizeof name - off, ",fused-%s,rot=%d", c.pro == 2 ? "norm-rope" : "rope", c.rot);
 	snprintf(name + off, sizeof name - off, ")");
 	if (filter && !strstr(name, filter))
 		return 0;
@@ -279,6 +286,54 @@ static int run_case(const acase &c, const char *filter)
 	for (auto &x : sinks)
 		x = (float)(t_rand_normal() * 2.0 + 1.0);
 	const float scale = 1.0f / sqrtf((float)c.d);
+	/* the fused prologue's inputs: raw k, v of each token, norm weights, frequencies; each
+	 * token's own row of the pool starts as NaN and must be written by the call */
+	std::vector<float> kraw((size_t)b.n * kvw), vraw((size_t)b.n * kvw), qn(c.d), kn(c.d), inv_freq(c.d / 2 + 1);
+	const float mscale = 1.0625f, eps = 1e-6f;
+	float *dkraw = NULL, *dvraw = NULL, *dqn = NULL, *dkn = NULL, *dfreq = NULL;
+	auto fresh_pro = [&]() {
+		for (auto &x : kraw)
+			x = (float)t_rand_normal();
+		for (auto &x : vraw)
+			x = (float)t_rand_normal();
+		for (int i = 0; i < b.n; i++)
+			for (int j = 0; j < kvw; j++)
+				k[row_of(b, b.seq[i], b.pos[i]) * kvw + j] = v[row_of(b, b.seq[i], b.pos[i]) * kvw + j] = NAN;
+	};
+	if (c.pro) {
+		fresh_pro();
+		for (int j = 0; j < c.d; j++) {
+			qn[j] = (float)(0.5 + t_rand_uniform());
+			kn[j] = (float)(0.5 + t_rand_uniform());
+		}
+		for (int j = 0; j < c.rot / 2; j++)
+			inv_freq[j] = powf(500000.0f, -2.0f * (float)j / (float)c.rot);
+		CK(cudaMalloc(&dkraw, kraw.size() * 4));
+		CK(cudaMalloc(&dvraw, vraw.size() * 4));
+		CK(cudaMalloc(&dqn, c.d * 4));
+		CK(cudaMalloc(&dkn, c.d * 4));
+		CK(cudaMalloc(&dfreq, inv_freq.size() * 4));
+		CK(cudaMemcpy(dqn, qn.data(), c.d * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dkn, kn.data(), c.d * 4, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dfreq, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+	}
+	/* the prologue's math on the host (norm_rope_kernel's): q as attention sees it, k rows */
+	auto prep = [&](float *x, const float *w, int p) {
+		if (c.pro == 2) {
+			float ss = 0.0f;
+			for (int j = 0; j < c.d; j++)
+				ss += x[j] * x[j];
+			const float inv = 1.0f / sqrtf(ss / (float)c.d + eps);
+			for (int j = 0; j < c.d; j++)
+				x[j] = x[j] * inv * w[j];
+		}
+		for (int j = 0; j < c.rot / 2; j++) {
+			const float ang = (float)p * inv_freq[j], cs = cosf(ang) * mscale, sn = sinf(ang) * mscale;
+			const float x1 = x[j], x2 = x[j + c.rot / 2];
+			x[j] = x1 * cs - x2 * sn;
+			x[j + c.rot / 2] = x2 * cs + x1 * sn;
+		}
+	};
 
 	/* device copies */
 	const size_t pool = k.size(), esz = (size_t)fp4s_kv_dtype_bytes((enum fp4s_kv_dtype)c.kv);
@@ -315,7 +370,13 @@ static int run_case(const acase &c, const char *filter)
 	struct fp4s_error err = {0};
 	cudaStream_t st;
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	const struct fp4s_attn_prologue pro = {dkraw, dvraw, c.pro == 2 ? dqn : NULL, c.pro == 2 ? dkn : NULL, eps, 0,
+	                                       c.rot, dfreq, mscale};
 	auto call = [&]() {
+		if (c.pro)
+			return fp4s_cuda_attention_fused(dq, dk, dv, c.kv, dpos, dseq, dtable, b.stride, b.n, c.nh, c.nkv, c.d,
+			                                 c.window, c.sinks ? dsinks : NULL, scale, c.splits, dwork, dout, &pro,
+			                                 &c.tune, st, &err);
 		return fp4s_cuda_attention_ex(dq, dk, dv, c.kv, dpos, dseq, dtable, b.stride, b.n, c.nh, c.nkv, c.d,
 		                              c.window, c.sinks ? dsinks : NULL, scale, c.splits, dwork, dout, &c.tune, st,
 		                              &err);
@@ -328,11 +389,17 @@ static int run_case(const acase &c, const char *filter)
 			/* same shape, new contents: positions, slots, block tables, K/V */
 			b = make_batch(c);
 			fill_pool(c, b, k, v);
+			if (c.pro)
+				fresh_pro();
 			to_cache(k, c.kv, kb);
 			to_cache(v, c.kv, vb);
 			CK(cudaMemcpy(dk, kh, pool * esz, cudaMemcpyHostToDevice));
 			CK(cudaMemcpy(dv, vh, pool * esz, cudaMemcpyHostToDevice));
 			upload_batch(b);
+		}
+		if (c.pro) {
+			CK(cudaMemcpy(dkraw, kraw.data(), kraw.size() * 4, cudaMemcpyHostToDevice));
+			CK(cudaMemcpy(dvraw, vraw.data(), vraw.size() * 4, cudaMemcpyHostToDevice));
 		}
 		std::vector<float> poison(q.size(), NAN);
 		CK(cudaMemcpy(dout, poison.data(), poison.size() * 4, cudaMemcpyHostToDevice));
@@ -364,7 +431,48 @@ static int run_case(const acase &c, const char *filter)
 		CK(cudaStreamSynchronize(st));
 		CK(cudaGetLastError());
 		CK(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
-		reference(c, b, q, k, v, sinks, scale, want);
+		std::vector<float> qref = q;
+		if (c.pro) {
+			/* the rows the call wrote: within the cache type's rounding of the host's k (normed,
+			 * rotated) and v; the reference then reads them as written */
+			std::vector<uint8_t> kb2(pool * esz), vb2(pool * esz);
+			CK(cudaMemcpy(kb2.data(), dk, pool * esz, cudaMemcpyDeviceToHost));
+			CK(cudaMemcpy(vb2.data(), dv, pool * esz, cudaMemcpyDeviceToHost));
+			auto val = [&](const std::vector<uint8_t> &x, size_t at) {
+				if (c.kv == FP4S_KV_FP8)
+					return fp4s_e4m3_to_f32(x[at]);
+				uint16_t h;
+				memcpy(&h, &x[2 * at], 2);
+				return fp4s_bf16_to_f32(h);
+			};
+			int bad_rows = 0;
+			const float tol = c.kv == FP4S_KV_FP8 ? 0.07f : 0.008f;
+			for (int i = 0; i < b.n; i++) {
+				for (int h = 0; h < c.nh; h++)
+					prep(&qref[((size_t)i * c.nh + h) * c.d], qn.data(), b.pos[i]);
+				const size_t row = row_of(b, b.seq[i], b.pos[i]);
+				for (int g0 = 0; g0 < c.nkv; g0++) {
+					std::vector<float> kh(&kraw[(size_t)i * kvw + g0 * c.d], &kraw[(size_t)i * kvw + g0 * c.d] + c.d);
+					prep(kh.data(), kn.data(), b.pos[i]);
+					for (int j = 0; j < c.d; j++) {
+						const size_t at = row * kvw + g0 * c.d + j;
+						k[at] = val(kb2, at);
+						v[at] = val(vb2, at);
+						const float wv = vraw[(size_t)i * kvw + g0 * c.d + j];
+						if (!(fabsf(k[at] - kh[j]) <= tol * fabsf(kh[j]) + 1e-3f) ||
+						    !(fabsf(v[at] - wv) <= tol * fabsf(wv) + 1e-3f))
+							bad_rows++;
+					}
+				}
+			}
+			if (bad_rows) {
+				fprintf(stderr, "%s: FAIL %d values of the written K/V rows differ from the host's\n", name,
+				        bad_rows);
+				failed = 1;
+				break;
+			}
+		}
+		reference(c, b, qref, k, v, sinks, scale, want);
 		failed = compare(name, c, b, got, want, mma);
 	}
 	if (exec)
@@ -383,6 +491,7 @@ static int run_case(const acase &c, const char *filter)
 	CK(cudaFree(dpos));
 	CK(cudaFree(dseq));
 	CK(cudaFree(dtable));
+	cudaFree(dkraw), cudaFree(dvraw), cudaFree(dqn), cudaFree(dkn), cudaFree(dfreq);
 	(void)kvw;
 	return failed;
 }
@@ -697,6 +806,24 @@ int main(int argc, char **argv)
 		run_case({"qwen3-moe", 32, 4, 128, kv, 0, 0, {{300, 300}}, 1, dflt, 0, 1.0}, filter);
 		run_case({"gpt-oss", 64, 8, 64, kv, 0, 1, {{300, 300}, {20, 1}}, 1, dflt, 0, 1.0}, filter);
 	}
+	/* the fused decode prologue (fp4s_cuda_attention_fused): RoPE, Qwen3's q/k norm, partial
+	 * rotary, the KV write by the reading block; one token and batches, graph replay */
+	for (int kv = 1; kv <= 2; kv++)
+		for (const geo &g : main_geos) {
+			const int pro = strcmp(g.name, "qwen3-moe") == 0 ? 2 : 1;
+			const int lens[] = {1, 2, 16, 17, 100, 4096};
+			for (int l : lens)
+				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({l}), 128, dflt, 0, 1.0, pro, g.d},
+				         filter);
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({300}), 128, dflt, 0, 1.0, 3 - pro,
+			          g.d / 2},
+			         filter);
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, random_decode(9, 3000), 14, dflt, 1, 1.0, pro,
+			          g.d},
+			         filter);
+			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({1000}), 128, dflt, 1, 1.0, pro, g.d},
+			         filter);
+		}
 	/* other geometries: the generic path (G > 8, d 16/32/256, FP32) and G = 1, 2, 3 */
 	for (const geo &g : other_geos)
 		for (int kv = 0; kv <= 2; kv++) {

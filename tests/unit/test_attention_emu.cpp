@@ -161,6 +161,10 @@ ATT_DEV float4 att_ldcg4(const float *p)
 }
 ATT_DEV void att_fence(void) { std::atomic_thread_fence(std::memory_order_seq_cst); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return __atomic_fetch_add(p, 1u, __ATOMIC_SEQ_CST); }
+ATT_DEV void att_grid_wait(void) {}
+ATT_DEV void att_grid_trigger(void) {}
+ATT_DEV void att_kv_put(uint16_t *p, float x) { *p = fp4s_f32_to_bf16(x); }
+ATT_DEV void att_kv_put(uint8_t *p, float x) { *p = fp4s_f32_to_e4m3(x); }
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
@@ -174,6 +178,8 @@ struct ecase {
 	int splits;
 	std::vector<int> seqlen; /* tokens: one per sequence, at position seqlen - 1 */
 	int fp8;                 /* the cache holds E4M3 bytes */
+	int pro;                 /* the fused prologue: 1 = RoPE of rot dims, 2 = q/k RMSNorm too */
+	int rot;
 };
 
 template <int D, int W, bool F8>
@@ -185,7 +191,7 @@ void emu_launch(const att_mma_args &a, int n, bool fused)
 				emu_block blk(W);
 				emu_cur = &blk;
 				/* garbage, as shared memory starts */
-				std::vector<float4> sm(att_smem_bytes<D, W, F8>(a.stages) / 16 + 1);
+				std::vector<float4> sm((a.kraw ? att_smem_bytes_pro<D, W, F8>(a.stages) : att_smem_bytes<D, W, F8>(a.stages)) / 16 + 1);
 				memset(sm.data(), 0xFF, sm.size() * 16);
 				std::vector<std::thread> th;
 				for (int t = 0; t < 32 * W; t++)
@@ -271,6 +277,50 @@ int run_case(const ecase &c)
 	std::vector<float> q((size_t)n * c.nh * c.d), sinks(c.nh), out((size_t)n * c.nh * c.d, NAN);
 	for (auto &x : q)
 		x = (float)(t_rand_normal() * 1.5);
+	/* the fused prologue: raw q, k, v of each token; its own row of the cache starts as NaN and
+	 * must be written by the kernel */
+	std::vector<float> kraw((size_t)n * kvw), vraw((size_t)n * kvw), qn(c.d), kn(c.d), inv_freq(c.d / 2 + 1);
+	const float mscale = 1.125f, eps = 1e-6f;
+	if (c.pro) {
+		for (auto &x : kraw)
+			x = (float)t_rand_normal();
+		for (auto &x : vraw)
+			x = (float)t_rand_normal();
+		for (int j = 0; j < c.d; j++) {
+			qn[j] = (float)(0.5 + t_rand_uniform());
+			kn[j] = (float)(0.5 + t_rand_uniform());
+		}
+		for (int j = 0; j < c.rot / 2; j++)
+			inv_freq[j] = powf(10000.0f, -2.0f * (float)j / (float)c.rot);
+		for (int s = 0; s < n; s++) {
+			const size_t row = (size_t)table[(size_t)s * stride + pos[s] / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + pos[s] % FP4S_KV_BLOCK;
+			for (int j = 0; j < kvw; j++) {
+				kc[row * kvw + j] = vc[row * kvw + j] = 0x7FC0;
+				k8[row * kvw + j] = v8[row * kvw + j] = 0x7F;
+			}
+		}
+	}
+	/* the prologue's float math on the host: per-head RMSNorm (c.pro == 2), then RoPE */
+	auto prep = [&](float *x, const float *w) {
+		if (c.pro == 2) {
+			float ss = 0.0f;
+			for (int j = 0; j < c.d; j++)
+				ss += x[j] * x[j];
+			const float inv = 1.0f / sqrtf(ss / (float)c.d + eps);
+			for (int j = 0; j < c.d; j++)
+				x[j] = x[j] * inv * w[j];
+		}
+		return x;
+	};
+	auto rope = [&](float *x, int p) {
+		for (int j = 0; j < c.rot / 2; j++) {
+			const float ang = (float)p * inv_freq[j], cs = cosf(ang) * mscale, sn = sinf(ang) * mscale;
+			const float x1 = x[j], x2 = x[j + c.rot / 2];
+			x[j] = x1 * cs - x2 * sn;
+			x[j + c.rot / 2] = x2 * cs + x1 * sn;
+		}
+	};
+	std::vector<float> qref = q;
 	for (auto &x : sinks)
 		x = (float)(t_rand_normal() * 2.0);
 	const float scale = 1.0f / sqrtf((float)c.d);
@@ -298,6 +348,20 @@ int run_case(const ecase &c)
 	a.work = work.data();
 	a.out = out.data();
 	a.counters = c.fused ? counters.data() : nullptr;
+	a.kraw = a.vraw = nullptr;
+	if (c.pro) {
+		a.kraw = kraw.data();
+		a.vraw = vraw.data();
+		a.kw = c.fp8 ? (void *)k8.data() : (void *)kc.data();
+		a.vw = c.fp8 ? (void *)v8.data() : (void *)vc.data();
+		a.qn = c.pro == 2 ? qn.data() : nullptr;
+		a.kn = c.pro == 2 ? kn.data() : nullptr;
+		a.eps = eps;
+		a.zero_centred = 0;
+		a.rot = c.rot;
+		a.inv_freq = inv_freq.data();
+		a.mscale = mscale;
+	}
 	if (c.fp8 && c.d == 64)
 		c.warps == 2 ? emu_launch<64, 2, true>(a, n, c.fused) : c.warps == 4 ? emu_launch<64, 4, true>(a, n, c.fused)
 		                                                                     : emu_launch<64, 8, true>(a, n, c.fused);
@@ -311,8 +375,32 @@ int run_case(const ecase &c)
 		c.warps == 2 ? emu_launch<128, 2, false>(a, n, c.fused) : c.warps == 4 ? emu_launch<128, 4, false>(a, n, c.fused)
 		                                                                        : emu_launch<128, 8, false>(a, n, c.fused);
 
-	double num = 0, den = 0;
 	int bad = 0;
+	if (c.pro) {
+		/* q as the prologue leaves it; the token's own row: written, and within BF16 / E4M3
+		 * rounding of the host's k and v (the reference then reads what was written) */
+		int bad_rows = 0;
+		for (int i = 0; i < n; i++) {
+			for (int h = 0; h < c.nh; h++)
+				rope(prep(&qref[((size_t)i * c.nh + h) * c.d], qn.data()), pos[i]);
+			const size_t row = (size_t)table[(size_t)i * stride + pos[i] / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + pos[i] % FP4S_KV_BLOCK;
+			for (int g0 = 0; g0 < c.nkv; g0++) {
+				float *kh = &kraw[(size_t)i * kvw + g0 * c.d];
+				rope(prep(kh, kn.data()), pos[i]);
+				for (int j = 0; j < c.d; j++) {
+					const size_t at = row * kvw + g0 * c.d + j;
+					kf[at] = c.fp8 ? fp4s_e4m3_to_f32(k8[at]) : fp4s_bf16_to_f32(kc[at]);
+					vf[at] = c.fp8 ? fp4s_e4m3_to_f32(v8[at]) : fp4s_bf16_to_f32(vc[at]);
+					const float tol = c.fp8 ? 0.07f : 0.008f;
+					const float wk = kh[j], wv = vraw[(size_t)i * kvw + g0 * c.d + j];
+					if (!(fabsf(kf[at] - wk) <= tol * fabsf(wk) + 1e-3f) || !(fabsf(vf[at] - wv) <= tol * fabsf(wv) + 1e-3f))
+						bad_rows++;
+				}
+			}
+		}
+		CHECK_MSG(bad_rows == 0, "%d values of the written rows differ from the host's", bad_rows);
+	}
+	double num = 0, den = 0;
 	for (int i = 0; i < n; i++)
 		for (int h = 0; h < c.nh; h++) {
 			const int p = pos[i], g0 = h / G;
@@ -323,7 +411,7 @@ int run_case(const ecase &c)
 				const size_t row = (size_t)table[(size_t)i * stride + t / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + t % FP4S_KV_BLOCK;
 				double acc = 0;
 				for (int j = 0; j < c.d; j++)
-					acc += (double)q[((size_t)i * c.nh + h) * c.d + j] * kf[row * kvw + g0 * c.d + j];
+					acc += (double)qref[((size_t)i * c.nh + h) * c.d + j] * kf[row * kvw + g0 * c.d + j];
 				s[t] = acc * scale;
 				m = s[t] > m ? s[t] : m;
 			}
@@ -344,9 +432,10 @@ int run_case(const ecase &c)
 			}
 		}
 	const double rel = sqrt(num / den);
-	printf("emu %s nh=%d nkv=%d d=%d window=%d sinks=%d warps=%d min_tiles=%d stages=%d splits=%d %s n=%d: rel L2 %.3g%s\n",
+	printf("emu %s nh=%d nkv=%d d=%d window=%d sinks=%d warps=%d min_tiles=%d stages=%d splits=%d %s n=%d%s: rel L2 %.3g%s\n",
 	       c.fp8 ? "fp8" : "bf16", c.nh, c.nkv, c.d, c.window, c.sinks, c.warps, c.min_tiles, c.stages, c.splits,
-	       c.fused ? "fused" : "merge-kernel", n, rel, bad ? " NaN!" : "");
+	       c.fused ? "fused" : "merge-kernel", n, c.pro == 2 ? " norm+rope+write" : c.pro ? " rope+write" : "", rel,
+	       bad ? " NaN!" : "");
 	CHECK_MSG(!bad && rel <= 1e-5, "rel L2 %.3g, %d NaN", rel, bad);
 	for (unsigned v : counters)
 		CHECK_EQ_INT(v, 0);
@@ -380,5 +469,14 @@ int main(void)
 	run_case({8, 2, 64, 0, 1, 2, 1, 1, 1, 3, {1, 17, 100}, 1});
 	run_case({16, 2, 128, 30, 1, 4, 1, 0, 1, 4, {33, 5, 120}, 1});
 	run_case({32, 8, 128, 0, 0, 4, 1, 1, 1, 1, {70}, 1});
+	/* the fused decode prologue (RoPE, q/k RMSNorm, the token's row written by the block that
+	 * reads it): positions at the start, the end and inside a tile, partial rotary, windows,
+	 * sinks, both caches, ring and registers */
+	run_case({8, 2, 128, 0, 0, 4, 1, 1, 3, 3, {1, 17, 40}, 0, 1, 128});
+	run_case({8, 2, 128, 0, 1, 2, 1, 1, 2, 4, {16, 33, 90}, 0, 2, 128});
+	run_case({16, 2, 64, 20, 1, 4, 1, 0, 3, 5, {81, 19}, 0, 2, 32});
+	run_case({8, 1, 64, 0, 1, 8, 1, 1, 3, 3, {65, 2}, 1, 1, 64});
+	run_case({6, 2, 128, 23, 0, 2, 1, 1, 3, 3, {60, 23, 24, 9}, 1, 2, 64});
+	run_case({8, 2, 64, 0, 1, 2, 1, 1, 1, 3, {1, 17, 100}, 0, 1, 64});
 	return TEST_DONE();
 }

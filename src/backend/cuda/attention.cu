@@ -28,6 +28,7 @@
 
 #include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/pdl.cuh"
 
 #define ATT_TILE 128
 #define ATT_THREADS 128
@@ -247,8 +248,23 @@ static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kerne
 template <int D, int W>
 static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, bool f8, cudaStream_t s)
 {
-	const size_t smem = f8 ? att_smem_bytes<D, W, true>(a.stages) : att_smem_bytes<D, W, false>(a.stages);
+	const bool pro = a.kraw != nullptr;
+	const size_t smem = f8 ? (pro ? att_smem_bytes_pro<D, W, true>(a.stages) : att_smem_bytes<D, W, true>(a.stages))
+	                       : (pro ? att_smem_bytes_pro<D, W, false>(a.stages) : att_smem_bytes<D, W, false>(a.stages));
 	const dim3 grid((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits);
+	if (pro) {
+		/* the fused decode form follows the projections directly: launched early (PDL), it
+		 * streams the older keys and values while they finish (attention_mma.cuh) */
+		struct pdl_launch l;
+		cudaLaunchConfig_t *cfg = pdl_cfg(&l, grid, dim3(W * 32), smem, s, 2);
+		cudaError_t e = a.stages > 1 ? (f8 ? cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, true, true>, a)
+		                                   : cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, true, false>, a))
+		                             : (f8 ? cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, false, true>, a)
+		                                   : cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, false, false>, a));
+		if (e == cudaSuccess && !fused)
+			attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
+		return e != cudaSuccess ? e : cudaGetLastError();
+	}
 	if (a.stages > 1 && f8)
 		attn_mma_kernel<D, W, true, true><<<grid, W * 32, smem, s>>>(a);
 	else if (f8)
@@ -273,9 +289,11 @@ static cudaError_t attn_mma_setup(void)
 	return e;
 }
 
-/* shared memory of a tensor-core block of this shape */
-static size_t att_smem_of(int32_t d, int W, bool f8, int stages)
+/* shared memory of a tensor-core block of this shape (with the fused prologue's rows: pro) */
+static size_t att_smem_of(int32_t d, int W, bool f8, int stages, bool pro)
 {
+	if (pro)
+		return att_smem_pro_off(att_smem_of(d, W, f8, stages, false)) + sizeof(float) * 10 * d;
 	if (f8)
 		return d == 64 ? (W == 2 ? att_smem_bytes<64, 2, true>(stages) : W == 4 ? att_smem_bytes<64, 4, true>(stages)
 		                                                                       : att_smem_bytes<64, 8, true>(stages))
@@ -331,12 +349,11 @@ extern "C" int fp4s_cuda_attention_smem(int32_t nh, int32_t nkv, int32_t d)
 	return (int)sizeof(float) * (G * d + G * ATT_TILE + 3 * G + ATT_THREADS * ATT_MAX_G);
 }
 
-extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void *vc, int kv_dtype,
-                                      const int32_t *pos, const int32_t *seq, const int32_t *table,
-                                      int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
-                                      int32_t window, const float *sinks, float scale, int32_t splits,
-                                      float *work, float *out, const struct fp4s_attn_tune *tune,
-                                      cudaStream_t s, struct fp4s_error *err)
+static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype, const int32_t *pos,
+                    const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n, int32_t nh,
+                    int32_t nkv, int32_t d, int32_t window, const float *sinks, float scale, int32_t splits,
+                    float *work, float *out, const struct fp4s_attn_tune *tune,
+                    const struct fp4s_attn_prologue *pro, cudaStream_t s, struct fp4s_error *err)
 {
 	const struct fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0};
 	if (!tune)
@@ -350,6 +367,8 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		                      nh, nkv, d, ATT_MAX_G);
 	if (kv_dtype != FP4S_KV_F32 && kv_dtype != FP4S_KV_BF16 && kv_dtype != FP4S_KV_FP8)
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache type %d", kv_dtype);
+	if (pro && (!pro->k || !pro->v || pro->rot < 0 || pro->rot > d || pro->rot % 2 || (pro->rot && !pro->inv_freq)))
+		return fp4s_error_set(err, FP4S_EINVAL, "attention: fused prologue with rotary dims %d of %d", pro ? pro->rot : 0, d);
 	if (n <= 0)
 		return FP4S_OK;
 	const int32_t G = nh / nkv;
@@ -372,8 +391,11 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		if (S < 1 || S > 4)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (1 to 4)", S);
 		/* a ring that does not fit takes fewer stages (8 warps of dim 128 BF16: 3) */
-		while (S > 1 && att_smem_of(d, W, f8, S) > ATT_SMEM_MAX)
+		while (S > 1 && att_smem_of(d, W, f8, S, pro != NULL) > ATT_SMEM_MAX)
 			S--;
+		/* the prologue's row write is read back through the ring's cp.async only */
+		if (pro && S < 2)
+			return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: the fused prologue needs the ring");
 		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
 		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
 		 * merge handles */
@@ -391,7 +413,7 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 			nb--;
 			region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
 		}
-		att_mma_args a;
+		att_mma_args a{};
 		a.q = q;
 		a.kc = kc;
 		a.vc = vc;
@@ -412,6 +434,19 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		a.out = out;
 		const bool fused = !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS;
 		a.counters = fused ? counters : nullptr;
+		if (pro) {
+			a.kraw = pro->k;
+			a.vraw = pro->v;
+			a.kw = const_cast<void *>(kc);
+			a.vw = const_cast<void *>(vc);
+			a.qn = pro->qn;
+			a.kn = pro->kn;
+			a.eps = pro->eps;
+			a.zero_centred = pro->zero_centred;
+			a.rot = pro->rot;
+			a.inv_freq = pro->inv_freq;
+			a.mscale = pro->mscale;
+		}
 		cudaError_t e;
 		if (d == 64)
 			e = W == 2   ? attn_mma_launch<64, 2>(a, n, fused, f8, s)
@@ -424,6 +459,8 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		FP4S_CUDA_TRY(err, e);
 		return FP4S_OK;
 	}
+	if (pro)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: no fused prologue for this cache or shape");
 	const int smem = fp4s_cuda_attention_smem(nh, nkv, d);
 	const dim3 grid((unsigned)n, (unsigned)nkv, (unsigned)splits);
 	if (kv_dtype == FP4S_KV_BF16)
@@ -442,6 +479,28 @@ extern "C" int fp4s_cuda_attention_ex(const void *q_, const void *kc, const void
 		work, nh, nkv, d, splits, sinks, out);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
+}
+
+extern "C" int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv_dtype,
+                                      const int32_t *pos, const int32_t *seq, const int32_t *table,
+                                      int32_t table_stride, int32_t n, int32_t nh, int32_t nkv, int32_t d,
+                                      int32_t window, const float *sinks, float scale, int32_t splits,
+                                      float *work, float *out, const struct fp4s_attn_tune *tune,
+                                      cudaStream_t s, struct fp4s_error *err)
+{
+	return attn_run(q, kc, vc, kv_dtype, pos, seq, table, table_stride, n, nh, nkv, d, window, sinks, scale, splits,
+	                work, out, tune, NULL, s, err);
+}
+
+extern "C" int fp4s_cuda_attention_fused(const float *q, void *kc, void *vc, int kv_dtype, const int32_t *pos,
+                                         const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n,
+                                         int32_t nh, int32_t nkv, int32_t d, int32_t window, const float *sinks,
+                                         float scale, int32_t splits, float *work, float *out,
+                                         const struct fp4s_attn_prologue *pro, const struct fp4s_attn_tune *tune,
+                                         cudaStream_t s, struct fp4s_error *err)
+{
+	return attn_run(q, kc, vc, kv_dtype, pos, seq, table, table_stride, n, nh, nkv, d, window, sinks, scale, splits,
+	                work, out, tune, pro, s, err);
 }
 
 extern "C" int fp4s_cuda_attention(const void *q, const void *kc, const void *vc, int kv_dtype,

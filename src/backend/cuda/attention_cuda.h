@@ -46,6 +46,30 @@ int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv
                            int32_t nh, int32_t nkv, int32_t d, int32_t window, const float *sinks,
                            float scale, int32_t splits, float *work, float *out,
                            const struct fp4s_attn_tune *tune, cudaStream_t s, struct fp4s_error *err);
+/* The decode step's attention with its prologue fused in (attention_mma.cuh): q [n, nh * d] and
+ * k, v [n, nkv * d] as the projections left them; each block takes the per-head RMSNorm (qn, kn,
+ * either NULL; zero_centred: weights + 1) and RoPE (rot of the d dims, pairs (j, j + rot/2),
+ * angle pos * inv_freq[j], cos and sin times mscale) of its heads, and the token's k and v rows
+ * go into the cache on the way. Launched with PDL where enabled (pdl.cuh). No two tokens of the
+ * batch may belong to one sequence. FP4S_EUNSUPPORTED, nothing enqueued, where the tensor-core
+ * ring kernel does not apply (FP32 cache, other head dims or groups, batches of as many
+ * (token, KV head) pairs as SMs, tune->stages 1): run the rope and KV write kernels and
+ * fp4s_cuda_attention instead. */
+struct fp4s_attn_prologue {
+	const float *k, *v;
+	const float *qn, *kn;
+	float eps;
+	int32_t zero_centred;
+	int32_t rot;
+	const float *inv_freq;
+	float mscale;
+};
+int fp4s_cuda_attention_fused(const float *q, void *kc, void *vc, int kv_dtype, const int32_t *pos,
+                              const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n,
+                              int32_t nh, int32_t nkv, int32_t d, int32_t window, const float *sinks,
+                              float scale, int32_t splits, float *work, float *out,
+                              const struct fp4s_attn_prologue *pro, const struct fp4s_attn_tune *tune,
+                              cudaStream_t s, struct fp4s_error *err);
 /* once per process: raises the kernels' shared-memory limit */
 int fp4s_cuda_attention_setup(struct fp4s_error *err);
 

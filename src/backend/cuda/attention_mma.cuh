@@ -46,6 +46,8 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/kv_fp8.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "numerics/numerics.h"
 
 #define ATT_DEV static __device__ __forceinline__
 #define ATT_HD static __host__ __device__ __forceinline__
@@ -124,6 +126,12 @@ ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
 ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
 ATT_DEV void att_fence(void) { __threadfence(); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
+/* programmatic dependent launch (pdl.cuh): no-ops where the launch did not ask for it */
+ATT_DEV void att_grid_wait(void) { pdl_wait(); }
+ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }
+/* one value into the cache, encoded as kv_write_kernel (cuda_backend.cu) encodes it */
+ATT_DEV void att_kv_put(uint16_t *p, float x) { *p = fp4s_f32_to_bf16(x); }
+ATT_DEV void att_kv_put(uint8_t *p, float x) { *p = fp4s_kv_e4m3(x); }
 /* two E4M3 bytes (bits 0-15) -> two BF16, exactly */
 ATT_DEV uint32_t att_e4m3x2(uint32_t two) { return fp4s_kv_e4m3x2_bf16x2(two); }
 #endif
@@ -171,6 +179,22 @@ struct att_mma_args {
 	                           * [splits][G] (max in log2 units, sum) */
 	float *out;               /* [n][nh * D] */
 	unsigned *counters;       /* [n * nkv], zero between calls; NULL: the merge kernel merges */
+	/* The decode prologue, fused in when kraw is set: q then holds the step's raw projections,
+	 * kraw/vraw [n][nkv * D] its k and v. Each block takes RMSNorm (qn, kn: per-head weights
+	 * over D, either may be NULL; zero_centred adds 1 to them) and RoPE (rot dims, pairs
+	 * (j, j + rot/2), angle pos * inv_freq[j], cos and sin times mscale) of its heads itself, as
+	 * norm_rope_kernel and rope_kernel do, and the block whose range holds the token's own
+	 * position writes its k and v row into the cache (kw, vw: the pool kc, vc point at) before it
+	 * reads that tile. Only that block reads the row, so no other kernel is needed between the
+	 * projections and attention; but a sequence must not have two tokens in the batch (each
+	 * would need the other's row). */
+	const float *kraw, *vraw;
+	void *kw, *vw;
+	const float *qn, *kn;
+	float eps;
+	int32_t zero_centred, rot;
+	const float *inv_freq;
+	float mscale;
 };
 
 #define ATT_LOG2E 1.4426950408889634f
@@ -209,6 +233,14 @@ template <int D, int W, bool F8>
 ATT_HD size_t att_smem_bytes(int stages)
 {
 	return att_smem_ring<D, W, F8>(stages) + sizeof(float) * (2 * W * 8 + 2 * 8 * ATT_MERGE_MAX + 4);
+}
+/* with the fused prologue: then the group's q rows, the token's k and v row [8 + 2][D] floats,
+ * apart from the ring (which fills while they are computed) */
+ATT_HD size_t att_smem_pro_off(size_t base) { return (base + 15) & ~(size_t)15; }
+template <int D, int W, bool F8>
+ATT_HD size_t att_smem_bytes_pro(int stages)
+{
+	return att_smem_pro_off(att_smem_bytes<D, W, F8>(stages)) + sizeof(float) * 10 * D;
 }
 
 /* Merges the nact partials of one (token, KV head): part points at its region (outputs
@@ -295,23 +327,6 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	const int32_t G = a.nh / a.nkv, kvw = a.nkv * D;
 	const int S = RING ? a.stages : 1;
 
-	/* q of head g (zero rows past G): scaled, split into BF16 hi and lo, in this lane's dims */
-	uint32_t qh[NJ][4], ql[NJ][4];
-	{
-		const float4 *qp = (const float4 *)(a.q + ((size_t)i * a.nh + (size_t)g0 * G + (g < G ? g : 0)) * D + 8 * c);
-#pragma unroll
-		for (int j = 0; j < NJ; j++) {
-			const float4 u = qp[8 * j], v = qp[8 * j + 1];
-			const float sc = g < G ? a.qscale : 0.0f;
-			const float x[8] = {u.x * sc, u.y * sc, u.z * sc, u.w * sc, v.x * sc, v.y * sc, v.z * sc, v.w * sc};
-#pragma unroll
-			for (int w = 0; w < 4; w++) {
-				const uint32_t h = att_pack(x[2 * w], x[2 * w + 1]);
-				qh[j][w] = h;
-				ql[j][w] = att_pack(x[2 * w] - att_lo_f(h), x[2 * w + 1] - att_hi_f(h));
-			}
-		}
-	}
 	const int32_t p = a.pos[bx];
 	const att_range r = att_range_of(p, a.window, a.splits, a.min_tiles);
 	if (split >= r.nact)
@@ -327,6 +342,9 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	float(*wt)[ATT_MERGE_MAX] = (float(*)[ATT_MERGE_MAX])(sm_l + W * 8);
 	float(*wl)[ATT_MERGE_MAX] = wt + 8;
 	int *last = (int *)(wl + 8);
+	const bool pro = a.kraw != nullptr;
+	/* the block whose range ends at the token's own position writes that row first */
+	const bool writer = pro && split == r.nact - 1;
 
 	/* this warp's tiles: b_begin + warp + k W, k < nt; tile k streams into stage k % S */
 	const int32_t nt = b_end - b_begin > warp ? (b_end - b_begin - warp + W - 1) / W : 0;
@@ -364,24 +382,105 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 				vr[rr][h] = att_ld(vb + (row0 + vrow[rr]) * kvw + 64 * h);
 	};
 	int32_t tb_next = 0;
-	if (RING) {
-		int32_t tb[4];
+	/* the first tiles: S into the ring, or one into registers */
+	auto start = [&]() {
+		if (RING) {
+			int32_t tb[4];
 #pragma unroll
-		for (int k = 0; k < 4; k++)
-			tb[k] = k < S && k < nt ? trow[b_begin + warp + k * W] : 0;
+			for (int k = 0; k < 4; k++)
+				tb[k] = k < S && k < nt ? trow[b_begin + warp + k * W] : 0;
 #pragma unroll
-		for (int k = 0; k < 4; k++)
-			if (k < S) {
-				if (k < nt)
-					issue(k, tb[k]);
-				att_cp_commit();
+			for (int k = 0; k < 4; k++)
+				if (k < S) {
+					if (k < nt)
+						issue(k, tb[k]);
+					att_cp_commit();
+				}
+			tb_next = S < nt ? trow[b_begin + warp + S * W] : 0;
+		} else if (nt > 0) {
+			const int32_t blk = trow[b_begin + warp];
+			load_k(blk);
+			load_v(blk);
+		}
+	};
+	/* Cached keys and values of earlier steps depend on no kernel of this step: they start
+	 * streaming before the wait (with PDL, behind the projections' tail). */
+	if (!writer)
+		start();
+	att_grid_wait();
+
+	float *qs = (float *)(smem + att_smem_pro_off(att_smem_bytes<D, W, F8>(S))); /* [G + 2][D] */
+	if (pro) {
+		/* rows 0..G-1: the group's q heads; G, G + 1 (writer only): the token's k and v. A warp
+		 * a row: load, RMSNorm over D (the sum of squares by shuffles) */
+		const int nrows = writer ? G + 2 : G;
+		for (int row = warp; row < nrows; row += W) {
+			const float *src = row < G ? a.q + ((size_t)i * a.nh + (size_t)g0 * G + row) * D
+			                           : (row == G ? a.kraw : a.vraw) + ((size_t)i * a.nkv + g0) * D;
+			const float *nw = row < G ? a.qn : row == G ? a.kn : nullptr;
+			float x[D / 32];
+			float ss = 0.0f;
+#pragma unroll
+			for (int e = 0; e < D / 32; e++) {
+				x[e] = src[lane + 32 * e];
+				ss += x[e] * x[e];
 			}
-		tb_next = S < nt ? trow[b_begin + warp + S * W] : 0;
-	} else if (nt > 0) {
-		const int32_t blk = trow[b_begin + warp];
-		load_k(blk);
-		load_v(blk);
+			if (nw) {
+				for (int o = 16; o > 0; o >>= 1)
+					ss += att_shfl_xor(ss, o);
+				const float inv = 1.0f / sqrtf(ss / (float)D + a.eps), z = a.zero_centred ? 1.0f : 0.0f;
+#pragma unroll
+				for (int e = 0; e < D / 32; e++)
+					x[e] = x[e] * inv * (z + nw[lane + 32 * e]);
+			}
+#pragma unroll
+			for (int e = 0; e < D / 32; e++)
+				qs[row * D + lane + 32 * e] = x[e];
+		}
+		att_sync();
+		/* RoPE of the q rows and the k row: a thread a rotary pair */
+		const int half = a.rot / 2, nrot = writer ? G + 1 : G;
+		for (int x = tid; x < nrot * half; x += 32 * W) {
+			const int row = x / half, j = x - row * half;
+			const float ang = (float)p * a.inv_freq[j];
+			const float cs = cosf(ang) * a.mscale, sn = sinf(ang) * a.mscale;
+			float *v = qs + row * D;
+			const float x1 = v[j], x2 = v[j + half];
+			v[j] = x1 * cs - x2 * sn;
+			v[j + half] = x2 * cs + x1 * sn;
+		}
+		att_sync();
+		if (writer) {
+			const size_t off = ((size_t)trow[p / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + p % FP4S_KV_BLOCK) * kvw + (size_t)g0 * D;
+			for (int x = tid; x < 2 * D; x += 32 * W)
+				att_kv_put((E *)(x < D ? a.kw : a.vw) + off + (x % D), qs[(G + x / D) * D + x % D]);
+			/* the row is read back through L2 (cp.async) by other threads of this block */
+			att_fence();
+			att_sync();
+		}
 	}
+
+	/* q of head g (zero rows past G): scaled, split into BF16 hi and lo, in this lane's dims */
+	uint32_t qh[NJ][4], ql[NJ][4];
+	{
+		const float *qrow = pro ? qs + (size_t)(g < G ? g : 0) * D
+		                        : a.q + ((size_t)i * a.nh + (size_t)g0 * G + (g < G ? g : 0)) * D;
+		const float4 *qp = (const float4 *)(qrow + 8 * c);
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			const float4 u = qp[8 * j], v = qp[8 * j + 1];
+			const float sc = g < G ? a.qscale : 0.0f;
+			const float x[8] = {u.x * sc, u.y * sc, u.z * sc, u.w * sc, v.x * sc, v.y * sc, v.z * sc, v.w * sc};
+#pragma unroll
+			for (int w = 0; w < 4; w++) {
+				const uint32_t h = att_pack(x[2 * w], x[2 * w + 1]);
+				qh[j][w] = h;
+				ql[j][w] = att_pack(x[2 * w] - att_lo_f(h), x[2 * w + 1] - att_hi_f(h));
+			}
+		}
+	}
+	if (writer)
+		start();
 
 	float o[NH * 8][4];
 #pragma unroll
@@ -491,6 +590,10 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			load_v(tb_after);
 		}
 	}
+	/* the tiles are done: with PDL the next kernel (the o-projection, which wants whole SMs) may
+	 * launch now and start its weight loads while the merges run; earlier, it took SMs from
+	 * this kernel's blocks and cost 10 % (bench/results/2026-11-21-h100-session3.md) */
+	att_grid_trigger();
 	l += att_shfl_xor(l, 1);
 	l += att_shfl_xor(l, 2);
 

@@ -51,6 +51,7 @@ struct cuda_impl {
 	int64_t pf_work_bytes;
 	int pf_plan_valid;    /* pf_work holds this step's tiles (made by layer 0) */
 	int pf_step;          /* this step has a prompt chunk: the flash kernel takes its attention */
+	int one_per_seq;      /* no two tokens of this step share a sequence (decode) */
 	int64_t workn_floats;
 	int32_t splits1;
 	struct cu_moe *moes;
@@ -660,6 +661,11 @@ static int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct 
 		run = i > 0 && b->seq[i] == b->seq[i - 1] ? run + 1 : 1;
 		c->pf_step = run >= 16;
 	}
+	/* (checked for the small batches the fused decode attention takes; larger ones say no) */
+	c->one_per_seq = !c->pf_step && b->n <= 64;
+	for (int32_t i = 1; i < b->n && c->one_per_seq; i++)
+		for (int32_t j = 0; j < i && c->one_per_seq; j++)
+			c->one_per_seq = b->seq[i] != b->seq[j];
 	if (b->n > c->batch_cap) {
 		cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
 		c->d_tok = c->d_pos = c->d_seq = NULL;
@@ -831,6 +837,9 @@ static int32_t attn_splits(const struct cuda_impl *c, int32_t n, int32_t nkv, in
 	return want < 1 ? 1 : (want > ATT_MAX_SPLITS ? ATT_MAX_SPLITS : want);
 }
 
+static int attn_work(struct cuda_impl *c, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
+                     int32_t *splits_out, float **work_out, struct fp4s_error *err);
+
 static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
                         const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
                         float *out, struct fp4s_error *err)
@@ -865,8 +874,55 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 			return rc;
 		}
 	}
-	/* one-token steps use a split count fixed by the cache size and a buffer that never moves,
-	 * so a captured graph stays valid; other shapes size both to the batch */
+	int32_t splits;
+	float *work;
+	int rc = attn_work(c, b, p, &splits, &work, err);
+	if (rc)
+		return rc;
+	return fp4s_cuda_attention(q, (const char *)c->kc + layer_off, (const char *)c->vc + layer_off,
+	                           c->kv_dtype, c->d_pos, c->d_seq, c->d_table, c->table_stride, b->n,
+	                           p->n_heads, p->n_kv_heads, p->head_dim, p->window,
+	                           p->sinks, p->scale, splits, work, out, c->s, err);
+}
+
+/* q/k per-head RMSNorm, RoPE, the KV write and attention in one kernel (decode steps; see
+ * fp4s_cuda_attention_fused). FP4S_EUNSUPPORTED with nothing enqueued where it does not apply;
+ * FP4S_FUSED_ATTN=0 turns it off (diagnostics). */
+static int cu_rope_attention(struct fp4s_backend *be, int32_t layer, float *q, float *k, float *v, const float *qn,
+                             const float *kn, float eps, enum fp4s_norm_kind kind, const struct fp4s_batch *b,
+                             int32_t rot_dim, const float *inv_freq, float mscale, const struct fp4s_attn_params *p,
+                             float *out, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("FP4S_FUSED_ATTN");
+		off = e && strcmp(e, "0") == 0;
+	}
+	const int32_t kvw = p->n_kv_heads * p->head_dim;
+	if (off || !c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers || c->pf_step || !c->one_per_seq ||
+	    (c->kv_dtype != FP4S_KV_BF16 && c->kv_dtype != FP4S_KV_FP8) ||
+	    (kind != FP4S_NORM_PLAIN && kind != FP4S_NORM_ZERO_CENTRED))
+		return FP4S_EUNSUPPORTED;
+	int32_t splits;
+	float *work;
+	int rc = attn_work(c, b, p, &splits, &work, err);
+	if (rc)
+		return rc;
+	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * fp4s_kv_dtype_bytes(c->kv_dtype);
+	const struct fp4s_attn_prologue pro = {k, v, qn, kn, eps, kind == FP4S_NORM_ZERO_CENTRED, rot_dim, inv_freq, mscale};
+	return fp4s_cuda_attention_fused(q, (char *)c->kc + layer_off, (char *)c->vc + layer_off, c->kv_dtype, c->d_pos,
+	                                 c->d_seq, c->d_table, c->table_stride, b->n, p->n_heads, p->n_kv_heads,
+	                                 p->head_dim, p->window, p->sinks, p->scale, splits, work, out, &pro, NULL, c->s,
+	                                 err);
+}
+
+/* The split count and partials buffer of a split-K attention call. One-token steps use a split
+ * count fixed by the cache size and a buffer that never moves, so a captured graph stays valid;
+ * other shapes size both to the batch. */
+static int attn_work(struct cuda_impl *c, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
+                     int32_t *splits_out, float **work_out, struct fp4s_error *err)
+{
 	int32_t splits;
 	float *work;
 	if (b->n == 1) {
@@ -889,10 +945,9 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
 		}
 		work = c->workn;
 	}
-	return fp4s_cuda_attention(q, (const char *)c->kc + layer_off, (const char *)c->vc + layer_off,
-	                           c->kv_dtype, c->d_pos, c->d_seq, c->d_table, c->table_stride, b->n,
-	                           p->n_heads, p->n_kv_heads, p->head_dim, p->window,
-	                           p->sinks, p->scale, splits, work, out, c->s, err);
+	*splits_out = splits;
+	*work_out = work;
+	return FP4S_OK;
 }
 
 static void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
@@ -1239,6 +1294,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->norm_matmul = cu_norm_matmul;
 	be->matmul_add = cu_matmul_add;
 	be->norm_rope = cu_norm_rope;
+	be->rope_attention = cu_rope_attention;
 	be->moe_add = cu_moe_add;
 	be->swiglu_matmul_add = cu_swiglu_matmul_add;
 	be->swiglu = cu_swiglu;
