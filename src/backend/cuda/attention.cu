@@ -19,6 +19,8 @@
  *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
  *     golden tests use) included: CUDA cores, one warp per key. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/attention_cuda.h"
 #include "backend/backend.h"
@@ -446,6 +448,12 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 			a.rot = pro->rot;
 			a.inv_freq = pro->inv_freq;
 			a.mscale = pro->mscale;
+			static int trig = -1;
+			if (trig < 0) {
+				const char *e = getenv("FP4S_ATTN_TRIGGER");
+				trig = e && strcmp(e, "1") == 0;
+			}
+			a.trigger = trig;
 		}
 		cudaError_t e;
 		if (d == 64)

@@ -195,6 +195,7 @@ struct att_mma_args {
 	int32_t zero_centred, rot;
 	const float *inv_freq;
 	float mscale;
+	int32_t trigger; /* PDL: let the next kernel launch once the tiles are done (see there) */
 };
 
 #define ATT_LOG2E 1.4426950408889634f
@@ -590,10 +591,11 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			load_v(tb_after);
 		}
 	}
-	/* the tiles are done: with PDL the next kernel (the o-projection, which wants whole SMs) may
-	 * launch now and start its weight loads while the merges run; earlier, it took SMs from
-	 * this kernel's blocks and cost 10 % (bench/results/2026-11-21-h100-session3.md) */
-	att_grid_trigger();
+	/* The tiles are done: the next kernel (the o-projection, which wants whole SMs) may launch
+	 * now and start its weight loads while the merges run. Off unless asked for: triggering at
+	 * the top cost 10 % (bench/results/2026-11-21-h100-session3.md). */
+	if (a.trigger)
+		att_grid_trigger();
 	l += att_shfl_xor(l, 1);
 	l += att_shfl_xor(l, 2);
 
