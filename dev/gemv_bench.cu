@@ -326,11 +326,17 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 				printf(" pdl%d/l2pf%d/kb%d:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], tbs(t), t * 1e3);
 			}
 			if (m == 1) {
-				probe = 1;
+				/* loads only, in the stored layout and as if each warp step's bytes were
+				 * contiguous; then the whole kernel on the contiguous pattern */
 				fp4s_cuda_set_pdl(1);
 				l2pf = -1;
-				const float t = graph_it(m, 1);
-				printf(" [loads only: %.2f]", tbs(t));
+				float t[3];
+				for (int pr = 1; pr <= 3; pr++) {
+					probe = pr;
+					t[pr - 1] = graph_it(m, 1);
+				}
+				printf(" [loads only: %.2f, contiguous: %.2f; kernel on contiguous: %.2f(%.1fus)]", tbs(t[0]),
+				       tbs(t[1]), tbs(t[2]), t[2] * 1e3);
 				probe = 0;
 			}
 			fp4s_cuda_set_pdl(-1);

@@ -42,7 +42,8 @@ struct fp4s_gemv_tune {
 	               * FP32 kernels only, 0 = the tensor-core kernel wherever it takes the shape */
 	int kblocks;  /* tensor-core kernel: blocks along K (0 = automatic) */
 	int variant;  /* tensor-core kernel shape (gemv_mma.h), 0 = default */
-	int probe;    /* benchmarks: the tensor-core kernel's loads without the math (wrong results) */
+	int probe;    /* benchmarks (wrong results): 1 the tensor-core kernel's loads without the math, 2 the
+	               * same as if each warp step's bytes were contiguous, 3 the whole kernel on that */
 	int l2pf;     /* tensor-core kernel: row tiles prefetched into L2 ahead (0 = default, < 0 = none) */
 };
 

@@ -309,9 +309,21 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	int64_t l_r0 = (int64_t)blockIdx.x * 16;
 	int l_sit = 0;
 	const uint8_t *pa, *pb, *qsa, *qsb;
+	/* probe >= 2 (benchmarks, results garbage): the same bytes read as if tiles were stored
+	 * step-major with each warp step's 1 KB (and its scales) contiguous */
+	const bool contig = a.probe >= 2 && (a.K & 127) == 0;
+	const int dstep = contig ? 1024 : 64, sstep = contig ? (F == GM_NVFP4 ? 128 : 64) : (F == GM_NVFP4 ? 8 : 4);
 	auto aim = [&]() { /* pointers for the tile at l_r0, step s0 */
 		const int64_t ra = min(l_r0 + g, a.rows - 1), rb = min(l_r0 + g + 8, a.rows - 1);
 		const int c = (k0 >> 5) + 4 * s0 + t;
+		if (contig) {
+			const size_t at = (size_t)(min(l_r0, a.rows - 1) >> 4) * (a.K >> 7) + (size_t)((k0 >> 7) + s0);
+			pa = data + at * 1024 + lane * 32;
+			pb = pa + 16;
+			qsa = scales + at * (F == GM_NVFP4 ? 128 : 64) + lane * (F == GM_NVFP4 ? 4 : 2);
+			qsb = qsa + (F == GM_NVFP4 ? 2 : 1);
+			return;
+		}
 		pa = data + (size_t)ra * rowb + (size_t)c * 16;
 		pb = data + (size_t)rb * rowb + (size_t)c * 16;
 		qsa = scales + (size_t)ra * spr + (size_t)c * (F == GM_NVFP4 ? 2 : 1);
@@ -333,8 +345,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);
 			ca[i] = cb[i] = F == GM_NVFP4 ? 0u : 0x100u; /* MXFP4: flag for a zero scale */
 		}
-		pa += 64, pb += 64; /* next step: 4 chunks on */
-		qsa += F == GM_NVFP4 ? 8 : 4, qsb += F == GM_NVFP4 ? 8 : 4;
+		pa += dstep, pb += dstep; /* next step: 4 chunks on */
+		qsa += sstep, qsb += sstep;
 		if (++l_sit == spw) {
 			l_sit = 0;
 			l_r0 += tile_rows;
@@ -516,7 +528,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			const uint4 wqa = qa[i], wqb = qb[i];
 			const uint32_t cai = ca[i], cbi = cb[i];
 			load(i);
-			if (s < nsteps && a.probe) {
+			if (s < nsteps && (a.probe == 1 || a.probe == 2)) {
 				/* bandwidth probe (benchmarks only): the same loads, no decode or MMA */
 				acc[0][0] += __uint_as_float((wqa.x ^ wqa.y ^ wqa.z ^ wqa.w ^ wqb.x ^ wqb.y ^ wqb.z ^ wqb.w ^
 				                              cai ^ cbi) & 0x007FFFFFu);

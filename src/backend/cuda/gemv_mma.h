@@ -22,7 +22,7 @@ int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 
 /* The same with the kernel variant (0 default; 1-3: other warps-per-block / loads-in-flight
  * shapes, M <= 4), the L2 prefetch distance in row tiles (< 0: the default, 0: none) and, for
- * benchmarks, probe = 1: loads only, garbage results. */
+ * benchmarks, probe = 1..3: see fp4s_gemv_tune (garbage results). */
 int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                      int variant, int probe, int l2pf, cudaStream_t s, struct fp4s_error *err);
 
