@@ -286,6 +286,87 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	auto tbs = [&](float ms_) { return (double)iter_b / (ms_ * 1e-3) / 1e12; };
 	char shp[64];
 	snprintf(shp, sizeof shp, "%lldx%lld%s", (long long)rows, (long long)k, sh.nmat > 1 ? "x4" : "");
+	/* Where a launch's time goes in the decode chain (PDL on): 50 launches in a graph, each
+	 * block's %globaltimer at entry, after the PDL wait, with x staged and at the end; medians
+	 * over the launches of (times from the previous launch's last block end, us) */
+	auto timeline = [&]() {
+		const int slots = 50, blocks = 4096;
+		unsigned long long *dst;
+		CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
+		fp4s_cuda_set_pdl(1);
+		l2pf = -1;
+		for (int i = 0; i < 3; i++)
+			iteration(1, 1, 0, 0, 0, 0);
+		CK(cudaStreamSynchronize(cs));
+		fp4s_gemv_mma_stamps(dst, slots, blocks);
+		cudaGraph_t g;
+		cudaGraphExec_t ge;
+		CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+		for (int i = 0; i < slots; i++)
+			iteration(1, 1, 0, 0, 0, 0);
+		CK(cudaStreamEndCapture(cs, &g));
+		fp4s_gemv_mma_stamps(NULL, 0, 0);
+		CK(cudaGraphInstantiate(&ge, g, 0));
+		for (int r = 0; r < 3; r++) {
+			CK(cudaMemsetAsync(dst, 0, (size_t)slots * blocks * 4 * 8, cs));
+			CK(cudaGraphLaunch(ge, cs));
+		}
+		CK(cudaStreamSynchronize(cs));
+		std::vector<unsigned long long> h((size_t)slots * blocks * 4);
+		CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
+		CK(cudaGraphExecDestroy(ge));
+		CK(cudaGraphDestroy(g));
+		CK(cudaFree(dst));
+		fp4s_cuda_set_pdl(-1);
+		l2pf = 0;
+		std::vector<float> first_in, last_in, wait_lo, wait_hi, staged, end_lo, end_hi, stage_med, nb;
+		unsigned long long prev_end = 0, gran = 0;
+		for (int i = 0; i < slots; i++) {
+			unsigned long long e0 = ~0ull, e1 = 0, w0 = ~0ull, w1 = 0, s1 = 0, d0 = ~0ull, d1 = 0;
+			std::vector<float> sd;
+			for (int b = 0; b < blocks; b++) {
+				const unsigned long long *t = &h[((size_t)i * blocks + b) * 4];
+				if (!t[3])
+					continue;
+				e0 = std::min(e0, t[0]), e1 = std::max(e1, t[0]);
+				w0 = std::min(w0, t[1]), w1 = std::max(w1, t[1]);
+				s1 = std::max(s1, t[2]);
+				d0 = std::min(d0, t[3]), d1 = std::max(d1, t[3]);
+				sd.push_back((float)(t[2] - t[1]) * 1e-3f);
+				gran |= t[0] | t[1] | t[2] | t[3];
+			}
+			if (sd.empty())
+				continue;
+			if (prev_end) {
+				auto rel = [&](unsigned long long x) { return (float)((long long)(x - prev_end)) * 1e-3f; };
+				first_in.push_back(rel(e0));
+				last_in.push_back(rel(e1));
+				wait_lo.push_back(rel(w0));
+				wait_hi.push_back(rel(w1));
+				staged.push_back(rel(s1));
+				end_lo.push_back(rel(d0));
+				end_hi.push_back(rel(d1));
+				std::sort(sd.begin(), sd.end());
+				stage_med.push_back(sd[sd.size() / 2]);
+				nb.push_back((float)sd.size());
+			}
+			prev_end = d1;
+		}
+		auto med = [](std::vector<float> v) {
+			if (v.empty())
+				return 0.0f;
+			std::sort(v.begin(), v.end());
+			return v[v.size() / 2];
+		};
+		int tz = 0;
+		while (tz < 20 && !(gran >> tz & 1))
+			tz++;
+		printf("\ntimeline %-14s %-6s M=1 (us after the previous launch's last block; %g blocks; timer step 2^%d ns):"
+		       " first entry %.2f, last entry %.2f, first wait done %.2f, last %.2f, block staging %.2f, last staged "
+		       "%.2f, first block done %.2f, last %.2f",
+		       shp, fmtname(fmt), med(nb), tz, med(first_in), med(last_in), med(wait_lo), med(wait_hi), med(stage_med),
+		       med(staged), med(end_lo), med(end_hi));
+	};
 	if (sweep) {
 		printf("sweep %-14s %-6s tensor-core b2b TB/s M/kblocks:", shp, fmtname(fmt));
 		const int sw[][2] = {{1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 6}, {1, 8}, {4, 1}, {4, 2}, {4, 4}, {16, 2}, {16, 4}};
@@ -338,6 +419,8 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 				printf(" [loads only: %.2f, contiguous: %.2f; kernel on contiguous: %.2f(%.1fus)]", tbs(t[0]),
 				       tbs(t[1]), tbs(t[2]), t[2] * 1e3);
 				probe = 0;
+				if (sh.nmat == 1)
+					timeline();
 			}
 			fp4s_cuda_set_pdl(-1);
 			l2pf = 0;

@@ -103,7 +103,15 @@ struct gm_args {
 	float eps;
 	int zero_centred;
 	int l2pf; /* tiles of this block prefetched into L2 ahead of the loads (0: none) */
+	unsigned long long *stamps; /* benchmarks: per block [entry, after the wait, staged, done] */
 };
+
+static __device__ __forceinline__ unsigned long long gm_now(void)
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
 
 static __device__ __forceinline__ uint4 gm_ld16(const void *p)
 {
@@ -239,6 +247,9 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	extern __shared__ __align__(16) uint8_t sm[];
 	__shared__ int last;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	unsigned long long ts[3] = {0, 0, 0};
+	if (a.stamps && threadIdx.x == 0)
+		ts[0] = gm_now();
 	pdl_trigger();
 	/* the MoE forms learn their experts from the router's output: wait for it first */
 	if (a.idx || a.g_m)
@@ -377,6 +388,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	for (int i = 0; i < a.l2pf && i < ntile; i++)
 		l2_tile(i);
 	pdl_wait(); /* x, y and the workspace belong to the kernels before this one */
+	if (a.stamps && threadIdx.x == 0)
+		ts[1] = gm_now();
 
 	/* RMSNorm of x (norm_w): x is staged times the norm weight only, and each token's sum of
 	 * squares, taken by the same pass, scales its sums in the epilogue (1 / rms commutes with
@@ -504,6 +517,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		}
 	}
 	__syncthreads();
+	if (a.stamps && threadIdx.x == 0)
+		ts[2] = gm_now();
 
 	/* this lane's B column per token group: token 4gg + g/2, part g%2 (unused tokens read token 0) */
 	const uint8_t *xcol[NG];
@@ -625,6 +640,24 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			}
 		}
 	}
+	if (a.stamps && threadIdx.x == 0) {
+		unsigned long long *st = a.stamps + 4 * ((size_t)blockIdx.x + gridDim.x * ((size_t)blockIdx.y + gridDim.y * blockIdx.z));
+		st[0] = ts[0], st[1] = ts[1], st[2] = ts[2], st[3] = gm_now();
+	}
+}
+
+/* Benchmarks: where launches of gm_run leave their blocks' timestamps (fp4s_gemv_mma_stamps). */
+static struct {
+	unsigned long long *buf;
+	int slots, blocks, next;
+} gm_stamp;
+
+extern "C" void fp4s_gemv_mma_stamps(unsigned long long *buf, int slots, int blocks)
+{
+	gm_stamp.buf = buf;
+	gm_stamp.slots = slots;
+	gm_stamp.blocks = blocks;
+	gm_stamp.next = 0;
 }
 
 /* The split-K workspace and tile counters, one set per device, allocated outside graph capture. */
@@ -838,6 +871,10 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		a.eps = eps;
 		a.zero_centred = zero_centred;
 		a.l2pf = l2pf;
+		if (gm_stamp.buf) {
+			a.stamps = gm_stamp.buf + (size_t)(gm_stamp.next % gm_stamp.slots) * gm_stamp.blocks * 4;
+			gm_stamp.next++;
+		}
 		if (act)
 			a.x = x + (size_t)t0 * 2 * K;
 		const int sms = gm_dev[dev].sms;

@@ -26,6 +26,11 @@ int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                      int variant, int probe, int l2pf, cudaStream_t s, struct fp4s_error *err);
 
+/* Benchmarks: each following single-matrix launch writes, per block (up to `blocks`), its
+ * %globaltimer readings [entry, after the PDL wait, activations staged, done] into the next of
+ * `slots` regions of buf (slots x blocks x 4); buf NULL stops it. */
+void fp4s_gemv_mma_stamps(unsigned long long *buf, int slots, int blocks);
+
 /* 0 when FP4S_GEMV_KERNEL=fp32 asks for the FP32 kernels and unfused ops (diagnostics). */
 int fp4s_gemv_mma_allowed(void);
 
