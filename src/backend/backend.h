@@ -154,7 +154,9 @@ struct fp4s_backend {
 	 *   matmul_add:        h += W . x                    (matmul + add)
 	 *   swiglu_matmul_add: h += W . swiglu(gu), gu [n, 2 * w->cols] = gate | up per token
 	 *   norm_rope:         per-head rmsnorm of q (qn) and k (kn), then rope (rmsnorm x 2 + rope)
-	 *   moe_add:           h += moe(x)                   (moe + add) */
+	 *   moe_add:           h += moe(x)                   (moe + add)
+ *   norm_moe_add:      h += moe(rmsnorm(h; nw))      (rmsnorm + moe + add; the CUDA backend takes
+ *                      one-token steps with the experts on the device) */
 	int (*norm_matmul)(struct fp4s_backend *be, const float *h, const float *nw, float eps,
 	                   enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
 	                   struct fp4s_error *err);
@@ -168,6 +170,8 @@ struct fp4s_backend {
 	                 struct fp4s_error *err);
 	int (*moe_add)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	               float *h, struct fp4s_error *err);
+	int (*norm_moe_add)(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
+	                    float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err);
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */
 	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	           float *y, struct fp4s_error *err);
