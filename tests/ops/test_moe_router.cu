@@ -2,7 +2,8 @@
 // CPU reference, on fresh random inputs.
 //
 // ROUTE cases: fp4s_cuda_norm_route (RMSNorm of the residual + router logits + top-k in one
-// launch) against the CPU's rmsnorm, matmul and routing: BF16 / F16 / F32 routers, with and
+// launch; the second also writing the normalized token, within 2e-6 relative L2) against the
+// CPU's rmsnorm, matmul and routing: BF16 / F16 / F32 routers, with and
 // without a bias, both router kinds (Qwen3 softmax then top-k with and without renormalization;
 // gpt-oss top-k then softmax), both norm kinds, E = 128 / 32 / 60 (a partial block) / 256. Each
 // case launches twice on different residuals (the block counter must be left zero). Checks: the
@@ -12,7 +13,8 @@
 // repeated, so dozens of experts have bit-equal logits: the lower ids must win.
 //
 // BLOCK cases: the backend op norm_moe_add (h += moe(rmsnorm(h))) in fused modes 1 (the combine
-// a kernel of its own) and 2 (the combine inside the down GEMV) against the CPU backend's
+// a kernel of its own), 2 (the combine inside the down GEMV) and 3 (as 2, the router kernel
+// writing the normalized token for a plain gate|up GEMV) against the CPU backend's
 // rmsnorm + moe + add and against the CUDA backend's unfused rmsnorm + moe_add: Qwen3-like
 // NVFP4 experts (gate, up, down; per-expert scales) and gpt-oss-like MXFP4 experts (interleaved
 // gate_up, biases, clamped SwiGLU, router bias). Error is measured relative to the MoE output
@@ -141,13 +143,14 @@ static void run_route(enum fp4s_wformat fmt, int E, int K, int H, int kind, int 
 	const float eps = 1e-6f;
 	const enum fp4s_norm_kind nk = zc ? FP4S_NORM_ZERO_CENTRED : FP4S_NORM_PLAIN;
 	uint8_t *drw;
-	float *dbias, *dnw, *dh, *dlg, *dw;
+	float *dbias, *dnw, *dh, *dlg, *dw, *dx;
 	int32_t *didx;
 	unsigned *dcnt;
 	CK(cudaMalloc(&drw, rw.size()));
 	CK(cudaMalloc(&dbias, (size_t)E * 4));
 	CK(cudaMalloc(&dnw, (size_t)H * 4));
 	CK(cudaMalloc(&dh, (size_t)H * 4));
+	CK(cudaMalloc(&dx, (size_t)H * 4));
 	CK(cudaMalloc(&dlg, (size_t)E * 4));
 	CK(cudaMalloc(&dw, (size_t)K * 4));
 	CK(cudaMalloc(&didx, (size_t)K * 4));
@@ -173,7 +176,11 @@ static void run_route(enum fp4s_wformat fmt, int E, int K, int H, int kind, int 
 		CK(cudaMemcpy(dlg, lg.data(), (size_t)E * 4, cudaMemcpyHostToDevice));
 		CK(cudaMemcpy(dw, w.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
 		CK(cudaMemcpy(didx, idx.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
-		int rc = fp4s_cuda_norm_route(&gr, K, kind, norm, dh, dnw, eps, zc, dlg, dcnt, didx, dw, 0, &err);
+		/* the second launch also writes the normalized token */
+		std::vector<float> xg(H, NAN);
+		CK(cudaMemcpy(dx, xg.data(), (size_t)H * 4, cudaMemcpyHostToDevice));
+		int rc = fp4s_cuda_norm_route(&gr, K, kind, norm, dh, dnw, eps, zc, dlg, dcnt, didx, dw, launch ? dx : NULL,
+		                              0, &err);
 		if (rc) {
 			fprintf(stderr, "%s: failed: %d %s\n", name, rc, err.msg);
 			failed = 1;
@@ -183,6 +190,17 @@ static void run_route(enum fp4s_wformat fmt, int E, int K, int H, int kind, int 
 		CK(cudaMemcpy(lg.data(), dlg, (size_t)E * 4, cudaMemcpyDeviceToHost));
 		CK(cudaMemcpy(w.data(), dw, (size_t)K * 4, cudaMemcpyDeviceToHost));
 		CK(cudaMemcpy(idx.data(), didx, (size_t)K * 4, cudaMemcpyDeviceToHost));
+		CK(cudaMemcpy(xg.data(), dx, (size_t)H * 4, cudaMemcpyDeviceToHost));
+		double xnum = 0, xden = 0;
+		for (int i = 0; i < H; i++) {
+			const double d = (double)xg[i] - x[i];
+			xnum += launch ? (isnan(d) ? INFINITY : d * d) : (isnan(xg[i]) ? 0 : INFINITY);
+			xden += (double)x[i] * x[i];
+		}
+		if (!(sqrt(xnum / xden) <= 2e-6)) {
+			fprintf(stderr, "%s launch %d: normalized token rel L2 %.3g\n", name, launch, sqrt(xnum / xden));
+			failed = 1;
+		}
 		double lmax = 0, ldiff = 0;
 		for (int e = 0; e < E; e++) {
 			lmax = fmax(lmax, fabs(lref[e]));
@@ -241,6 +259,7 @@ static void run_route(enum fp4s_wformat fmt, int E, int K, int H, int kind, int 
 	CK(cudaFree(dbias));
 	CK(cudaFree(dnw));
 	CK(cudaFree(dh));
+	CK(cudaFree(dx));
 	CK(cudaFree(dlg));
 	CK(cudaFree(dw));
 	CK(cudaFree(didx));
@@ -367,8 +386,8 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 		return;
 	}
 	dx = dh + H;
-	std::vector<float> hf[2][2], hu(H, NAN);
-	for (int mode = 1; mode <= 2 && !rc; mode++) {
+	std::vector<float> hf[3][2], hu(H, NAN);
+	for (int mode = 1; mode <= 3 && !rc; mode++) {
 		fp4s_cuda_set_moe_fused(mode);
 		for (int rep = 0; rep < 2 && !rc; rep++) {
 			hf[mode - 1][rep].assign(H, NAN);
@@ -397,17 +416,18 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 	if (rc) {
 		CHECK_MSG(0, "%s: %d %s", name, rc, err.msg);
 	} else {
-		const double e1 = rel_err(hf[0][0], hc, h0), e2 = rel_err(hf[1][0], hc, h0);
+		const double e1 = rel_err(hf[0][0], hc, h0), e2 = rel_err(hf[1][0], hc, h0), e3 = rel_err(hf[2][0], hc, h0);
 		const double eu = rel_err(hf[1][0], hu, h0), e12 = rel_err(hf[1][0], hf[0][0], h0);
 		const double ucpu = rel_err(hu, hc, h0);
-		const int same = !memcmp(hf[0][0].data(), hf[0][1].data(), (size_t)H * 4) &&
-		                 !memcmp(hf[1][0].data(), hf[1][1].data(), (size_t)H * 4);
+		int same = 1;
+		for (int md = 0; md < 3; md++)
+			same &= !memcmp(hf[md][0].data(), hf[md][1].data(), (size_t)H * 4);
 		if (getenv("FP4S_TEST_VERBOSE"))
-			printf("%s: vs CPU mode1 %.2e mode2 %.2e (unfused %.2e); vs unfused %.2e; mode1 vs 2 %.2e%s\n", name,
-			       e1, e2, ucpu, eu, e12, same ? "" : ", NOT REPEATABLE");
-		CHECK_MSG(e1 <= 1e-4 && e2 <= 1e-4 && eu <= 1e-4 && e12 <= 1e-6 && same && declined,
-		          "%s: vs CPU mode1 %.3g mode2 %.3g (unfused %.3g), vs unfused %.3g, mode1 vs 2 %.3g, repeatable %d, "
-		          "declines %d", name, e1, e2, ucpu, eu, e12, same, declined);
+			printf("%s: vs CPU mode1 %.2e mode2 %.2e mode3 %.2e (unfused %.2e); vs unfused %.2e; mode1 vs 2 %.2e%s\n",
+			       name, e1, e2, e3, ucpu, eu, e12, same ? "" : ", NOT REPEATABLE");
+		CHECK_MSG(e1 <= 1e-4 && e2 <= 1e-4 && e3 <= 1e-4 && eu <= 1e-4 && e12 <= 1e-6 && same && declined,
+		          "%s: vs CPU mode1 %.3g mode2 %.3g mode3 %.3g (unfused %.3g), vs unfused %.3g, mode1 vs 2 %.3g, "
+		          "repeatable %d, declines %d", name, e1, e2, e3, ucpu, eu, e12, same, declined);
 	}
 	gpu->free(gpu, dh);
 	cpu->destroy(cpu);

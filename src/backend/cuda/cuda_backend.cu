@@ -1053,11 +1053,14 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	const int64_t I = p->inter, H = p->hidden;
 	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
 	int rc = fp4s_cuda_norm_route(&p->router, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk,
-	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, c->s, err);
+	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode == 3 ? m->x1 : NULL, c->s, err);
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
-	rc = fp4s_gemv_mma_experts_ex(&m->gu, m->idx1, K, h, K, H, 0, 0.0f, 0.0f, nw, eps, zc, NULL, NULL, m->h1, c->s,
-	                              err);
+	if (mode == 3)
+		rc = expert_gu(c, m, m->idx1, K, m->x1, K, H, m->h1, err);
+	else
+		rc = fp4s_gemv_mma_experts_ex(&m->gu, m->idx1, K, h, K, H, 0, 0.0f, 0.0f, nw, eps, zc, NULL, NULL, m->h1,
+		                              c->s, err);
 	if (rc == FP4S_EUNSUPPORTED) {
 		/* the routing is enqueued: go on through a normalized copy */
 		cu_rmsnorm(be, h, nw, 1, H, eps, kind, m->x1);
@@ -1065,7 +1068,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	}
 	if (rc)
 		return rc;
-	if (mode == 2) {
+	if (mode >= 2) {
 		rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->h1, 1, 2 * I, m->interleaved ? 2 : 1,
 		                              p->swiglu_alpha, p->swiglu_limit, NULL, 0.0f, 0, m->w1, h, m->o1, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED)

@@ -633,8 +633,19 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			const int64_t row = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * 16 + (threadIdx.x & 15);
 			if (row >= a.rows)
 				continue;
+			/* loads in groups of 4 (in flight together), sums in slot order */
 			float acc = 0.0f;
-			for (unsigned j = 0; j < gridDim.z; j++)
+			unsigned j = 0;
+			for (; j + 4 <= gridDim.z; j += 4) {
+				float o[4];
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					acc += a.cw[j + u] * o[u];
+			}
+			for (; j < gridDim.z; j++)
 				acc += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
 			a.ch[row] = a.ch[row] + acc;
 		}

@@ -115,16 +115,18 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
 
 /* RMSNorm + router logits + top-k for one token in one launch (fp4s_cuda_norm_route). Block b's
  * NR_WARPS warps take router rows b * NR_WARPS + warp, one row a warp: lanes stride over 16-byte
- * chunks of the row, and the first NR_PRE chunks of each lane are loaded before pdl_wait (the
- * router weights depend on no earlier kernel, so they stream while the previous one finishes).
- * Every block normalizes the token itself: h is one row of a few KB, read from L2, so recomputing
- * its sum of squares costs less than a separate norm launch. The block stages h * norm weight
- * in shared memory and applies 1 / rms to each dot product (it commutes). The logits go to
- * global memory; the last block to finish (a counter, reset for the next launch, as gemv_mma.cu's
- * split-K) reads them back and routes them with route_warp, the code moe_route_kernel runs, so
- * both give the same ids and weights for the same logits. Nothing depends on arrival order. */
+ * chunks of the row, and up to PRE chunks of each lane (the whole row of the models we run) are
+ * loaded before pdl_wait: the router weights depend on no earlier kernel, so they stream while
+ * the previous one finishes, and nothing after the wait goes to DRAM. Every block normalizes the
+ * token itself: h is one row of a few KB, read from L2 with all of a thread's loads in flight,
+ * which costs less than a separate norm launch. The block stages h * norm weight in shared
+ * memory and applies 1 / rms to each dot product (it commutes). The logits go to global memory;
+ * the last block to finish (a counter, reset for the next launch, as gemv_mma.cu's split-K) reads
+ * them back and routes them with route_warp, the code moe_route_kernel runs, so both give the
+ * same ids and weights for the same logits. Nothing depends on arrival order. xn (may be NULL):
+ * block 0 also writes the normalized token there. */
 #define NR_WARPS 4
-#define NR_PRE 8
+#define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
 
 template <int FMT>
 static __device__ __forceinline__ float nr_chunk_dot(const uint4 wv, const float *xs)
@@ -152,12 +154,12 @@ static __device__ __forceinline__ float nr_chunk_dot(const uint4 wv, const float
 	return acc;
 }
 
-template <int FMT> /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32 */
+template <int FMT, int PRE> /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads */
 static __global__ void __launch_bounds__(NR_WARPS * 32)
 norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
                   const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
-                  int32_t *__restrict__ idx, float *__restrict__ w)
+                  int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn)
 {
 	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] + [E] flags */
 	__shared__ float red[NR_WARPS];
@@ -170,18 +172,32 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	constexpr int EPC = FMT == FP4S_WF_F32 ? 4 : 8; /* elements per 16-byte chunk */
 	const int32_t nq = H / EPC;
 	const uint4 *wr = reinterpret_cast<const uint4 *>(rw) + (size_t)min(r, E - 1) * nq;
-	uint4 pre[NR_PRE];
+	uint4 pre[PRE];
 #pragma unroll
-	for (int i = 0; i < NR_PRE; i++)
+	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 	pdl_wait(); /* h is the previous kernel's output */
 	const float c = zc ? 1.0f : 0.0f;
 	float ss = 0.0f;
-	for (int32_t i = 4 * threadIdx.x; i < H; i += 4 * NR_WARPS * 32) {
-		const float4 v = *reinterpret_cast<const float4 *>(h + i), g = __ldg(reinterpret_cast<const float4 *>(nw + i));
-		ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-		*reinterpret_cast<float4 *>(xs + i) = make_float4(v.x * (c + g.x), v.y * (c + g.y), v.z * (c + g.z),
-		                                                  v.w * (c + g.w));
+	for (int32_t base = 0; base < H; base += 4 * NR_WARPS * 32 * NR_NV) {
+		float4 v[NR_NV], g[NR_NV];
+#pragma unroll
+		for (int u = 0; u < NR_NV; u++) {
+			const int32_t i = base + 4 * (threadIdx.x + u * NR_WARPS * 32);
+			if (i < H) {
+				v[u] = *reinterpret_cast<const float4 *>(h + i);
+				g[u] = __ldg(reinterpret_cast<const float4 *>(nw + i));
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < NR_NV; u++) {
+			const int32_t i = base + 4 * (threadIdx.x + u * NR_WARPS * 32);
+			if (i < H) {
+				ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+				*reinterpret_cast<float4 *>(xs + i) = make_float4(v[u].x * (c + g[u].x), v[u].y * (c + g[u].y),
+				                                                  v[u].z * (c + g[u].z), v[u].w * (c + g[u].w));
+			}
+		}
 	}
 	for (int o = 16; o; o >>= 1)
 		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
@@ -193,12 +209,15 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	for (int i = 0; i < NR_WARPS; i++)
 		ss += red[i];
 	const float inv = 1.0f / sqrtf(ss / (float)H + eps);
+	if (xn && blockIdx.x == 0)
+		for (int32_t i = threadIdx.x; i < H; i += NR_WARPS * 32)
+			xn[i] = xs[i] * inv;
 	float acc = 0.0f;
 #pragma unroll
-	for (int i = 0; i < NR_PRE; i++)
+	for (int i = 0; i < PRE; i++)
 		if (lane + 32 * i < nq)
 			acc += nr_chunk_dot<FMT>(pre[i], xs + (size_t)(lane + 32 * i) * EPC);
-	for (int32_t q = lane + 32 * NR_PRE; q < nq; q += 32)
+	for (int32_t q = lane + 32 * PRE; q < nq; q += 32) /* rows longer than PRE chunks a lane */
 		acc += nr_chunk_dot<FMT>(__ldg(wr + q), xs + (size_t)q * EPC);
 	for (int o = 16; o; o >>= 1)
 		acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
@@ -221,6 +240,21 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	if (lane == 0)
 		*cnt = 0; /* ready for the next launch */
 	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
+}
+
+template <int FMT>
+static cudaError_t nr_launch(int32_t nq, dim3 grid, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb,
+                             int32_t E, int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K,
+                             int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
+{
+	if (nq <= 32 * 4)
+		return pdl_launch(norm_route_kernel<FMT, 4>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+			kind, norm, lg, cnt, idx, w, xn);
+	if (nq <= 32 * 8)
+		return pdl_launch(norm_route_kernel<FMT, 8>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+			kind, norm, lg, cnt, idx, w, xn);
+	return pdl_launch(norm_route_kernel<FMT, 16>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+		kind, norm, lg, cnt, idx, w, xn);
 }
 
 /* E2M1 code -> float via the FP16 bit trick (formats.md §2.2): value * 2^-14, exact */
@@ -360,16 +394,16 @@ extern "C" int fp4s_cuda_moe_fused(void)
 		return moe_fused_forced;
 	if (env < 0) {
 		const char *ev = getenv("FP4S_MOE_FUSED");
-		env = ev && *ev >= '0' && *ev <= '2' && !ev[1] ? *ev - '0' : 2;
+		env = ev && *ev >= '0' && *ev <= '3' && !ev[1] ? *ev - '0' : 2;
 	}
 	return env;
 }
 
-extern "C" void fp4s_cuda_set_moe_fused(int mode) { moe_fused_forced = mode >= 0 && mode <= 2 ? mode : -1; }
+extern "C" void fp4s_cuda_set_moe_fused(int mode) { moe_fused_forced = mode >= 0 && mode <= 3 ? mode : -1; }
 
 extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int norm, const float *h,
                                    const float *nw, float eps, int zero_centred, float *lg, unsigned *cnt,
-                                   int32_t *idx, float *w, cudaStream_t s, struct fp4s_error *err)
+                                   int32_t *idx, float *w, float *xn, cudaStream_t s, struct fp4s_error *err)
 {
 	const int64_t E = router->rows, H = router->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
@@ -380,20 +414,22 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 		return FP4S_EUNSUPPORTED;
 	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	const uint8_t *d = (const uint8_t *)router->data;
+	const int32_t nq = (int32_t)(H * esz / 16);
+	cudaError_t e;
 	switch (router->fmt) {
 	case FP4S_WF_BF16:
-		pdl_launch(norm_route_kernel<FP4S_WF_BF16>, grid, NR_WARPS * 32, smem, s, d, router->bias, (int32_t)E,
-			(int32_t)H, h, nw, eps, zero_centred, K, kind, norm, lg, cnt, idx, w);
+		e = nr_launch<FP4S_WF_BF16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
+		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
 		break;
 	case FP4S_WF_F16:
-		pdl_launch(norm_route_kernel<FP4S_WF_F16>, grid, NR_WARPS * 32, smem, s, d, router->bias, (int32_t)E,
-			(int32_t)H, h, nw, eps, zero_centred, K, kind, norm, lg, cnt, idx, w);
+		e = nr_launch<FP4S_WF_F16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
 		break;
 	default:
-		pdl_launch(norm_route_kernel<FP4S_WF_F32>, grid, NR_WARPS * 32, smem, s, d, router->bias, (int32_t)E,
-			(int32_t)H, h, nw, eps, zero_centred, K, kind, norm, lg, cnt, idx, w);
+		e = nr_launch<FP4S_WF_F32>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
 	}
-	FP4S_CUDA_TRY(err, cudaGetLastError());
+	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;
 }
 
