@@ -1037,9 +1037,9 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 }
 
 /* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): norm, router and top-k in one
- * kernel, the gate|up GEMV reading h raw with the norm fused, the down GEMV doing the combine
- * (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead of 6. Decode of a MoE model is bound by the
- * ~3-5 us each launch costs in the chain, not by the bytes these steps move. */
+ * kernel (which also writes the normalized token, or leaves the norm to the gate|up GEMV), the
+ * gate|up GEMV, the down GEMV doing the combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead
+ * of 6. The small kernels it replaces move little; what they cost is their place in the chain. */
 static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
                            float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err)
 {

@@ -394,7 +394,7 @@ extern "C" int fp4s_cuda_moe_fused(void)
 		return moe_fused_forced;
 	if (env < 0) {
 		const char *ev = getenv("FP4S_MOE_FUSED");
-		env = ev && *ev >= '0' && *ev <= '3' && !ev[1] ? *ev - '0' : 2;
+		env = ev && *ev >= '0' && *ev <= '3' && !ev[1] ? *ev - '0' : 3;
 	}
 	return env;
 }

@@ -33,10 +33,12 @@ struct fp4s_stacked {
 int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, int kind, int norm,
                         int32_t *idx, float *w, cudaStream_t s, struct fp4s_error *err);
 /* How far a one-token MoE block is fused (the backend's norm_moe_add): 0 not at all (rmsnorm,
- * router matmul, route, gate|up, down, combine), 1 norm + router + route in one kernel and the
- * norm inside the gate|up GEMV, 2 (default) also the combine inside the down GEMV, 3 as 2 but the
- * router kernel writes the normalized token for a plain gate|up GEMV. FP4S_MOE_FUSED = 0..3
- * picks (A/B comparisons); set_moe_fused forces a mode (tests), -1 back to that. */
+ * router matmul, route, gate|up, down, combine: 6 launches), 1 norm + router + route in one
+ * kernel and the norm inside the gate|up GEMV (4), 2 also the combine inside the down GEMV (3),
+ * 3 (default) as 2 but the router kernel writes the normalized token for a plain gate|up GEMV
+ * (3; the fastest on the H100 and bit-repeatable, where the GEMV's fused norm sums its squares
+ * with shared-memory atomics: bench/results/2026-11-22-h100-moe-router.md). FP4S_MOE_FUSED =
+ * 0..3 picks (A/B comparisons); set_moe_fused forces a mode (tests), -1 back to that. */
 int fp4s_cuda_moe_fused(void);
 void fp4s_cuda_set_moe_fused(int mode);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
