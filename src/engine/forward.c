@@ -460,6 +460,18 @@ static int moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, con
 	return FP4S_OK;
 }
 
+/* h += moe(rmsnorm(h)), in fewer kernels where the backend can, else through the scratch x */
+static int norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
+                        float eps, enum fp4s_norm_kind kind, int64_t n, float *x, float *y, int64_t H,
+                        struct fp4s_error *err)
+{
+	int rc = be->norm_moe_add ? be->norm_moe_add(be, p, h, nw, eps, kind, n, err) : FP4S_EUNSUPPORTED;
+	if (rc != FP4S_EUNSUPPORTED)
+		return rc;
+	be->rmsnorm(be, h, nw, n, H, eps, kind, x);
+	return moe_add(be, p, x, n, h, y, H, err);
+}
+
 /* Enqueues a whole forward step on the backend; no host synchronization inside, so a GPU
  * backend can capture it as a graph (MoE routing is the exception, see fwd_run). */
 static int record_step(void *ctx, struct fp4s_error *err)
@@ -498,8 +510,7 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		if ((rc = matmul_add(be, att, n, &L->o, h, y, H, err)))
 			return rc;
 		if (L->is_moe) {
-			be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
-			if ((rc = moe_add(be, &L->moe, x, n, h, y, H, err)))
+			if ((rc = norm_moe_add(be, &L->moe, h, L->ffn_norm, eps, f->norm_kind, n, x, y, H, err)))
 				return rc;
 		} else if (n == 1 && L->fused_gu) {
 			if ((rc = norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, H, &L->gate_up, x, f->fused, err)))

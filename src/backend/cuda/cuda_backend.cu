@@ -484,6 +484,8 @@ struct cu_moe {
 	/* one-token buffers (fixed: graphs hold them) and growable ones for larger batches */
 	int32_t *idx1, *idxn;
 	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
+	float *x1;     /* norm_moe_add: the normalized token, where the gate|up GEMV declines the norm */
+	unsigned *cnt; /* norm_moe_add: the fused router's block counter (left zero by each launch) */
 	int32_t *gpos, *gsrc, *gexp, *goff, *gm; /* batches: the slots grouped by expert */
 	int64_t cap_n;
 	struct cu_moe *next; /* all layers' records, freed with the backend */
@@ -599,12 +601,15 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 	const int64_t K = p->top_k, I = p->inter, H = p->hidden;
 	if (!rc && (m->gu.rows != 2 * I || m->down.rows != H || m->down.cols != I))
 		rc = FP4S_EUNSUPPORTED;
-	void **bufs[] = {(void **)&m->idx1, (void **)&m->w1, (void **)&m->h1, (void **)&m->a1, (void **)&m->o1, (void **)&m->lg1};
+	void **bufs[] = {(void **)&m->idx1, (void **)&m->w1, (void **)&m->h1, (void **)&m->a1, (void **)&m->o1,
+	                 (void **)&m->lg1, (void **)&m->x1, (void **)&m->cnt};
 	const size_t sizes[] = {(size_t)K * 4, (size_t)K * 4, (size_t)(K * 2 * I) * 4, (size_t)(K * I) * 4,
-	                        (size_t)(K * H) * 4, (size_t)E * 4};
-	for (int i = 0; !rc && i < 6; i++)
+	                        (size_t)(K * H) * 4, (size_t)E * 4, (size_t)H * 4, sizeof(unsigned)};
+	for (int i = 0; !rc && i < 8; i++)
 		if (!(rc = dev_alloc(c, bufs[i], sizes[i], err)))
 			rc = track(c, *bufs[i], err);
+	if (!rc && cudaMemset(m->cnt, 0, sizeof(unsigned)) != cudaSuccess)
+		rc = fp4s_error_set(err, FP4S_ECUDA, "moe: clearing the router counter failed");
 	if (rc) {
 		free(m); /* stacked weights stay tracked and are freed with the backend */
 		return rc;
@@ -1004,6 +1009,23 @@ static int expert_gu(struct cuda_impl *c, struct cu_moe *m, const int32_t *idx, 
 	return rc;
 }
 
+/* down of the selected experts, then y (+)= their weighted sum: the tensor-core kernel computes
+ * SwiGLU while staging its input; else act + matmul */
+static int expert_down(struct cuda_impl *c, struct cu_moe *m, const struct fp4s_moe_params *p, const int32_t *idx,
+                       const float *w, int32_t slots, const float *h, float *a, float *o, int32_t n, int accumulate,
+                       float *y, struct fp4s_error *err)
+{
+	const int64_t I = p->inter, H = p->hidden;
+	int rc = fp4s_gemv_mma_experts(&m->down, idx, slots, h, 1, 2 * I, m->interleaved ? 2 : 1, p->swiglu_alpha,
+	                               p->swiglu_limit, o, c->s, err);
+	if (rc == FP4S_EUNSUPPORTED &&
+	    (!(rc = fp4s_cuda_moe_act(h, slots, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, a, c->s, err))))
+		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
+	if (rc)
+		return rc;
+	return fp4s_cuda_moe_combine(o, w, NULL, n, p->top_k, H, accumulate, y, c->s, err);
+}
+
 static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, const float *x, int64_t n,
                          int accumulate, float *y, struct fp4s_error *err)
 {
@@ -1066,15 +1088,48 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 	}
 	if ((rc = expert_gu(c, m, idx, slots, x, (int32_t)K, H, h, err)))
 		return rc;
-	/* down: the tensor-core kernel computes SwiGLU while staging its input; else act + matmul */
-	rc = fp4s_gemv_mma_experts(&m->down, idx, slots, h, 1, 2 * I, m->interleaved ? 2 : 1, p->swiglu_alpha,
-	                           p->swiglu_limit, o, c->s, err);
-	if (rc == FP4S_EUNSUPPORTED &&
-	    (!(rc = fp4s_cuda_moe_act(h, slots, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, a, c->s, err))))
-		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
+	return expert_down(c, m, p, idx, w, slots, h, a, o, (int32_t)n, accumulate, y, err);
+}
+
+/* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): norm, router and top-k in one
+ * kernel (which also writes the normalized token, or leaves the norm to the gate|up GEMV), the
+ * gate|up GEMV, the down GEMV doing the combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead
+ * of 6. The small kernels it replaces move little; what they cost is their place in the chain. */
+static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
+                           float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err)
+{
+	struct cuda_impl *c = impl_of(be);
+	struct cu_moe *m = (struct cu_moe *)p->dev;
+	const int mode = fp4s_cuda_moe_fused();
+	if (!m || n != 1 || mode == 0 || !fp4s_gemv_mma_allowed() || p->router.rows != p->n_experts ||
+	    p->router.cols != p->hidden)
+		return FP4S_EUNSUPPORTED;
+	const int32_t K = p->top_k;
+	const int64_t I = p->inter, H = p->hidden;
+	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
+	int rc = fp4s_cuda_norm_route(&p->router, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk,
+	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode == 3 ? m->x1 : NULL, c->s, err);
+	if (rc)
+		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
+	if (mode == 3)
+		rc = expert_gu(c, m, m->idx1, K, m->x1, K, H, m->h1, err);
+	else
+		rc = fp4s_gemv_mma_experts_ex(&m->gu, m->idx1, K, h, K, H, 0, 0.0f, 0.0f, nw, eps, zc, NULL, NULL, m->h1,
+		                              c->s, err);
+	if (rc == FP4S_EUNSUPPORTED) {
+		/* the routing is enqueued: go on through a normalized copy */
+		cu_rmsnorm(be, h, nw, 1, H, eps, kind, m->x1);
+		rc = expert_gu(c, m, m->idx1, K, m->x1, K, H, m->h1, err);
+	}
 	if (rc)
 		return rc;
-	return fp4s_cuda_moe_combine(o, w, NULL, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
+	if (mode >= 2) {
+		rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->h1, 1, 2 * I, m->interleaved ? 2 : 1,
+		                              p->swiglu_alpha, p->swiglu_limit, NULL, 0.0f, 0, m->w1, h, m->o1, c->s, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
+	}
+	return expert_down(c, m, p, m->idx1, m->w1, K, m->h1, m->a1, m->o1, 1, 1, h, err);
 }
 
 /* h += moe(x): the combine adds into the residual (experts on the device only) */
@@ -1296,6 +1351,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->norm_rope = cu_norm_rope;
 	be->rope_attention = cu_rope_attention;
 	be->moe_add = cu_moe_add;
+	be->norm_moe_add = cu_norm_moe_add;
 	be->swiglu_matmul_add = cu_swiglu_matmul_add;
 	be->swiglu = cu_swiglu;
 	be->moe = cu_moe;

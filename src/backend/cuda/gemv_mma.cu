@@ -104,6 +104,10 @@ struct gm_args {
 	int zero_centred;
 	int l2pf; /* tiles of this block prefetched into L2 ahead of the loads (0: none) */
 	unsigned long long *stamps; /* benchmarks: per block [entry, after the wait, staged, done] */
+	/* experts, one token: also h[row] += sum_slot cw[slot] * y[slot][row] (the MoE combine),
+	 * by the last of the slots' blocks that share blockIdx.x, summing the slots in order */
+	const float *cw;
+	float *ch;
 };
 
 static __device__ __forceinline__ unsigned long long gm_now(void)
@@ -644,6 +648,41 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		unsigned long long *st = a.stamps + 4 * ((size_t)blockIdx.x + gridDim.x * ((size_t)blockIdx.y + gridDim.y * blockIdx.z));
 		st[0] = ts[0], st[1] = ts[1], st[2] = ts[2], st[3] = gm_now();
 	}
+	if (a.cw) {
+		/* the combine: blocks of every slot with this blockIdx.x covered the same row tiles;
+		 * the last of them to finish (one fence and counter a block, not a tile) sums the
+		 * slots' rows in slot order, as moe.cu's combine kernel, and adds them into h */
+		__threadfence();
+		__syncthreads();
+		if (threadIdx.x == 0)
+			last = atomicAdd(&a.cnt[blockIdx.x], 1u) == gridDim.z - 1;
+		__syncthreads();
+		if (!last)
+			return;
+		__threadfence();
+		for (int i = threadIdx.x >> 4; i < ntile; i += W * 2) {
+			const int64_t row = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * 16 + (threadIdx.x & 15);
+			if (row >= a.rows)
+				continue;
+			/* loads in groups of 4 (in flight together), sums in slot order */
+			float acc = 0.0f;
+			unsigned j = 0;
+			for (; j + 4 <= gridDim.z; j += 4) {
+				float o[4];
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					acc += a.cw[j + u] * o[u];
+			}
+			for (; j < gridDim.z; j++)
+				acc += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
+			a.ch[row] = a.ch[row] + acc;
+		}
+		if (threadIdx.x == 0)
+			a.cnt[blockIdx.x] = 0; /* ready for the next launch */
+	}
 }
 
 /* Benchmarks: where launches of gm_run leave their blocks' timestamps (fp4s_gemv_mma_stamps). */
@@ -889,13 +928,24 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
                                      const float *x, int32_t x_div, int64_t x_stride, int act, float alpha,
                                      float limit, float *y, cudaStream_t s, struct fp4s_error *err)
 {
+	return fp4s_gemv_mma_experts_ex(w, idx, n_slots, x, x_div, x_stride, act, alpha, limit, NULL, 0.0f, 0, NULL,
+	                                NULL, y, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
+                                        const float *x, int32_t x_div, int64_t x_stride, int act, float alpha,
+                                        float limit, const float *norm_w, float eps, int zero_centred,
+                                        const float *cw, float *ch, float *y, cudaStream_t s,
+                                        struct fp4s_error *err)
+{
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
 		return FP4S_EUNSUPPORTED;
 	const int64_t K = w->cols;
 	if (K % 32 || K > (1 << 28) || w->rows <= 0 || n_slots < 1 || n_slots > 65535 || x_div < 1 ||
 	    ((uintptr_t)w->data % 16) || ((uintptr_t)x % 16) || x_stride % 4 || w->stride_data % 16 ||
-	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 2)
+	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 2 ||
+	    (norm_w && (act || (uintptr_t)norm_w % 16)) || (!cw != !ch))
 		return FP4S_EUNSUPPORTED;
 	uint32_t ec;
 	int pexp;
@@ -910,7 +960,7 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 		return FP4S_EUNSUPPORTED;
 	const int64_t tiles = (w->rows + 15) / 16;
 	const int nsteps = (int)((K + 127) / 128), kb = nsteps * 128;
-	if (gm_smem(1, kb, GM_WARPS_MAX) > GM_SMEM_MAX)
+	if (gm_smem(1, kb, GM_WARPS_MAX) > GM_SMEM_MAX || (cw && tiles > GM_CNT))
 		return FP4S_EUNSUPPORTED;
 	gm_args a = {};
 	a.data = (const uint8_t *)w->data;
@@ -934,6 +984,12 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 	a.act = act;
 	a.alpha = alpha;
 	a.limit = limit;
+	a.norm_w = norm_w;
+	a.eps = eps;
+	a.zero_centred = zero_centred;
+	a.cw = cw;
+	a.ch = ch;
+	a.cnt = gm_dev[dev].cnt; /* the combine's counters, one per blockIdx.x */
 	a.l2pf = GM_L2PF;
 	const int sms = gm_dev[dev].sms;
 	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem)

@@ -49,6 +49,16 @@ int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t *idx, int3
                           int32_t x_div, int64_t x_stride, int act, float alpha, float limit, float *y,
                           cudaStream_t s, struct fp4s_error *err);
 
+/* The same with two fusions for a one-token decode step. norm_w (act 0 only): x_row is
+ * RMSNorm(x_row; norm_w) over K (eps; zero_centred: 1 + w), as fp4s_gemv_mma_fused, each block
+ * taking the norm itself, so the gate|up projection reads the raw residual. cw and ch (both or
+ * neither): the slots are one token's, and after writing y the kernel also does the MoE combine
+ * ch[r] += sum_slot cw[slot] * y[slot][r], slots summed in order (as fp4s_cuda_moe_combine). */
+int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x,
+                             int32_t x_div, int64_t x_stride, int act, float alpha, float limit, const float *norm_w,
+                             float eps, int zero_centred, const float *cw, float *ch, float *y, cudaStream_t s,
+                             struct fp4s_error *err);
+
 /* The grouped MoE form for batches: group z (< n_groups, the grid) holds g_m[z] <= gmax tokens
  * (0: unused) of expert g_expert[z]; their x rows are xrow[g_off[z] + i] of x (x_stride floats
  * apart), or rows g_off[z] + i when xrow is NULL (act then as above); y rows g_off[z] + i. Each

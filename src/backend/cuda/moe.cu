@@ -3,6 +3,8 @@
  *   route:   router logits [n, E] -> top-k expert ids and weights per token (Qwen3-MoE: softmax
  *            over all experts, top-k, optional renormalization; gpt-oss: top-k of the logits,
  *            softmax over the k), ties to the lower expert id as on the CPU;
+ *   norm_route: for one token, the layer's RMSNorm, the router matmul and the route above in one
+ *            launch (decode steps are bound by launches, not by the router's few hundred KB);
  *   matmul:  y[s] = W_{idx[s]} . x_row(s) for every selected slot s = token * k + j, experts
  *            stacked in one allocation at a fixed stride, one launch for all slots;
  *   combine: y[t] = sum_j w[t, j] * o[t * k + j] (expert biases were added by the matmul).
@@ -14,6 +16,7 @@
  * thousands of warps, which keeps enough loads in flight at batch 1. */
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/pdl.cuh"
@@ -28,23 +31,16 @@ static __device__ __forceinline__ void argmax_pick(float &bv, int32_t &bi, float
 		bv = v, bi = i;
 }
 
-static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_t E, int32_t K,
-                                        int kind, int norm, int32_t *__restrict__ idx,
-                                        float *__restrict__ w)
+/* Top-k of pr[E] and its weights by one warp (the other threads of the block take no part).
+ * The caller has filled pr[e] and cleared taken[e] for e = lane + 32 i, so until the first
+ * __syncwarp a lane only reads what it wrote. idx/w: this token's K results. */
+static __device__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t K, int kind, int norm,
+                                  int32_t *sel, float *selv, int32_t *__restrict__ idx, float *__restrict__ w)
 {
-	pdl_enter();
-	extern __shared__ float pr[]; /* [E] values, then [E] taken flags */
-	uint8_t *taken = reinterpret_cast<uint8_t *>(pr + E);
-	__shared__ int32_t sel[64];
-	__shared__ float selv[64];
-	const float *l = logits + (int64_t)blockIdx.x * E;
-	const int lane = threadIdx.x;
+	const int lane = threadIdx.x & 31;
 	float m = -INFINITY;
-	for (int32_t e = lane; e < E; e += 32) {
-		pr[e] = l[e];
-		taken[e] = 0;
+	for (int32_t e = lane; e < E; e += 32)
 		m = fmaxf(m, pr[e]);
-	}
 	if (kind == 0) {
 		/* softmax over all experts, in FP32 as transformers does */
 		for (int o = 16; o; o >>= 1)
@@ -85,18 +81,180 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
 			for (int32_t j = 0; j < K; j++)
 				sum += selv[j];
 			for (int32_t j = 0; j < K; j++)
-				w[blockIdx.x * K + j] = norm ? selv[j] / sum : selv[j];
+				w[j] = norm ? selv[j] / sum : selv[j];
 		} else {
 			const float mx = selv[0];
 			float sum = 0.0f;
 			for (int32_t j = 0; j < K; j++)
 				sum += selv[j] = expf(selv[j] - mx);
 			for (int32_t j = 0; j < K; j++)
-				w[blockIdx.x * K + j] = selv[j] / sum;
+				w[j] = selv[j] / sum;
 		}
 		for (int32_t j = 0; j < K; j++)
-			idx[blockIdx.x * K + j] = sel[j];
+			idx[j] = sel[j];
 	}
+}
+
+/* One warp per token (blockIdx.x) over its row of router logits. */
+static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_t E, int32_t K,
+                                        int kind, int norm, int32_t *__restrict__ idx,
+                                        float *__restrict__ w)
+{
+	pdl_enter();
+	extern __shared__ float pr[]; /* [E] values, then [E] taken flags */
+	uint8_t *taken = reinterpret_cast<uint8_t *>(pr + E);
+	__shared__ int32_t sel[64];
+	__shared__ float selv[64];
+	const float *l = logits + (int64_t)blockIdx.x * E;
+	for (int32_t e = threadIdx.x; e < E; e += 32) {
+		pr[e] = l[e];
+		taken[e] = 0;
+	}
+	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx + blockIdx.x * K, w + blockIdx.x * K);
+}
+
+/* RMSNorm + router logits + top-k for one token in one launch (fp4s_cuda_norm_route). Block b's
+ * NR_WARPS warps take router rows b * NR_WARPS + warp, one row a warp: lanes stride over 16-byte
+ * chunks of the row, and up to PRE chunks of each lane (the whole row of the models we run) are
+ * loaded before pdl_wait: the router weights depend on no earlier kernel, so they stream while
+ * the previous one finishes, and nothing after the wait goes to DRAM. Every block normalizes the
+ * token itself: h is one row of a few KB, read from L2 with all of a thread's loads in flight,
+ * which costs less than a separate norm launch. The block stages h * norm weight in shared
+ * memory and applies 1 / rms to each dot product (it commutes). The logits go to global memory;
+ * the last block to finish (a counter, reset for the next launch, as gemv_mma.cu's split-K) reads
+ * them back and routes them with route_warp, the code moe_route_kernel runs, so both give the
+ * same ids and weights for the same logits. Nothing depends on arrival order. xn (may be NULL):
+ * block 0 also writes the normalized token there. */
+#define NR_WARPS 4
+#define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
+
+template <int FMT>
+static __device__ __forceinline__ float nr_chunk_dot(const uint4 wv, const float *xs)
+{
+	const float4 a = *reinterpret_cast<const float4 *>(xs);
+	if (FMT == FP4S_WF_F32)
+		return __uint_as_float(wv.x) * a.x + __uint_as_float(wv.y) * a.y + __uint_as_float(wv.z) * a.z +
+		       __uint_as_float(wv.w) * a.w;
+	const float4 b = *reinterpret_cast<const float4 *>(xs + 4);
+	const uint32_t w4[4] = {wv.x, wv.y, wv.z, wv.w};
+	const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+	float acc = 0.0f;
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		float lo, hi;
+		if (FMT == FP4S_WF_BF16) {
+			lo = __uint_as_float(w4[u] << 16);
+			hi = __uint_as_float(w4[u] & 0xFFFF0000u);
+		} else {
+			lo = __half2float(__ushort_as_half((unsigned short)(w4[u] & 0xFFFFu)));
+			hi = __half2float(__ushort_as_half((unsigned short)(w4[u] >> 16)));
+		}
+		acc += lo * xv[2 * u] + hi * xv[2 * u + 1];
+	}
+	return acc;
+}
+
+template <int FMT, int PRE> /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads */
+static __global__ void __launch_bounds__(NR_WARPS * 32)
+norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
+                  const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
+                  int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
+                  int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn)
+{
+	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] + [E] flags */
+	__shared__ float red[NR_WARPS];
+	__shared__ int32_t sel[64];
+	__shared__ float selv[64];
+	__shared__ int last;
+	pdl_trigger();
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int32_t r = blockIdx.x * NR_WARPS + warp;
+	constexpr int EPC = FMT == FP4S_WF_F32 ? 4 : 8; /* elements per 16-byte chunk */
+	const int32_t nq = H / EPC;
+	const uint4 *wr = reinterpret_cast<const uint4 *>(rw) + (size_t)min(r, E - 1) * nq;
+	uint4 pre[PRE];
+#pragma unroll
+	for (int i = 0; i < PRE; i++)
+		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+	pdl_wait(); /* h is the previous kernel's output */
+	const float c = zc ? 1.0f : 0.0f;
+	float ss = 0.0f;
+	for (int32_t base = 0; base < H; base += 4 * NR_WARPS * 32 * NR_NV) {
+		float4 v[NR_NV], g[NR_NV];
+#pragma unroll
+		for (int u = 0; u < NR_NV; u++) {
+			const int32_t i = base + 4 * (threadIdx.x + u * NR_WARPS * 32);
+			if (i < H) {
+				v[u] = *reinterpret_cast<const float4 *>(h + i);
+				g[u] = __ldg(reinterpret_cast<const float4 *>(nw + i));
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < NR_NV; u++) {
+			const int32_t i = base + 4 * (threadIdx.x + u * NR_WARPS * 32);
+			if (i < H) {
+				ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+				*reinterpret_cast<float4 *>(xs + i) = make_float4(v[u].x * (c + g[u].x), v[u].y * (c + g[u].y),
+				                                                  v[u].z * (c + g[u].z), v[u].w * (c + g[u].w));
+			}
+		}
+	}
+	for (int o = 16; o; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if (lane == 0)
+		red[warp] = ss;
+	__syncthreads();
+	ss = 0.0f;
+#pragma unroll
+	for (int i = 0; i < NR_WARPS; i++)
+		ss += red[i];
+	const float inv = 1.0f / sqrtf(ss / (float)H + eps);
+	if (xn && blockIdx.x == 0)
+		for (int32_t i = threadIdx.x; i < H; i += NR_WARPS * 32)
+			xn[i] = xs[i] * inv;
+	float acc = 0.0f;
+#pragma unroll
+	for (int i = 0; i < PRE; i++)
+		if (lane + 32 * i < nq)
+			acc += nr_chunk_dot<FMT>(pre[i], xs + (size_t)(lane + 32 * i) * EPC);
+	for (int32_t q = lane + 32 * PRE; q < nq; q += 32) /* rows longer than PRE chunks a lane */
+		acc += nr_chunk_dot<FMT>(__ldg(wr + q), xs + (size_t)q * EPC);
+	for (int o = 16; o; o >>= 1)
+		acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+	if (lane == 0 && r < E)
+		lg[r] = acc * inv + (rb ? rb[r] : 0.0f);
+	__threadfence();
+	__syncthreads(); /* also: every warp is done with xs */
+	if (threadIdx.x == 0)
+		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
+	__syncthreads();
+	if (!last || warp != 0)
+		return;
+	__threadfence();
+	float *pr = xs;
+	uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
+	for (int32_t e = lane; e < E; e += 32) {
+		pr[e] = __ldcg(lg + e);
+		taken[e] = 0;
+	}
+	if (lane == 0)
+		*cnt = 0; /* ready for the next launch */
+	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
+}
+
+template <int FMT>
+static cudaError_t nr_launch(int32_t nq, dim3 grid, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb,
+                             int32_t E, int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K,
+                             int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
+{
+	if (nq <= 32 * 4)
+		return pdl_launch(norm_route_kernel<FMT, 4>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+			kind, norm, lg, cnt, idx, w, xn);
+	if (nq <= 32 * 8)
+		return pdl_launch(norm_route_kernel<FMT, 8>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+			kind, norm, lg, cnt, idx, w, xn);
+	return pdl_launch(norm_route_kernel<FMT, 16>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+		kind, norm, lg, cnt, idx, w, xn);
 }
 
 /* E2M1 code -> float via the FP16 bit trick (formats.md §2.2): value * 2^-14, exact */
@@ -224,6 +382,54 @@ extern "C" int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, in
 		return fp4s_error_set(err, FP4S_EINVAL, "moe: top-%d of %d experts", K, E);
 	pdl_launch(moe_route_kernel, dim3(n), 32, (size_t)E * (sizeof(float) + 1), s, logits, E, K, kind, norm, idx, w);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+static int moe_fused_forced = -1;
+
+extern "C" int fp4s_cuda_moe_fused(void)
+{
+	static int env = -1;
+	if (moe_fused_forced >= 0)
+		return moe_fused_forced;
+	if (env < 0) {
+		const char *ev = getenv("FP4S_MOE_FUSED");
+		env = ev && *ev >= '0' && *ev <= '3' && !ev[1] ? *ev - '0' : 3;
+	}
+	return env;
+}
+
+extern "C" void fp4s_cuda_set_moe_fused(int mode) { moe_fused_forced = mode >= 0 && mode <= 3 ? mode : -1; }
+
+extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int norm, const float *h,
+                                   const float *nw, float eps, int zero_centred, float *lg, unsigned *cnt,
+                                   int32_t *idx, float *w, float *xn, cudaStream_t s, struct fp4s_error *err)
+{
+	const int64_t E = router->rows, H = router->cols;
+	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
+	const size_t smem = (size_t)(H * 4 > E * 5 ? H * 4 : (E * 5 + 15) / 16 * 16);
+	if ((router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
+	    K > 64 || K > E || E > 8192 || H < 4 || H % (16 / esz) || H > (1 << 20) || smem > 48 * 1024 ||
+	    ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) || ((uintptr_t)nw & 15))
+		return FP4S_EUNSUPPORTED;
+	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
+	const uint8_t *d = (const uint8_t *)router->data;
+	const int32_t nq = (int32_t)(H * esz / 16);
+	cudaError_t e;
+	switch (router->fmt) {
+	case FP4S_WF_BF16:
+		e = nr_launch<FP4S_WF_BF16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
+		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
+		break;
+	case FP4S_WF_F16:
+		e = nr_launch<FP4S_WF_F16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
+		break;
+	default:
+		e = nr_launch<FP4S_WF_F32>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
+	}
+	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;
 }
 

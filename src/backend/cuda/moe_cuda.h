@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cpu/cpu_ops.h"
 #include "model/model.h"
 #include "util/status.h"
 
@@ -31,6 +32,23 @@ struct fp4s_stacked {
  * logits, softmax over the k. idx/w are [n, K] device arrays. */
 int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, int kind, int norm,
                         int32_t *idx, float *w, cudaStream_t s, struct fp4s_error *err);
+/* How far a one-token MoE block is fused (the backend's norm_moe_add): 0 not at all (rmsnorm,
+ * router matmul, route, gate|up, down, combine: 6 launches), 1 norm + router + route in one
+ * kernel and the norm inside the gate|up GEMV (4), 2 also the combine inside the down GEMV (3),
+ * 3 (default) as 2 but the router kernel writes the normalized token for a plain gate|up GEMV
+ * (3; the fastest on the H100 and bit-repeatable, where the GEMV's fused norm sums its squares
+ * with shared-memory atomics: bench/results/2026-11-22-h100-moe-router.md). FP4S_MOE_FUSED =
+ * 0..3 picks (A/B comparisons); set_moe_fused forces a mode (tests), -1 back to that. */
+int fp4s_cuda_moe_fused(void);
+void fp4s_cuda_set_moe_fused(int mode);
+/* One token's routing straight from the residual, in one launch: logits lg[E] = router .
+ * RMSNorm(h; nw) (+ router bias; eps, zero_centred: 1 + nw), then idx/w [K] as
+ * fp4s_cuda_moe_route (kind, norm); xn (may be NULL): RMSNorm(h; nw) itself [H]. cnt: one device
+ * counter, zero before the first launch and left zero by each. Router weights BF16, F16 or F32 (E = rows, H = cols); FP4S_EUNSUPPORTED
+ * with nothing enqueued for other formats, shapes or alignments. */
+int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int norm, const float *h,
+                         const float *nw, float eps, int zero_centred, float *lg, unsigned *cnt, int32_t *idx,
+                         float *w, float *xn, cudaStream_t s, struct fp4s_error *err);
 /* y[slot] = W_{idx[slot]} . x[(slot / x_div) * x_stride] (+ bias) for slot < n_slots */
 int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                             const float *x, int32_t x_div, int64_t x_stride, float *y,
