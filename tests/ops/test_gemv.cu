@@ -794,7 +794,7 @@ int main(int argc, char **argv)
 		for (int l2pf = 0; l2pf <= 5; l2pf++)
 			run_fused(fmts[f], l2pf & 1 ? 1000 : 14336, 4096, 1 + 3 * (l2pf % 2), 0, 0, l2pf & 1, l2pf, filter);
 		/* every kernel shape, whole K and split K, 1..4 tokens */
-		for (int v = 0; v <= 3; v++)
+		for (int v = 0; v <= 4; v++)
 			for (int kb = 0; kb <= 3; kb += 3) {
 				run_fused(fmts[f], 1000 + 7 * v, 4096, 1 + (v + kb) % 4, 0, 0, v & 1, v % 3, filter, v, kb);
 				run_fused(fmts[f], 333, 14336, 1 + v % 4, 0, 0, 0, 0, filter, v, kb);

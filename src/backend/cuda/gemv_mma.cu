@@ -729,6 +729,8 @@ static cudaError_t gm_attrs(void)
 		e = gm_attr<F, 1, 4, 4>();
 	if (e == cudaSuccess)
 		e = gm_attr<F, 1, 4, 8>();
+	if (e == cudaSuccess)
+		e = gm_attr<F, 1, 16, 4>();
 	return e;
 }
 
@@ -776,8 +778,10 @@ extern "C" int fp4s_gemv_mma_setup(cudaStream_t s, struct fp4s_error *err)
 	return rc;
 }
 
-/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; the others
- * exist for M <= 4 only) with blocks enough for every SM to hold as many as fit. */
+/* Launches variant `var` (0: 8 warps, 4 steps in flight; 1: 8/8; 2: 4/4; 3: 4/8; 4: 16/4, one
+ * block an SM, so each SM stages the activations once and the row tiles are shared out in
+ * half the blocks; the others exist for M <= 4 only) with blocks enough for every SM to hold as
+ * many as fit. */
 template <int F, int NG, int W, int D>
 static cudaError_t gm_go(gm_args a, int64_t units, int per_z, int ks, int nz, int sms, size_t smem, cudaStream_t s)
 {
@@ -805,6 +809,10 @@ static cudaError_t gm_launch(const gm_args &a, int64_t tiles, int ks, int nz, in
 		case 1: return gm_go<F, 1, 8, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 		case 2: return gm_go<F, 1, 4, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
 		case 3: return gm_go<F, 1, 4, 8>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 4), s);
+		case 4:
+			if (smem_of(a.M, a.kb, 16) <= GM_SMEM_MAX)
+				return gm_go<F, 1, 16, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 16), s);
+			return gm_go<F, 1, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 		default: return gm_go<F, 1, 8, 4>(a, tiles, 0, ks, nz, sms, smem_of(a.M, a.kb, 8), s);
 		}
 	}
@@ -848,6 +856,14 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
 		return FP4S_EUNSUPPORTED;
+	static int dflt = -1; /* FP4S_GEMV_VARIANT: the variant the decode uses (diagnostics, A/B) */
+	if (dflt < 0) {
+		const char *e = getenv("FP4S_GEMV_VARIANT");
+		dflt = e ? atoi(e) : 0;
+		dflt = dflt < 0 || dflt > 4 ? 0 : dflt;
+	}
+	if (variant == 0)
+		variant = dflt;
 	const int64_t K = w->cols;
 	if (K % 32 || K > (1 << 30) || w->rows <= 0 || M < 1 || ((uintptr_t)w->data % 16) ||
 	    ((uintptr_t)x % 16) || (nv && ((uintptr_t)w->scales % 2)) || !w->scales)
