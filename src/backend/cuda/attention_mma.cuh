@@ -337,7 +337,9 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	const int32_t b_end = b_begin + r.per < r.b_lo + r.nb ? b_begin + r.per : r.b_lo + r.nb;
 	const E *kb = (const E *)a.kc + (size_t)g0 * D + 8 * c; /* + row * kvw + 32 j */
 	const E *vb = (const E *)a.vc + (size_t)g0 * D + 8 * g; /* + row * kvw + 64 h */
-	const int vrow[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+	/* V rows 2c, 2c + 1, 2c + 8, 2c + 9 (a function, not an array: lambdas take arrays by
+	 * reference, which puts them on the stack) */
+	auto vrow = [c](int rr) { return 2 * c + (rr & 1) + 8 * (rr >> 1); };
 	P *ring = (P *)smem + (size_t)warp * S * NC * 32 + lane; /* slot (stage, k) at [(stage NC + k) 32] */
 	float *sm_m = (float *)(smem + att_smem_ring<D, W, F8>(S)), *sm_l = sm_m + W * 8;
 	float(*wt)[ATT_MERGE_MAX] = (float(*)[ATT_MERGE_MAX])(sm_l + W * 8);
@@ -361,7 +363,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		for (int rr = 0; rr < 4; rr++)
 #pragma unroll
 			for (int h = 0; h < NH; h++)
-				att_cp(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow[rr]) * kvw + 64 * h);
+				att_cp(dst + (2 * NJ + rr * NH + h) * 32, vb + (row0 + vrow(rr)) * kvw + 64 * h);
 	};
 	/* the tile as loaded (E4M3 pieces stay bytes here: half the registers, and no wait on a
 	 * prefetch before its tile is used) */
@@ -380,7 +382,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		for (int rr = 0; rr < 4; rr++)
 #pragma unroll
 			for (int h = 0; h < NH; h++)
-				vr[rr][h] = att_ld(vb + (row0 + vrow[rr]) * kvw + 64 * h);
+				vr[rr][h] = att_ld(vb + (row0 + vrow(rr)) * kvw + 64 * h);
 	};
 	int32_t tb_next = 0;
 	/* the first tiles: S into the ring, or one into registers */
@@ -558,7 +560,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		if (!full) {
 #pragma unroll
 			for (int rr = 0; rr < 4; rr++) {
-				const int32_t kp = t0 + vrow[rr];
+				const int32_t kp = t0 + vrow(rr);
 				if (kp < r.start || kp > p)
 #pragma unroll
 					for (int h = 0; h < NH; h++)

@@ -251,9 +251,12 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	extern __shared__ __align__(16) uint8_t sm[];
 	__shared__ int last;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	unsigned long long ts[3] = {0, 0, 0};
-	if (a.stamps && threadIdx.x == 0)
-		ts[0] = gm_now();
+	/* benchmarks: stamps go out as they are taken (held in registers, they cost spills) */
+	auto stamp = [&](int k) {
+		if (a.stamps && threadIdx.x == 0)
+			a.stamps[4 * ((size_t)blockIdx.x + gridDim.x * ((size_t)blockIdx.y + gridDim.y * blockIdx.z)) + k] = gm_now();
+	};
+	stamp(0);
 	pdl_trigger();
 	/* the MoE forms learn their experts from the router's output: wait for it first */
 	if (a.idx || a.g_m)
@@ -326,12 +329,10 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	const uint8_t *pa, *pb, *qsa, *qsb;
 	/* probe >= 2 (benchmarks, results garbage): the same bytes read as if tiles were stored
 	 * step-major with each warp step's 1 KB (and its scales) contiguous */
-	const bool contig = a.probe >= 2 && (a.K & 127) == 0;
-	const int dstep = contig ? 1024 : 64, sstep = contig ? (F == GM_NVFP4 ? 128 : 64) : (F == GM_NVFP4 ? 8 : 4);
 	auto aim = [&]() { /* pointers for the tile at l_r0, step s0 */
 		const int64_t ra = min(l_r0 + g, a.rows - 1), rb = min(l_r0 + g + 8, a.rows - 1);
 		const int c = (k0 >> 5) + 4 * s0 + t;
-		if (contig) {
+		if (a.probe >= 2 && (a.K & 127) == 0) {
 			const size_t at = (size_t)(min(l_r0, a.rows - 1) >> 4) * (a.K >> 7) + (size_t)((k0 >> 7) + s0);
 			pa = data + at * 1024 + lane * 32;
 			pb = pa + 16;
@@ -360,8 +361,11 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);
 			ca[i] = cb[i] = F == GM_NVFP4 ? 0u : 0x100u; /* MXFP4: flag for a zero scale */
 		}
-		pa += dstep, pb += dstep; /* next step: 4 chunks on */
-		qsa += sstep, qsb += sstep;
+		/* next step: 4 chunks on (the probe's strides read from the parameters: no registers) */
+		const bool contig = a.probe >= 2 && (a.K & 127) == 0;
+		pa += contig ? 1024 : 64, pb += contig ? 1024 : 64;
+		qsa += contig ? (F == GM_NVFP4 ? 128 : 64) : (F == GM_NVFP4 ? 8 : 4);
+		qsb += contig ? (F == GM_NVFP4 ? 128 : 64) : (F == GM_NVFP4 ? 8 : 4);
 		if (++l_sit == spw) {
 			l_sit = 0;
 			l_r0 += tile_rows;
@@ -392,8 +396,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	for (int i = 0; i < a.l2pf && i < ntile; i++)
 		l2_tile(i);
 	pdl_wait(); /* x, y and the workspace belong to the kernels before this one */
-	if (a.stamps && threadIdx.x == 0)
-		ts[1] = gm_now();
+	stamp(1);
 
 	/* RMSNorm of x (norm_w): x is staged times the norm weight only, and each token's sum of
 	 * squares, taken by the same pass, scales its sums in the epilogue (1 / rms commutes with
@@ -521,8 +524,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		}
 	}
 	__syncthreads();
-	if (a.stamps && threadIdx.x == 0)
-		ts[2] = gm_now();
+	stamp(2);
 
 	/* this lane's B column per token group: token 4gg + g/2, part g%2 (unused tokens read token 0) */
 	const uint8_t *xcol[NG];
@@ -644,10 +646,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			}
 		}
 	}
-	if (a.stamps && threadIdx.x == 0) {
-		unsigned long long *st = a.stamps + 4 * ((size_t)blockIdx.x + gridDim.x * ((size_t)blockIdx.y + gridDim.y * blockIdx.z));
-		st[0] = ts[0], st[1] = ts[1], st[2] = ts[2], st[3] = gm_now();
-	}
+	stamp(3);
 	if (a.cw) {
 		/* the combine: blocks of every slot with this blockIdx.x covered the same row tiles;
 		 * the last of them to finish (one fence and counter a block, not a tile) sums the
@@ -660,7 +659,9 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		if (!last)
 			return;
 		__threadfence();
-		for (int i = threadIdx.x >> 4; i < ntile; i += W * 2) {
+		/* recomputed rather than kept live through the main loop (a register spill there) */
+		const int nt_ = (int)((((a.rows + 15) >> 4) - blockIdx.x + gridDim.x - 1) / gridDim.x);
+		for (int i = threadIdx.x >> 4; i < nt_; i += W * 2) {
 			const int64_t row = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * 16 + (threadIdx.x & 15);
 			if (row >= a.rows)
 				continue;
