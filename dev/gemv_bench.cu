@@ -364,7 +364,7 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		printf("\ntimeline%s %-14s %-6s M=1 (us after the previous launch's last block; %g blocks; timer step 2^%d ns):"
 		       " first entry %.2f, last entry %.2f, first wait done %.2f, last %.2f, block staging %.2f, last staged "
 		       "%.2f, first block done %.2f, last %.2f",
-		       variant == 4 ? "(w16)" : "", shp, fmtname(fmt), med(nb), tz, med(first_in), med(last_in), med(wait_lo), med(wait_hi), med(stage_med),
+		       variant ? (variant == 2 ? "(v2)" : "(v?)") : "", shp, fmtname(fmt), med(nb), tz, med(first_in), med(last_in), med(wait_lo), med(wait_hi), med(stage_med),
 		       med(staged), med(end_lo), med(end_hi));
 	};
 	if (sweep) {
@@ -399,14 +399,15 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 		for (int m : {1, 4}) {
 			printf("decode %-14s %-6s M=%d graph TB/s:", shp, fmtname(fmt), m);
 			/* pdl, l2pf, K blocks (0: automatic); splitting K and L2 prefetch measured slower */
-			const int cfg[][4] = {{0, -1, 0, 0}, {1, -1, 0, 0}, {1, 2, 0, 0}, {1, -1, 2, 0}, {1, -1, 0, 4}};
+			const int cfg[][4] = {{0, -1, 0, 0}, {1, -1, 0, 0}, {1, 2, 0, 0}, {1, -1, 2, 0},
+			                      {1, -1, 0, 4}, {1, -1, 0, 2}, {1, -1, 0, 3}, {1, -1, 0, 1}};
 			for (auto &c : cfg) {
 				fp4s_cuda_set_pdl(c[0]);
 				l2pf = c[1];
 				variant = c[3];
 				const float t = graph_it(m, 1, c[2]);
-				printf(" pdl%d/l2pf%d/kb%d%s:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], c[3] ? "/w16" : "", tbs(t),
-				       t * 1e3);
+				static const char *const vn[] = {"", "/v1(8w,8 deep)", "/v2(4w)", "/v3(4w,8 deep)", "/v4(16w)"};
+				printf(" pdl%d/l2pf%d/kb%d%s:%.2f(%.1fus)", c[0], c[1] < 0 ? 0 : c[1], c[2], vn[c[3]], tbs(t), t * 1e3);
 			}
 			variant = 0;
 			if (m == 1) {
@@ -424,7 +425,7 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 				probe = 0;
 				if (sh.nmat == 1) {
 					timeline();
-					variant = 4;
+					variant = 2;
 					timeline();
 					variant = 0;
 				}
