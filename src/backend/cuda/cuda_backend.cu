@@ -762,11 +762,23 @@ static int fused_path(const struct fp4s_backend *be, int64_t n, const struct fp4
 	       (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4) && fp4s_gemv_mma_allowed();
 }
 
+/* 1 when the environment variable is "0" (diagnostic switches that turn a fusion off), read once */
+static int env_off(const char *name, int *cache)
+{
+	if (*cache < 0) {
+		const char *e = getenv(name);
+		*cache = e && strcmp(e, "0") == 0;
+	}
+	return *cache;
+}
+
+/* FP4S_FUSED_NORM=0 / FP4S_FUSED_SWIGLU=0: the norm or SwiGLU as a kernel of its own instead */
 static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *nw, float eps,
                           enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
                           struct fp4s_error *err)
 {
-	if (!fused_path(be, n, w))
+	static int off = -1;
+	if (env_off("FP4S_FUSED_NORM", &off) || !fused_path(be, n, w))
 		return FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, h, (int32_t)n, y, 0, 0, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
 	                           err);
@@ -783,7 +795,8 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 static int cu_swiglu_matmul_add(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
                                 float *h, struct fp4s_error *err)
 {
-	if (!fused_path(be, n, w))
+	static int off = -1;
+	if (env_off("FP4S_FUSED_SWIGLU", &off) || !fused_path(be, n, w))
 		return FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, gu, (int32_t)n, h, 1, 1, NULL, 0.0f, 0, impl_of(be)->s, err);
 }
