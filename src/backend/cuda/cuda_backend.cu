@@ -772,7 +772,7 @@ static int env_off(const char *name, int *cache)
 	return *cache;
 }
 
-/* FP4S_FUSED_NORM=0 / FP4S_FUSED_SWIGLU=0: the norm or SwiGLU as a kernel of its own instead */
+/* FP4S_FUSED_NORM=0: the norm as a kernel of its own (5 % slower on llama3-8b decode). */
 static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *nw, float eps,
                           enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
                           struct fp4s_error *err)
@@ -795,8 +795,16 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 static int cu_swiglu_matmul_add(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
                                 float *h, struct fp4s_error *err)
 {
-	static int off = -1;
-	if (env_off("FP4S_FUSED_SWIGLU", &off) || !fused_path(be, n, w))
+	/* Off unless FP4S_FUSED_SWIGLU=1: every block of the down projection would read both
+	 * halves of [gate | up] (2 x 57 KB at llama3-8b's 14336) and take 14336 exponentials while
+	 * staging; the separate SwiGLU kernel costs less than that (+1.5 % llama3-8b decode,
+	 * bench/results/2026-11-22-h100-session4.md). */
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("FP4S_FUSED_SWIGLU");
+		on = e && strcmp(e, "1") == 0;
+	}
+	if (!on || !fused_path(be, n, w))
 		return FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, gu, (int32_t)n, h, 1, 1, NULL, 0.0f, 0, impl_of(be)->s, err);
 }
