@@ -157,6 +157,8 @@ struct fp4s_backend {
 	 *   moe_add:           h += moe(x)                   (moe + add)
 	 *   rope_attention:    norm_rope (qn, kn either NULL: no norm of that one) then attention;
 	 *                      q and k may be left as they came (norm_rope + attention)
+	 *   norm_matmul_swiglu: g = swiglu(gate, up) of W . rmsnorm(h; nw), W's rows [gate | up]
+	 *                      (norm_matmul + swiglu; g [n, w->rows / 2])
 	 *   norm_moe_add:      h += moe(rmsnorm(h; nw))      (rmsnorm + moe + add; the CUDA backend takes
 	 *                      one-token steps with the experts on the device) */
 	int (*norm_matmul)(struct fp4s_backend *be, const float *h, const float *nw, float eps,
@@ -176,6 +178,9 @@ struct fp4s_backend {
 	                      const float *kn, float eps, enum fp4s_norm_kind kind, const struct fp4s_batch *b,
 	                      int32_t rot_dim, const float *inv_freq, float mscale, const struct fp4s_attn_params *p,
 	                      float *out, struct fp4s_error *err);
+	int (*norm_matmul_swiglu)(struct fp4s_backend *be, const float *h, const float *nw, float eps,
+	                          enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *g,
+	                          struct fp4s_error *err);
 	int (*norm_moe_add)(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
 	                    float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err);
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */

@@ -512,6 +512,13 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		if (L->is_moe) {
 			if ((rc = norm_moe_add(be, &L->moe, h, L->ffn_norm, eps, f->norm_kind, n, x, y, H, err)))
 				return rc;
+		} else if (n == 1 && L->fused_gu &&
+		           (rc = be->norm_matmul_swiglu ? be->norm_matmul_swiglu(be, h, L->ffn_norm, eps, f->norm_kind, 1,
+		                                                                 &L->gate_up, g, err)
+		                                        : FP4S_EUNSUPPORTED) != FP4S_EUNSUPPORTED) {
+			/* the SwiGLU came out of the gate|up projection */
+			if (rc || (rc = matmul_add(be, g, n, &L->down, h, y, H, err)))
+				return rc;
 		} else if (n == 1 && L->fused_gu) {
 			if ((rc = norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, H, &L->gate_up, x, f->fused, err)))
 				return rc;

@@ -306,7 +306,9 @@ static int run_case(const struct gcase *c, const char *filter)
 /* The fused decode forms (fp4s_gemv_mma_fused) and the L2 prefetch distance: mode 0 = plain
  * through fp4s_gemv_mma_ex with l2pf tiles of prefetch, 1 = RMSNorm of x staged in (the sums of
  * squares taken in the staging pass, or in a pass of their own where K is split), 2 = SwiGLU of
- * [gate | up] rows. The reference applies the norm / activation on the CPU, then fp4s_cpu_matmul.
+ * [gate | up] rows, 3 = RMSNorm in, SwiGLU of the [gate | up] halves of the output out
+ * (fp4s_gemv_mma_norm_swiglu). The reference applies the norm / activation on the CPU, then
+ * fp4s_cpu_matmul (and for mode 3 the SwiGLU of its output halves).
  * Token counts and K make tokens meet inside a warp's items (K = 2880) and K too short for the
  * warp sums (K < 256). */
 static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int mode, int zc, int acc, int l2pf,
@@ -314,7 +316,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 {
 	char name[160];
 	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d,variant=%d,kblocks=%d)", fmtname(fmt),
-	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : "swiglu",
+	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : mode == 2 ? "swiglu" : "rmsnorm-swiglu-out",
 	         zc ? ",zero-centred" : "", acc ? ",accumulate" : "", l2pf, variant, kblocks);
 	if (filter && !strstr(name, filter))
 		return;
@@ -343,7 +345,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 		const double inv = 1.0 / sqrt(ss / (double)k + eps);
 		for (int64_t i = 0; i < k; i++) {
 			double v = xr[i];
-			if (mode == 1)
+			if (mode == 1 || mode == 3)
 				v = v * inv * ((zc ? 1.0 : 0.0) + nw[i]);
 			else if (mode == 2)
 				v = xr[i] / (1.0 + exp(-(double)xr[i])) * xr[k + i];
@@ -360,6 +362,14 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 	if (acc)
 		for (int64_t i = 0; i < ny; i++)
 			yref[i] += y0[i];
+	/* mode 3: token t's output is SwiGLU(first half, second half) of its row, rows / 2 wide */
+	const int64_t yw = mode == 3 ? rows / 2 : rows, nyo = (int64_t)m * yw;
+	if (mode == 3)
+		for (int t = 0; t < m; t++)
+			for (int64_t i = 0; i < yw; i++) {
+				const double gv = yref[(size_t)t * rows + i], uv = yref[(size_t)t * rows + yw + i];
+				yref[(size_t)t * yw + i] = (float)(gv / (1.0 + exp(-gv)) * uv);
+			}
 	void *dd;
 	uint8_t *ds;
 	float *dx, *dn, *dy;
@@ -377,6 +387,8 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 	int rc = fp4s_cuda_mx_scale_range(&wd, 0, &err);
 	if (!rc && mode == 0)
 		rc = fp4s_gemv_mma_ex(&wd, dx, m, dy, acc, kblocks, variant, 0, l2pf, 0, &err);
+	else if (!rc && mode == 3)
+		rc = fp4s_gemv_mma_norm_swiglu(&wd, dx, m, dy, dn, eps, zc, 0, &err);
 	else if (!rc)
 		rc = fp4s_gemv_mma_fused(&wd, dx, m, dy, acc, mode == 2, mode == 1 ? dn : NULL, eps, zc, 0, &err);
 	int failed = 0;
@@ -388,7 +400,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 		CK(cudaMemcpy(ygpu, dy, (size_t)ny * sizeof(float), cudaMemcpyDeviceToHost));
 		double num = 0, den = 0;
 		int nan = 0;
-		for (int64_t i = 0; i < ny; i++) {
+		for (int64_t i = 0; i < nyo; i++) {
 			nan |= isnan(ygpu[i]);
 			num += ((double)ygpu[i] - yref[i]) * ((double)ygpu[i] - yref[i]);
 			den += (double)yref[i] * yref[i];
@@ -791,6 +803,11 @@ int main(int argc, char **argv)
 				run_fused(fmts[f], sh[si][0], sh[si][1], mm[mi], 1, (mi + (int)si) & 1, mi & 1, 0, filter);
 				run_fused(fmts[f], sh[si][0], sh[si][1], mm[mi], 2, 0, (mi + 1) & 1, 0, filter);
 			}
+		/* the gate|up projection with SwiGLU out (llama3-8b's 28672 x 4096 included) */
+		const int64_t sw[][2] = {{28672, 4096}, {96, 2880}, {64, 128}, {1024, 14336}};
+		for (size_t si = 0; si < 4; si++)
+			for (int mi = 0; mi < (sw[si][1] > 4096 ? 1 : 3); mi++) /* one pass, K unsplit */
+				run_fused(fmts[f], sw[si][0], sw[si][1], mm[mi], 3, (mi + (int)si) & 1, 0, 0, filter);
 		for (int l2pf = 0; l2pf <= 5; l2pf++)
 			run_fused(fmts[f], l2pf & 1 ? 1000 : 14336, 4096, 1 + 3 * (l2pf % 2), 0, 0, l2pf & 1, l2pf, filter);
 		/* every kernel shape, whole K and split K, 1..4 tokens */

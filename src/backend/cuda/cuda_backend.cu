@@ -772,6 +772,29 @@ static int env_off(const char *name, int *cache)
 	return *cache;
 }
 
+/* Where a dense MLP's decode SwiGLU runs (FP4S_FUSED_SWIGLU): 1 (default, "gate") in the gate|up
+ * projection's epilogue, 2 ("down") in the down projection's staging, 0 ("0") its own kernel */
+static int swiglu_mode(void)
+{
+	static int mode = -1;
+	if (mode < 0) {
+		const char *e = getenv("FP4S_FUSED_SWIGLU");
+		mode = !e ? 1 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "down") == 0 ? 2 : 1;
+	}
+	return mode;
+}
+
+/* g = SwiGLU of W . rmsnorm(h), W = [gate | up] (fp4s_gemv_mma_norm_swiglu) */
+static int cu_norm_matmul_swiglu(struct fp4s_backend *be, const float *h, const float *nw, float eps,
+                                 enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *g,
+                                 struct fp4s_error *err)
+{
+	if (swiglu_mode() != 1 || !fused_path(be, n, w))
+		return FP4S_EUNSUPPORTED;
+	return fp4s_gemv_mma_norm_swiglu(w, h, (int32_t)n, g, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
+	                                 err);
+}
+
 /* FP4S_FUSED_NORM=0: the norm as a kernel of its own (5 % slower on llama3-8b decode). */
 static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *nw, float eps,
                           enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *y,
@@ -795,16 +818,11 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 static int cu_swiglu_matmul_add(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
                                 float *h, struct fp4s_error *err)
 {
-	/* Off unless FP4S_FUSED_SWIGLU=1: every block of the down projection would read both
-	 * halves of [gate | up] (2 x 57 KB at llama3-8b's 14336) and take 14336 exponentials while
-	 * staging; the separate SwiGLU kernel costs less than that (+1.5 % llama3-8b decode,
-	 * bench/results/2026-11-22-h100-session4.md). */
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("FP4S_FUSED_SWIGLU");
-		on = e && strcmp(e, "1") == 0;
-	}
-	if (!on || !fused_path(be, n, w))
+	/* Only with FP4S_FUSED_SWIGLU=down: every block of the down projection reads both halves of
+	 * [gate | up] (2 x 57 KB at llama3-8b's 14336) and takes 14336 exponentials while staging,
+	 * which costs more than a SwiGLU kernel of its own (bench/results/2026-11-22-h100-session4.md);
+	 * the default computes it in the gate|up projection (cu_norm_matmul_swiglu). */
+	if (swiglu_mode() != 2 || !fused_path(be, n, w))
 		return FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, gu, (int32_t)n, h, 1, 1, NULL, 0.0f, 0, impl_of(be)->s, err);
 }
@@ -1371,6 +1389,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->matmul_add = cu_matmul_add;
 	be->norm_rope = cu_norm_rope;
 	be->rope_attention = cu_rope_attention;
+	be->norm_matmul_swiglu = cu_norm_matmul_swiglu;
 	be->moe_add = cu_moe_add;
 	be->norm_moe_add = cu_norm_moe_add;
 	be->swiglu_matmul_add = cu_swiglu_matmul_add;

@@ -104,6 +104,10 @@ struct gm_args {
 	int zero_centred;
 	int l2pf; /* tiles of this block prefetched into L2 ahead of the loads (0: none) */
 	unsigned long long *stamps; /* benchmarks: per block [entry, after the wait, staged, done] */
+	/* rows [0, R/2) are gate, [R/2, R) up (R % 32 == 0, K not split): each block takes a gate
+	 * tile and then its up tile, and y[token][R/2] = SwiGLU(gate, up) (the dense MLP's gate|up
+	 * projection writing what the down projection reads, with no kernel between them) */
+	int pair;
 	/* experts, one token: also h[row] += sum_slot cw[slot] * y[slot][row] (the MoE combine),
 	 * by the last of the slots' blocks that share blockIdx.x, summing the slots in order */
 	const float *cw;
@@ -307,7 +311,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	const int spw = (nsteps + W - 1) / W;
 	const int s0 = warp * spw;
 	const int64_t tiles = (a.rows + 15) >> 4;
-	const int ntile = (int)((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x); /* this block's */
+	/* this block's tiles (pair: two per unit of 16 gate rows) */
+	const int ntile = (int)(((a.pair ? tiles / 2 : tiles) - blockIdx.x + gridDim.x - 1) / gridDim.x) * (a.pair ? 2 : 1);
 	const int nitems = ntile * spw;
 	const size_t rowb = (size_t)a.K / 2;
 	const int spr = F == GM_NVFP4 ? a.K / 16 : a.K / 32;
@@ -325,7 +330,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		nvalid += s0 + j < nsteps && k0 + 32 * (4 * (s0 + j) + t) < k1;
 	const int64_t tile_rows = (int64_t)16 * gridDim.x;
 	int64_t l_r0 = (int64_t)blockIdx.x * 16;
-	int l_sit = 0;
+	int l_sit = 0, l_par = 0;
 	const uint8_t *pa, *pb, *qsa, *qsb;
 	/* probe >= 2 (benchmarks, results garbage): the same bytes read as if tiles were stored
 	 * step-major with each warp step's 1 KB (and its scales) contiguous */
@@ -368,7 +373,12 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		qsb += contig ? (F == GM_NVFP4 ? 128 : 64) : (F == GM_NVFP4 ? 8 : 4);
 		if (++l_sit == spw) {
 			l_sit = 0;
-			l_r0 += tile_rows;
+			if (a.pair) { /* gate tile -> its up tile -> the next unit's gate tile */
+				l_r0 += l_par ? tile_rows - a.rows / 2 : a.rows / 2;
+				l_par ^= 1;
+			} else {
+				l_r0 += tile_rows;
+			}
 			aim();
 		}
 	};
@@ -403,6 +413,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	 * the dot product). Every block takes the norm over the whole K itself: the rows are short
 	 * and L2-resident, and it saves a separate norm kernel and its launch. */
 	__shared__ float s_ss[16];
+	__shared__ float s_gate[16 * 16]; /* pair: the gate tile's outputs [token][row] */
 	/* adds each lane's ssq to s_ss[tok] (tok < 0: nothing). When a token spans >= 32 items of
 	 * the pass, a warp's 32 consecutive items hold at most two tokens: two masked warp sums and
 	 * two shared adds instead of 32 adds to one address. */
@@ -602,7 +613,9 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 				acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
 			}
 			__syncthreads();
-			const int64_t tile = (int64_t)blockIdx.x + (int64_t)tile_it * gridDim.x;
+			const int par = tile_it & 1; /* pair: 0 gate tile, 1 up tile */
+			const int64_t tile = a.pair ? (int64_t)blockIdx.x + (int64_t)(tile_it >> 1) * gridDim.x + (par ? tiles / 2 : 0)
+			                            : (int64_t)blockIdx.x + (int64_t)tile_it * gridDim.x;
 			tile_it++;
 			if (a.l2pf)
 				l2_tile(tile_it - 1 + a.l2pf);
@@ -641,6 +654,17 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 					out *= 1.0f / sqrtf(s_ss[tok] / (float)a.K + a.eps);
 				if (bias)
 					out += bias[row];
+				if (a.pair) {
+					/* the same thread holds (token, row r) of the gate tile and of its up tile */
+					if (!par) {
+						s_gate[tok * 16 + r] = out;
+						continue;
+					}
+					const float gv = s_gate[tok * 16 + r];
+					out = gv / (1.0f + expf(-gv)) * out; /* as swiglu_kernel */
+					yout[(size_t)tok * (a.rows / 2) + (row - a.rows / 2)] = out;
+					continue;
+				}
 				float *yp = yout + (size_t)tok * a.rows + row;
 				*yp = a.accumulate ? *yp + out : out;
 			}
@@ -851,7 +875,8 @@ static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, in
 }
 
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
-                  int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, cudaStream_t s,
+                  int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, int pair,
+                  cudaStream_t s,
                   struct fp4s_error *err)
 {
 	const int nv = w->fmt == FP4S_WF_NVFP4;
@@ -901,6 +926,8 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		ks = (int)((K + kb - 1) / kb);
 		if (gm_smem(m, kb, GM_WARPS_MAX) > GM_SMEM_MAX)
 			return FP4S_EUNSUPPORTED;
+		if (pair && (ks > 1 || M > 16))
+			return FP4S_EUNSUPPORTED; /* (nothing launched yet: one pass) */
 		if (ks > 1 && ((int64_t)ks * m * w->rows > GM_WS_FLOATS || tiles > GM_CNT || ks > 65535))
 			return FP4S_EUNSUPPORTED;
 		gm_args a = {};
@@ -908,7 +935,7 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		a.scales = w->scales;
 		a.x = x + (size_t)t0 * K;
 		a.bias = w->bias;
-		a.y = y + (size_t)t0 * w->rows;
+		a.y = y + (size_t)t0 * (pair ? w->rows / 2 : w->rows);
 		a.ws = gm_dev[dev].ws;
 		a.cnt = gm_dev[dev].cnt;
 		a.rows = w->rows;
@@ -926,7 +953,8 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		a.norm_w = norm_w;
 		a.eps = eps;
 		a.zero_centred = zero_centred;
-		a.l2pf = l2pf;
+		a.l2pf = pair ? 0 : l2pf;
+		a.pair = pair;
 		if (gm_stamp.buf) {
 			a.stamps = gm_stamp.buf + (size_t)(gm_stamp.next % gm_stamp.slots) * gm_stamp.blocks * 4;
 			gm_stamp.next++;
@@ -1030,14 +1058,14 @@ extern "C" int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_
                                 int kblocks, int variant, int probe, int l2pf, cudaStream_t s,
                                 struct fp4s_error *err)
 {
-	return gm_run(w, x, M, y, accumulate, kblocks, variant, probe, l2pf < 0 ? GM_L2PF : l2pf, 0, NULL, 0.0f, 0, s,
+	return gm_run(w, x, M, y, accumulate, kblocks, variant, probe, l2pf < 0 ? GM_L2PF : l2pf, 0, NULL, 0.0f, 0, 0, s,
 	              err);
 }
 
 extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
                              int kblocks, cudaStream_t s, struct fp4s_error *err)
 {
-	return gm_run(w, x, M, y, accumulate, kblocks, 0, 0, GM_L2PF, 0, NULL, 0.0f, 0, s, err);
+	return gm_run(w, x, M, y, accumulate, kblocks, 0, 0, GM_L2PF, 0, NULL, 0.0f, 0, 0, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
@@ -1046,7 +1074,16 @@ extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int
 {
 	if (act < 0 || act > 1 || (act && norm_w) || (norm_w && ((uintptr_t)norm_w % 16 || M > 16)))
 		return FP4S_EUNSUPPORTED;
-	return gm_run(w, x, M, y, accumulate, 0, 0, 0, GM_L2PF, act, norm_w, eps, zero_centred, s, err);
+	return gm_run(w, x, M, y, accumulate, 0, 0, 0, GM_L2PF, act, norm_w, eps, zero_centred, 0, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_norm_swiglu(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                         const float *norm_w, float eps, int zero_centred, cudaStream_t s,
+                                         struct fp4s_error *err)
+{
+	if (w->rows % 32 || w->bias)
+		return FP4S_EUNSUPPORTED;
+	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 1, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_group_max(const struct fp4s_stacked *gu, const struct fp4s_stacked *down)

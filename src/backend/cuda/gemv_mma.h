@@ -41,6 +41,13 @@ int fp4s_gemv_mma_allowed(void);
 int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int act,
                         const float *norm_w, float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
 
+/* y[M, rows / 2] = SwiGLU(gate, up) of W . RMSNorm(x), W's rows [gate | up] (a dense MLP's fused
+ * gate|up projection): each block takes a tile of gate rows and then the matching up tile, so
+ * the down projection reads the product with no kernel between. rows % 32 == 0, no bias, M <= 16
+ * and K unsplit, else FP4S_EUNSUPPORTED with nothing enqueued. */
+int fp4s_gemv_mma_norm_swiglu(const struct fp4s_mat *w, const float *x, int32_t M, float *y, const float *norm_w,
+                              float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
+
 /* The MoE form: y[slot] = W_{idx[slot]} . x_row(slot) for slot < n_slots (moe_cuda.h's
  * fp4s_cuda_expert_matmul), x_row(slot) = x + (slot / x_div) * x_stride; act 1/2 makes x_row
  * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit). FP4S_EUNSUPPORTED
