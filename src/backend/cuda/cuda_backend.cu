@@ -775,7 +775,7 @@ static int env_off(const char *name, int *cache)
 /* Where a dense MLP's decode SwiGLU runs (FP4S_FUSED_SWIGLU): 0 (default) its own kernel,
  * 1 ("gate") in the gate|up projection's epilogue, 2 ("down") in the down projection's staging.
  * Measured on llama3-8b decode (bench/results/2026-11-22-h100-session4.md): own kernel 288.5
- * tok/s, down 282.9, gate 279.9 (a block then walks gate and up tiles 117 MB apart). */
+ * tok/s, down 282.9, gate 279.9 (a block then walks gate and up tiles 29 MB apart). */
 static int swiglu_mode(void)
 {
 	static int mode = -1;
