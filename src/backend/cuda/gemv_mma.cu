@@ -38,10 +38,12 @@
  * PDL (pdl.cuh). The weight loads and any L2 prefetches are issued before pdl_wait: they depend
  * on no earlier kernel, so in a decode chain they overlap the previous kernel's tail.
  *
- * Where it stands (H100, bench/results/2026-11-21-h100-session3.md): in graph replay with PDL,
- * 0.8-2.1 TB/s at M = 1 (floor 2.2 large, 1.5 small). Once running it streams at ~2.7 TB/s (the
- * difference between the 14336 and 28672-row shapes), but each launch in a chain costs ~5 us
- * (a 256-row matrix takes 5.1 us), which small shapes cannot amortize. Measured and not taken:
+ * Where it stands (H100, bench/results/2026-11-21-h100-session3.md and 2026-11-22-h100-session4.md):
+ * in graph replay with PDL, 0.8-2.1 TB/s at M = 1 (floor 2.2 large, 1.5 small). Once running it
+ * streams at ~2.6 TB/s, but per-block timestamps (gemv_bench's timeline) show 3-7 us before the
+ * first MMA (the PDL wait, then every block staging x from L2: 1.5 us at K = 4096, 4.8 us at
+ * 14336) and blocks finishing 1.5-7 us apart (row tiles do not divide evenly over the blocks,
+ * and a lone block in the last round cannot keep its SM's share of bytes in flight). Measured and not taken:
  * bulk L2 prefetch of upcoming tiles (slower at every distance), a cp.async shared-memory ring
  * with one block an SM so the next kernel's block fits beside it (slower), K splits to even out
  * the last round of tiles (1.4-2x slower: a fence and counter round trip per tile). */
