@@ -1148,10 +1148,10 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	const int64_t I = p->inter, H = p->hidden;
 	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
 	int rc = fp4s_cuda_norm_route(&p->router, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk,
-	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode == 3 ? m->x1 : NULL, c->s, err);
+	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode >= 3 ? m->x1 : NULL, c->s, err);
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
-	if (mode == 3)
+	if (mode >= 3)
 		rc = expert_gu(c, m, m->idx1, K, m->x1, K, H, m->h1, err);
 	else
 		rc = fp4s_gemv_mma_experts_ex(&m->gu, m->idx1, K, h, K, H, 0, 0.0f, 0.0f, nw, eps, zc, NULL, NULL, m->h1,
@@ -1163,6 +1163,17 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	}
 	if (rc)
 		return rc;
+	if (mode == 4) {
+		/* the SwiGLU as a kernel of its own, so each down block stages I floats, not 2 I plus
+		 * the exponentials (as the dense MLP, where that measured faster) */
+		rc = fp4s_cuda_moe_act(m->h1, K, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, m->a1, c->s, err);
+		if (!rc)
+			rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0, m->w1, h,
+			                              m->o1, c->s, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
+		return expert_down(c, m, p, m->idx1, m->w1, K, m->h1, m->a1, m->o1, 1, 1, h, err);
+	}
 	if (mode >= 2) {
 		rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->h1, 1, 2 * I, m->interleaved ? 2 : 1,
 		                              p->swiglu_alpha, p->swiglu_limit, NULL, 0.0f, 0, m->w1, h, m->o1, c->s, err);

@@ -394,12 +394,12 @@ extern "C" int fp4s_cuda_moe_fused(void)
 		return moe_fused_forced;
 	if (env < 0) {
 		const char *ev = getenv("FP4S_MOE_FUSED");
-		env = ev && *ev >= '0' && *ev <= '3' && !ev[1] ? *ev - '0' : 3;
+		env = ev && *ev >= '0' && *ev <= '4' && !ev[1] ? *ev - '0' : 3;
 	}
 	return env;
 }
 
-extern "C" void fp4s_cuda_set_moe_fused(int mode) { moe_fused_forced = mode >= 0 && mode <= 3 ? mode : -1; }
+extern "C" void fp4s_cuda_set_moe_fused(int mode) { moe_fused_forced = mode >= 0 && mode <= 4 ? mode : -1; }
 
 extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int norm, const float *h,
                                    const float *nw, float eps, int zero_centred, float *lg, unsigned *cnt,

@@ -37,8 +37,10 @@ int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, in
  * kernel and the norm inside the gate|up GEMV (4), 2 also the combine inside the down GEMV (3),
  * 3 (default) as 2 but the router kernel writes the normalized token for a plain gate|up GEMV
  * (3; the fastest on the H100 and bit-repeatable, where the GEMV's fused norm sums its squares
- * with shared-memory atomics: bench/results/2026-11-22-h100-moe-router.md). FP4S_MOE_FUSED =
- * 0..3 picks (A/B comparisons); set_moe_fused forces a mode (tests), -1 back to that. */
+ * with shared-memory atomics: bench/results/2026-11-22-h100-moe-router.md), 4 as 3 with the
+ * SwiGLU as a kernel of its own before the down GEMV (4 launches; each down block then stages I
+ * floats rather than 2 I and the exponentials). FP4S_MOE_FUSED = 0..4 picks (A/B comparisons);
+ * set_moe_fused forces a mode (tests), -1 back to that. */
 int fp4s_cuda_moe_fused(void);
 void fp4s_cuda_set_moe_fused(int mode);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
