@@ -17,6 +17,10 @@
 #include "model/st.h"
 #include "model/tensors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum fp4s_wformat {
 	FP4S_WF_BF16 = 0,
 	FP4S_WF_F16,
@@ -88,5 +92,9 @@ double fp4s_kv_bytes(const struct fp4s_config *c, int64_t context);
 
 /* llama2.c legacy checkpoint (model.bin): see llama2c.c. */
 int fp4s_llama2c_open(const char *path, struct fp4s_model *m, struct fp4s_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

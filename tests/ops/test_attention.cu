@@ -33,17 +33,8 @@
 #include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/kv_fp8.cuh"
 #include "numerics/numerics.h"
+#include "ops_test.h"
 #include "test_util.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 struct seqspec {
 	int len;  /* positions in the cache */

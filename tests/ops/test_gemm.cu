@@ -25,22 +25,9 @@
 #include "backend/cuda/gemm_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
+#include "model/model.h"
+#include "ops_test.h"
 #include "test_util.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
-static const char *fmtname(enum fp4s_wformat f)
-{
-	return f == FP4S_WF_NVFP4 ? "nvfp4" : f == FP4S_WF_MXFP4 ? "mxfp4" : f == FP4S_WF_BF16 ? "bf16" : "?";
-}
 
 struct gcase {
 	enum fp4s_wformat fmt;
@@ -129,7 +116,7 @@ static int cpu_ref_rows(const struct gcase *c, const struct hw *h, const float *
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s)", fmtname(c->fmt),
+	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s)", fp4s_wformat_name(c->fmt),
 	         (long long)c->rows, (long long)c->k, c->m, c->bias ? ",bias" : "", c->bm,
 	         c->own_ws ? ",ws" : "", c->kernel == 1 ? ",v1" : c->decode == 1 ? ",lut" : c->decode == 2 ? ",prmt" : "");
 	if (filter && !strstr(name, filter))

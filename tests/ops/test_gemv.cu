@@ -20,25 +20,11 @@
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
+#include "model/model.h"
+#include "ops_test.h"
 #include "test_util.h"
 
 /* model.h has no extern "C" block: its fp4s_wformat_name is not callable from C++. */
-static const char *fmtname(enum fp4s_wformat f)
-{
-	return f == FP4S_WF_NVFP4 ? "nvfp4" : f == FP4S_WF_MXFP4 ? "mxfp4" : f == FP4S_WF_BF16 ? "bf16"
-	     : f == FP4S_WF_F16 ? "f16" : f == FP4S_WF_F32 ? "f32" : "?";
-}
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
 struct gcase {
 	enum fp4s_wformat fmt;
 	int64_t rows, k;
@@ -181,7 +167,7 @@ static int run_case(const struct gcase *c, const char *filter)
 		cc.mma = 0;
 	c = &cc;
 	snprintf(name, sizeof name, "GEMV(%s,rows=%lld,K=%lld,M=%d%s,ksplit=%d,tile=%d,pf=%d,rpg=%d,st=%d%s%s,%s%s%s)",
-	         fmtname(c->fmt), (long long)c->rows, (long long)c->k, c->m,
+	         fp4s_wformat_name(c->fmt), (long long)c->rows, (long long)c->k, c->m,
 	         c->bias ? ",bias" : "", c->ksplit, c->tile, c->prefetch, c->rpg, c->stages, c->generic ? ",generic" : "",
 	         c->x_off ? ",misaligned-x" : "", c->mma > 0 ? "mma" : c->mma < 0 ? "fp32" : "auto",
 	         c->wild ? ",wild-scales" : "", c->acc ? ",accumulate" : "");
@@ -315,7 +301,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
                       const char *filter, int variant = 0, int kblocks = 0)
 {
 	char name[160];
-	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d,variant=%d,kblocks=%d)", fmtname(fmt),
+	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d,variant=%d,kblocks=%d)", fp4s_wformat_name(fmt),
 	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : mode == 2 ? "swiglu" : "rmsnorm-swiglu-out",
 	         zc ? ",zero-centred" : "", acc ? ",accumulate" : "", l2pf, variant, kblocks);
 	if (filter && !strstr(name, filter))
@@ -429,7 +415,7 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
                         const char *filter)
 {
 	char name[160];
-	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s)", fmtname(fmt), (long long)rows,
+	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s)", fp4s_wformat_name(fmt), (long long)rows,
 	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "");
 	if (filter && !strstr(name, filter))
 		return;
@@ -541,7 +527,7 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 static void run_grouped(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, const char *filter)
 {
 	char name[160];
-	snprintf(name, sizeof name, "GROUPED(%s,rows=%lld,K=%lld,act=%d)", fmtname(fmt), (long long)rows,
+	snprintf(name, sizeof name, "GROUPED(%s,rows=%lld,K=%lld,act=%d)", fp4s_wformat_name(fmt), (long long)rows,
 	         (long long)k, act);
 	if (filter && !strstr(name, filter))
 		return;

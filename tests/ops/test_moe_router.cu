@@ -36,22 +36,9 @@
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
+#include "model/model.h"
+#include "ops_test.h"
 #include "test_util.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
-static const char *fmtname(enum fp4s_wformat f)
-{
-	return f == FP4S_WF_BF16 ? "bf16" : f == FP4S_WF_F16 ? "f16" : f == FP4S_WF_F32 ? "f32" : "?";
-}
 
 static float urand(double sd) /* uniform with standard deviation sd (cheap, for large weights) */
 {
@@ -135,7 +122,7 @@ static void run_route(enum fp4s_wformat fmt, int E, int K, int H, int kind, int 
 {
 	char name[160];
 	snprintf(name, sizeof name, "%s(%s,E=%d,K=%d,H=%d,kind=%d,norm=%d,%s%s)", ties ? "TIES" : "ROUTE",
-	         fmtname(fmt), E, K, H, kind, norm, zc ? "zero-centred" : "plain", with_bias ? ",bias" : "");
+	         fp4s_wformat_name(fmt), E, K, H, kind, norm, zc ? "zero-centred" : "plain", with_bias ? ",bias" : "");
 	if (filter && !strstr(name, filter))
 		return;
 	std::vector<float> bias(E), nw(H);

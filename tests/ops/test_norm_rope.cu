@@ -15,17 +15,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "ops_test.h"
 #include "test_util.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 static void run_case(int nh, int nkv, int d, int rot, int zc, int n, const char *filter)
 {

@@ -12,17 +12,8 @@
 #include "backend/cuda/quant_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
+#include "ops_test.h"
 #include "test_util.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 static uint16_t special_value(int dt, int which)
 {

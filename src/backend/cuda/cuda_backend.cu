@@ -885,17 +885,28 @@ static int32_t attn_splits(const struct cuda_impl *c, int32_t n, int32_t nkv, in
 static int attn_work(struct cuda_impl *c, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
                      int32_t *splits_out, float **work_out, struct fp4s_error *err);
 
+/* 1 when the cache holds this layer with K/V rows of the attention's width */
+static int kv_ready(const struct cuda_impl *c, int32_t layer, const struct fp4s_attn_params *p)
+{
+	return c->kc && p->n_kv_heads * p->head_dim == c->kv_width && layer >= 0 && layer < c->n_layers;
+}
+
+/* bytes from the pool's start to the layer's blocks */
+static size_t kv_layer_off(const struct cuda_impl *c, int32_t layer)
+{
+	return (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * c->kv_width * fp4s_kv_dtype_bytes(c->kv_dtype);
+}
+
 static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, const float *k,
                         const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
                         float *out, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
-	const int32_t kvw = p->n_kv_heads * p->head_dim;
-	if (!c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers)
+	if (!kv_ready(c, layer, p))
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
 	pdl_launch(kv_write_kernel, dim3(b->n), 256, 0, c->s, c->kc, c->vc, c->kv_dtype, k, v, c->d_pos, c->d_seq,
-		c->d_table, c->table_stride, layer, c->n_blocks, kvw);
-	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * fp4s_kv_dtype_bytes(c->kv_dtype);
+		c->d_table, c->table_stride, layer, c->n_blocks, c->kv_width);
+	const size_t layer_off = kv_layer_off(c, layer);
 	if (c->pf_step && c->kv_dtype != FP4S_KV_F32) {
 		const int64_t need = fp4s_cuda_attention_prefill_work_bytes(b->n);
 		if (need > c->pf_work_bytes) {
@@ -940,12 +951,7 @@ static int cu_rope_attention(struct fp4s_backend *be, int32_t layer, float *q, f
 {
 	struct cuda_impl *c = impl_of(be);
 	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("FP4S_FUSED_ATTN");
-		off = e && strcmp(e, "0") == 0;
-	}
-	const int32_t kvw = p->n_kv_heads * p->head_dim;
-	if (off || !c->kc || kvw != c->kv_width || layer < 0 || layer >= c->n_layers || c->pf_step || !c->one_per_seq ||
+	if (env_off("FP4S_FUSED_ATTN", &off) || !kv_ready(c, layer, p) || c->pf_step || !c->one_per_seq ||
 	    (c->kv_dtype != FP4S_KV_BF16 && c->kv_dtype != FP4S_KV_FP8) ||
 	    (kind != FP4S_NORM_PLAIN && kind != FP4S_NORM_ZERO_CENTRED))
 		return FP4S_EUNSUPPORTED;
@@ -954,7 +960,7 @@ static int cu_rope_attention(struct fp4s_backend *be, int32_t layer, float *q, f
 	int rc = attn_work(c, b, p, &splits, &work, err);
 	if (rc)
 		return rc;
-	const size_t layer_off = (size_t)layer * c->n_blocks * FP4S_KV_BLOCK * kvw * fp4s_kv_dtype_bytes(c->kv_dtype);
+	const size_t layer_off = kv_layer_off(c, layer);
 	const struct fp4s_attn_prologue pro = {k, v, qn, kn, eps, kind == FP4S_NORM_ZERO_CENTRED, rot_dim, inv_freq, mscale};
 	return fp4s_cuda_attention_fused(q, (char *)c->kc + layer_off, (char *)c->vc + layer_off, c->kv_dtype, c->d_pos,
 	                                 c->d_seq, c->d_table, c->table_stride, b->n, p->n_heads, p->n_kv_heads,
