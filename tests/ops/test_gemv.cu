@@ -289,6 +289,82 @@ static int run_case(const struct gcase *c, const char *filter)
 	return failed;
 }
 
+/* Back-to-back launches of one plain matmul (on Hopper: the bulk-copy kernel, whose blocks claim
+ * tiles from a counter that each launch must leave at 0): every launch against the CPU reference,
+ * and all launches bit-identical (which block computes a tile must not change its sums). */
+static void run_repeat(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int bias, const char *filter)
+{
+	char name[160];
+	snprintf(name, sizeof name, "REPEAT(%s,rows=%lld,K=%lld,M=%d%s)", fp4s_wformat_name(fmt), (long long)rows,
+	         (long long)k, m, bias ? ",bias" : "");
+	if (filter && !strstr(name, filter))
+		return;
+	const int reps = 5;
+	struct gcase c = {fmt, rows, k, m, bias};
+	struct hw h;
+	if (make_weights(&c, &h)) {
+		t_fail++;
+		return;
+	}
+	const int64_t nx = (int64_t)m * k, ny = (int64_t)m * rows;
+	float *x = (float *)malloc((size_t)nx * sizeof *x), *bs = (float *)malloc((size_t)rows * sizeof *bs);
+	float *yref = (float *)malloc((size_t)ny * sizeof *yref);
+	float *yg = (float *)malloc((size_t)ny * reps * sizeof *yg);
+	for (int64_t i = 0; i < nx; i++)
+		x[i] = (float)t_rand_normal();
+	for (int64_t i = 0; i < rows; i++)
+		bs[i] = (float)(t_rand_normal() * 0.1);
+	struct fp4s_mat wc = {fmt, rows, k, h.data, h.scales, h.ws2, bias ? bs : NULL};
+	struct fp4s_error err = {0};
+	int failed = fp4s_cpu_matmul(x, m, &wc, yref, &err) != 0;
+	void *dd;
+	uint8_t *ds;
+	float *dx, *db, *dy;
+	CK(cudaMalloc(&dd, h.data_b));
+	CK(cudaMemcpy(dd, h.data, h.data_b, cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&ds, h.scales_b));
+	CK(cudaMemcpy(ds, h.scales, h.scales_b, cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&dx, (size_t)nx * sizeof(float)));
+	CK(cudaMemcpy(dx, x, (size_t)nx * sizeof(float), cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&db, (size_t)rows * sizeof(float)));
+	CK(cudaMemcpy(db, bs, (size_t)rows * sizeof(float), cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&dy, (size_t)ny * reps * sizeof(float)));
+	CK(cudaMemset(dy, 0xFF, (size_t)ny * reps * sizeof(float))); /* NaN: every output must be written */
+	struct fp4s_mat wd = {fmt, rows, k, dd, ds, h.ws2, bias ? db : NULL};
+	if (!failed)
+		failed = fp4s_cuda_mx_scale_range(&wd, 0, &err) != 0;
+	for (int r = 0; r < reps && !failed; r++)
+		failed = fp4s_gemv_mma(&wd, dx, m, dy + (size_t)r * ny, 0, 0, 0, &err) != 0;
+	if (failed) {
+		fprintf(stderr, "%s: failed: %s\n", name, err.msg);
+	} else {
+		CK(cudaDeviceSynchronize());
+		CK(cudaMemcpy(yg, dy, (size_t)ny * reps * sizeof(float), cudaMemcpyDeviceToHost));
+		for (int r = 0; r < reps && !failed; r++) {
+			double num = 0, den = 0;
+			for (int64_t i = 0; i < ny; i++) {
+				const double d = (double)yg[(size_t)r * ny + i] - yref[i];
+				num += isnan(d) ? 1e30 : d * d;
+				den += (double)yref[i] * yref[i];
+			}
+			if (!(sqrt(num / den) <= 3e-5)) {
+				fprintf(stderr, "%s: FAIL launch %d rel L2 %.3g\n", name, r, sqrt(num / den));
+				failed = 1;
+			} else if (r && memcmp(yg, yg + (size_t)r * ny, (size_t)ny * sizeof(float))) {
+				fprintf(stderr, "%s: FAIL launch %d differs in its bits from launch 0\n", name, r);
+				failed = 1;
+			}
+		}
+	}
+	failed ? t_fail++ : t_pass++;
+	CK(cudaFree(dd));
+	CK(cudaFree(ds));
+	CK(cudaFree(dx));
+	CK(cudaFree(db));
+	CK(cudaFree(dy));
+	free(h.data), free(h.scales), free(x), free(bs), free(yref), free(yg);
+}
+
 /* The fused decode forms (fp4s_gemv_mma_fused) and the L2 prefetch distance: mode 0 = plain
  * through fp4s_gemv_mma_ex with l2pf tiles of prefetch, 1 = RMSNorm of x staged in (the sums of
  * squares taken in the staging pass, or in a pass of their own where K is split), 2 = SwiGLU of
@@ -803,6 +879,15 @@ int main(int argc, char **argv)
 				run_fused(fmts[f], 333, 14336, 1 + v % 4, 0, 0, 0, 0, filter, v, kb);
 				run_fused(fmts[f], 77, 2880, 1 + (v + 1) % 4, 0, 0, 1, 0, filter, v, kb);
 			}
+	}
+	/* back-to-back launches: llama3-8b's four shapes (the first two claim tiles after the first
+	 * round), a ragged last tile, several tokens */
+	for (size_t f = 0; f < 2; f++) {
+		const int64_t sh[][2] = {{14336, 4096}, {28672, 4096}, {6144, 4096}, {4096, 14336}, {1000, 4096}, {4100, 2048}};
+		for (size_t si = 0; si < 6; si++)
+			run_repeat(fmts[f], sh[si][0], sh[si][1], si == 4 ? 3 : 1, (int)(si & 1), filter);
+		run_repeat(fmts[f], 14336, 4096, 16, 1, filter);
+		run_repeat(fmts[f], 2304, 4096, 9, 0, filter);
 	}
 	for (size_t f = 0; f < 2; f++)
 		for (int act = 0; act <= 2; act++) {

@@ -61,194 +61,7 @@
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/pdl.cuh"
 
-#define GM_WARPS_MAX 8          /* warps per block of the largest variant */
-#define GM_SMEM_MAX (112 * 1024) /* activation staging per block: two blocks an SM still fit */
-#define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
-#define GM_WS_FLOATS (4 << 20)  /* split-K partials (16 MB) */
-#define GM_CNT (1 << 18)        /* split-K tile counters */
-#define GM_SU 2                 /* staging rounds whose loads are issued together */
-#define GM_L2PF 0               /* default L2 prefetch distance in tiles (0: measured slower) */
-
-enum { GM_NVFP4 = 0, GM_MXFP4 = 1 };
-
-struct gm_args {
-	const uint8_t *data;
-	const uint8_t *scales;
-	const float *x;
-	const float *bias;
-	float *y;
-	float *ws;
-	unsigned *cnt;
-	int64_t rows;
-	int K;
-	int M;       /* tokens in this pass, 1..16 */
-	int kb;      /* K elements per block (a multiple of 128) */
-	int accumulate;
-	int pexp;    /* epilogue: y = ldexp(sum, pexp) * post */
-	float post;
-	uint32_t ec; /* MXFP4: C, added to each scale exponent */
-	/* experts (blockIdx.z = slot): W_{idx[slot]} at these strides, x row (slot / x_div) of
-	 * x_stride floats, y row slot; NULL idx = one matrix, M tokens */
-	const int32_t *idx;
-	int64_t stride_data, stride_scales;
-	const float *ws2e;
-	int x_div;
-	int64_t x_stride;
-	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped */
-	float alpha, limit;
-	int probe; /* benchmarks: loads only (results are garbage) */
-	/* grouped experts (blockIdx.z = group): g_m[z] tokens (0 = an unused group) of expert
-	 * g_expert[z], their x rows xrow[g_off[z] + i] of x (x_stride floats apart; NULL: rows
-	 * g_off[z] + i), their y rows g_off[z] + i; M is then the largest group */
-	const int32_t *g_expert, *g_off, *g_m, *xrow;
-	const float *norm_w; /* x is RMSNorm(x; norm_w) over its K (the layer's input norm) */
-	float eps;
-	int zero_centred;
-	int l2pf; /* tiles of this block prefetched into L2 ahead of the loads (0: none) */
-	unsigned long long *stamps; /* benchmarks: per block [entry, after the wait, staged, done] */
-	/* rows [0, R/2) are gate, [R/2, R) up (R % 32 == 0, K not split): each block takes a gate
-	 * tile and then its up tile, and y[token][R/2] = SwiGLU(gate, up) (the dense MLP's gate|up
-	 * projection writing what the down projection reads, with no kernel between them) */
-	int pair;
-	/* experts, one token: also h[row] += sum_slot cw[slot] * y[slot][row] (the MoE combine),
-	 * by the last of the slots' blocks that share blockIdx.x, summing the slots in order */
-	const float *cw;
-	float *ch;
-};
-
-static __device__ __forceinline__ unsigned long long gm_now(void)
-{
-	unsigned long long t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
-
-static __device__ __forceinline__ uint4 gm_ld16(const void *p)
-{
-	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-	             : "l"(p));
-	return v;
-}
-
-static __device__ __forceinline__ uint32_t gm_ld_u16(const void *p)
-{
-	unsigned short v;
-	asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-	return v;
-}
-
-static __device__ __forceinline__ uint32_t gm_ld_u8(const void *p)
-{
-	uint32_t v;
-	asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
-	return v;
-}
-
-/* One bulk prefetch of [p, p + bytes) into L2 (16-byte aligned, a multiple of 16 bytes): DRAM
- * sees one long sequential read instead of the warps' scattered 64-byte pieces. */
-static __device__ __forceinline__ void gm_l2_prefetch(const void *p, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-	(void)p, (void)bytes;
-#endif
-}
-
-static __device__ __forceinline__ uint32_t gm_word(const uint4 &v, int j)
-{
-	return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-/* Pair k of a word of 8 codes (code i in bits 4i..4i+3): codes 3-k (low half) and 7-k (high) as
- * BF16 bits, each value * 2^-126. */
-static __device__ __forceinline__ uint32_t gm_pair(uint32_t q, int k)
-{
-	const uint32_t s = q << (4 * k);
-	return (s & 0x80008000u) | ((s >> 6) & 0x01C001C0u);
-}
-
-static __device__ __forceinline__ uint32_t gm_hmul2(uint32_t a, uint32_t b)
-{
-	__nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&a),
-	                           *reinterpret_cast<const __nv_bfloat162 *>(&b));
-	return *reinterpret_cast<uint32_t *>(&r);
-}
-
-static __device__ __forceinline__ uint32_t gm_bf16_bits(float f)
-{
-	__nv_bfloat16 b = __float2bfloat16_rn(f);
-	return *reinterpret_cast<unsigned short *>(&b);
-}
-
-/* both halves = f (exact when f is representable) */
-static __device__ __forceinline__ uint32_t gm_bcast(float f)
-{
-	const uint32_t b = gm_bf16_bits(f);
-	return b | (b << 16);
-}
-
-/* NVFP4: the chunk's two E4M3 scales (low byte first) -> BF16 pairs of scale * 2^112 */
-static __device__ __forceinline__ void gm_nv_scales(uint32_t s2, uint32_t &lo, uint32_t &hi)
-{
-	__half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)s2, __NV_E4M3);
-	const float c = 5.192296858534828e33f; /* 2^112 */
-	lo = gm_bcast(__half2float(__half(__half_raw{h.x})) * c);
-	hi = gm_bcast(__half2float(__half(__half_raw{h.y})) * c);
-}
-
-static __device__ __forceinline__ void gm_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1)
-{
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-	    "{%8, %9}, {%0, %1, %2, %3};"
-	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* bytes from one staged column to the next: >= the column, and 32 mod 128 */
-static __host__ __device__ __forceinline__ int gm_col_stride(int nch)
-{
-	return nch * 64 + ((nch * 64) % 128 == 0 ? 32 : 96);
-}
-
-static __device__ __forceinline__ uint32_t gm_split(float a, float b, uint32_t &lo)
-{
-	const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
-	const __nv_bfloat16 la = __float2bfloat16_rn(a - __bfloat162float(ha));
-	const __nv_bfloat16 lb = __float2bfloat16_rn(b - __bfloat162float(hb));
-	lo = (uint32_t)*reinterpret_cast<const unsigned short *>(&la) |
-	     ((uint32_t)*reinterpret_cast<const unsigned short *>(&lb) << 16);
-	return (uint32_t)*reinterpret_cast<const unsigned short *>(&ha) |
-	       ((uint32_t)*reinterpret_cast<const unsigned short *>(&hb) << 16);
-}
-
-/* x[ke..ke + 8) of SwiGLU(h) (from its loaded inputs) for a down projection, the same float math as
- * moe.cu's moe_act_kernel: act 1: h = [gate | up] halves of K each; act 2 (gpt-oss): gate and up
- * interleaved, gate clamped above at limit, up to [-limit, limit], gate * sigmoid(alpha gate) *
- * (up + 1). */
-static __device__ __forceinline__ void gm_act8(const float4 r[4], int act, float alpha, float limit, float xe[8])
-{
-	if (act == 1) { /* r: gate[ke..ke + 8), up[ke..ke + 8) */
-		const float4 g0 = r[0], g1 = r[1], u0 = r[2], u1 = r[3];
-		const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-		const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-#pragma unroll
-		for (int i = 0; i < 8; i++)
-			xe[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-	} else { /* r: (gate, up) pairs of ke..ke + 8 */
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const float4 q = r[i];
-			const float ga = fminf(q.x, limit), ua = fminf(fmaxf(q.y, -limit), limit);
-			const float gb = fminf(q.z, limit), ub = fminf(fmaxf(q.w, -limit), limit);
-			xe[2 * i] = ga / (1.0f + expf(-alpha * ga)) * (ua + 1.0f);
-			xe[2 * i + 1] = gb / (1.0f + expf(-alpha * gb)) * (ub + 1.0f);
-		}
-	}
-}
+#include "backend/cuda/gemv_mma.cuh"
 
 /* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM) */
 template <int F, int NG, int W, int D>
@@ -416,27 +229,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	 * and L2-resident, and it saves a separate norm kernel and its launch. */
 	__shared__ float s_ss[16];
 	__shared__ float s_gate[16 * 16]; /* pair: the gate tile's outputs [token][row] */
-	/* adds each lane's ssq to s_ss[tok] (tok < 0: nothing). When a token spans >= 32 items of
-	 * the pass, a warp's 32 consecutive items hold at most two tokens: two masked warp sums and
-	 * two shared adds instead of 32 adds to one address. */
-	auto add_ss = [&](int tok, float ssq, bool wide) {
-		if (!wide) {
-			if (tok >= 0)
-				atomicAdd(&s_ss[tok], ssq);
-			return;
-		}
-		const int t0 = __shfl_sync(0xFFFFFFFFu, tok, 0), t1 = __reduce_max_sync(0xFFFFFFFFu, tok);
-		float v0 = tok == t0 ? ssq : 0.0f, v1 = tok == t0 ? 0.0f : ssq;
-		for (int o = 16; o; o >>= 1) {
-			v0 += __shfl_xor_sync(0xFFFFFFFFu, v0, o);
-			v1 += __shfl_xor_sync(0xFFFFFFFFu, v1, o);
-		}
-		if (lane == 0 && t0 >= 0) {
-			atomicAdd(&s_ss[t0], v0);
-			if (t1 != t0)
-				atomicAdd(&s_ss[t1], v1);
-		}
-	};
+	auto add_ss = [&](int tok, float ssq, bool wide) { gm_add_ss(s_ss, tok, ssq, wide); };
 	if (a.norm_w) {
 		if (threadIdx.x < 16)
 			s_ss[threadIdx.x] = 0.0f;
@@ -458,84 +251,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 			}
 		}
 	}
-	/* stage x[M][k0..k0 + 128 * nsteps) as (hi, lo) BF16 pairs in decode order, zero padded.
-	 * Items (8 elements of one token) go in batches of GM_SU rounds of the block: every load of
-	 * a batch is issued before the first is used, so staging costs one L2 round trip a batch
-	 * rather than one a round (measured ~0.5 us a round at M = 4). All threads run the same
-	 * rounds (the norm's warp sums need every lane). */
-	const int per_tok = nch * 4, total = M * per_tok;
-	for (int base = 0; base < total; base += GM_SU * W * 32) {
-		float4 raw[GM_SU][4]; /* x (2) and norm weight (2), or the 4 of SwiGLU's input */
-		int tk[GM_SU], ke_[GM_SU];
-#pragma unroll
-		for (int u = 0; u < GM_SU; u++) {
-			const int it = base + u * W * 32 + threadIdx.x;
-			tk[u] = -1;
-			ke_[u] = k1;
-			if (it >= total)
-				continue;
-			const int tok = it / per_tok, rem = it - tok * per_tok;
-			tk[u] = tok;
-			ke_[u] = k0 + 32 * (rem >> 2) + 8 * (rem & 3);
-			if (ke_[u] >= k1)
-				continue;
-			const float4 *src;
-			if (a.act == 0) {
-				const float *xr = a.xrow ? xin + (size_t)a.xrow[goff + tok] * a.x_stride : xin + (size_t)tok * a.K;
-				src = reinterpret_cast<const float4 *>(xr + ke_[u]);
-				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
-				if (a.norm_w) {
-					src = reinterpret_cast<const float4 *>(a.norm_w + ke_[u]);
-					raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
-				}
-			} else if (a.act == 1) { /* token rows of [gate | up], 2K floats */
-				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + ke_[u]);
-				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
-				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + a.K + ke_[u]);
-				raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
-			} else { /* gate and up interleaved */
-				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + 2 * (size_t)ke_[u]);
-				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
-				raw[u][2] = __ldg(src + 2), raw[u][3] = __ldg(src + 3);
-			}
-		}
-#pragma unroll
-		for (int u = 0; u < GM_SU; u++) {
-			const int tok = tk[u];
-			float ssq = 0.0f;
-			if (tok >= 0) {
-				uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
-				if (ke_[u] < k1) {
-					float4 p = raw[u][0], q = raw[u][1];
-					if (a.act == 0 && a.norm_w) {
-						const float c = a.zero_centred ? 1.0f : 0.0f;
-						const float4 r = raw[u][2], t4 = raw[u][3];
-						if (gridDim.y == 1)
-							ssq = p.x * p.x + p.y * p.y + p.z * p.z + p.w * p.w + q.x * q.x +
-							      q.y * q.y + q.z * q.z + q.w * q.w;
-						p = make_float4(p.x * (c + r.x), p.y * (c + r.y), p.z * (c + r.z), p.w * (c + r.w));
-						q = make_float4(q.x * (c + t4.x), q.y * (c + t4.y), q.z * (c + t4.z), q.w * (c + t4.w));
-					} else if (a.act) {
-						float xe[8];
-						gm_act8(raw[u], a.act, a.alpha, a.limit, xe);
-						p = make_float4(xe[0], xe[1], xe[2], xe[3]);
-						q = make_float4(xe[4], xe[5], xe[6], xe[7]);
-					}
-					/* pair k = (x[3 - k], x[7 - k]) */
-					hi.x = gm_split(p.w, q.w, lo.x);
-					hi.y = gm_split(p.z, q.z, lo.y);
-					hi.z = gm_split(p.y, q.y, lo.z);
-					hi.w = gm_split(p.x, q.x, lo.w);
-				}
-				const int rem = base + u * W * 32 + threadIdx.x - tok * per_tok, lc = rem >> 2, j = rem & 3;
-				const int off = lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16);
-				*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok) * cs + off) = hi;
-				*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok + 1) * cs + off) = lo;
-			}
-			if (a.norm_w && gridDim.y == 1)
-				add_ss(tok, ssq, per_tok >= 32);
-		}
-	}
+	/* stage x[M][k0..k0 + 128 * nsteps) (gm_stage) */
+	gm_stage<W * 32>(a, sm, cs, M, k0, k1, nch, xin, goff, s_ss, a.norm_w && gridDim.y == 1, threadIdx.x);
 	__syncthreads();
 	stamp(2);
 
@@ -567,37 +284,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 				acc[0][0] += __uint_as_float((wqa.x ^ wqa.y ^ wqa.z ^ wqa.w ^ wqb.x ^ wqb.y ^ wqb.z ^ wqb.w ^
 				                              cai ^ cbi) & 0x007FFFFFu);
 			} else if (s < nsteps) {
-				const int lc = 4 * s + t;
-				uint32_t sca0, sca1, scb0, scb1;
-				if (F == GM_NVFP4) {
-					gm_nv_scales(cai, sca0, sca1);
-					gm_nv_scales(cbi, scb0, scb1);
-				} else {
-					/* 2^(e - 127 + C) as BF16 bits: exponent field e + C (1..254 by the range check) */
-					const uint32_t ea = cai & 0x100u ? 0u : ((cai + a.ec) << 7);
-					const uint32_t eb = cbi & 0x100u ? 0u : ((cbi + a.ec) << 7);
-					sca0 = sca1 = ea | (ea << 16);
-					scb0 = scb1 = eb | (eb << 16);
-				}
-				const int sw = (lc >> 1) & 1;
-#pragma unroll
-				for (int j = 0; j < 4; j++) {
-					const uint32_t w0 = gm_word(wqa, j), w1 = gm_word(wqb, j);
-					const uint32_t s_a = j < 2 ? sca0 : sca1, s_b = j < 2 ? scb0 : scb1;
-					uint32_t A0[4], A1[4];
-#pragma unroll
-					for (int k = 0; k < 4; k++) {
-						A0[k] = gm_hmul2(gm_pair(w0, k), s_a);
-						A1[k] = gm_hmul2(gm_pair(w1, k), s_b);
-					}
-					const int off = lc * 64 + ((j ^ sw) * 16);
-#pragma unroll
-					for (int gg = 0; gg < NG; gg++) {
-						const uint4 xb = *reinterpret_cast<const uint4 *>(xcol[gg] + off);
-						gm_mma(acc[gg], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
-						gm_mma(acc[gg], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
-					}
-				}
+				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
 			}
 			if (++sit < spw)
 				continue;
@@ -732,6 +419,7 @@ static struct {
 	float *ws;
 	unsigned *cnt;
 	int sms;
+	int cc; /* compute capability major */
 	int ready;
 } gm_dev[64];
 
@@ -777,15 +465,19 @@ static int gm_setup(cudaStream_t s, int *dev_out, struct fp4s_error *err, int *r
 		if (cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone) {
 			cudaError_t e = cudaDeviceGetAttribute(&gm_dev[dev].sms, cudaDevAttrMultiProcessorCount, dev);
 			if (e == cudaSuccess)
+				e = cudaDeviceGetAttribute(&gm_dev[dev].cc, cudaDevAttrComputeCapabilityMajor, dev);
+			if (e == cudaSuccess && gm_dev[dev].cc >= 9)
+				e = gm_tma_attrs();
+			if (e == cudaSuccess)
 				e = gm_attrs<GM_NVFP4>();
 			if (e == cudaSuccess)
 				e = gm_attrs<GM_MXFP4>();
 			if (e == cudaSuccess)
 				e = cudaMalloc((void **)&gm_dev[dev].ws, (size_t)GM_WS_FLOATS * sizeof(float));
 			if (e == cudaSuccess)
-				e = cudaMalloc((void **)&gm_dev[dev].cnt, (size_t)GM_CNT * sizeof(unsigned));
+				e = cudaMalloc((void **)&gm_dev[dev].cnt, (size_t)(GM_CNT + 2) * sizeof(unsigned));
 			if (e == cudaSuccess)
-				e = cudaMemset(gm_dev[dev].cnt, 0, (size_t)GM_CNT * sizeof(unsigned));
+				e = cudaMemset(gm_dev[dev].cnt, 0, (size_t)(GM_CNT + 2) * sizeof(unsigned));
 			if (e != cudaSuccess) {
 				*rc = fp4s_error_set(err, FP4S_ECUDA, "gemv setup: %s", cudaGetErrorString(e));
 			} else {
@@ -892,6 +584,14 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 	}
 	if (variant == 0)
 		variant = dflt;
+	/* FP4S_GEMV_TMA: 0 = never the bulk-copy kernel, 1 = it with tiles strided over the blocks,
+	 * 2 (default) = it with tiles after the first round claimed from a counter */
+	static int tma = -1;
+	if (tma < 0) {
+		const char *e = getenv("FP4S_GEMV_TMA");
+		tma = e ? atoi(e) : 2;
+		tma = tma < 0 || tma > 2 ? 2 : tma;
+	}
 	const int64_t K = w->cols;
 	if (K % 32 || K > (1 << 30) || w->rows <= 0 || M < 1 || ((uintptr_t)w->data % 16) ||
 	    ((uintptr_t)x % 16) || (nv && ((uintptr_t)w->scales % 2)) || !w->scales)
@@ -964,8 +664,19 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		if (act)
 			a.x = x + (size_t)t0 * 2 * K;
 		const int sms = gm_dev[dev].sms;
-		cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem)
-		                   : gm_launch<GM_MXFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem);
+		/* the bulk-copy kernel where it applies (gemv_tma.cu), unless a variant, a probe or an
+		 * L2 prefetch was asked for (benchmarks) */
+		a.stages = tma && gm_dev[dev].cc >= 9 && ks == 1 && !pair && !probe && !a.l2pf && variant == 0
+		                   ? gm_tma_stages(nv, K, m)
+		                   : 0;
+		cudaError_t e;
+		if (a.stages) {
+			a.claim = tma == 2 ? gm_dev[dev].cnt + GM_CNT : NULL;
+			e = gm_tma_launch(a, nv, sms, s);
+		} else {
+			e = nv ? gm_launch<GM_NVFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem)
+			       : gm_launch<GM_MXFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem);
+		}
 		FP4S_CUDA_TRY(err, e);
 	}
 	return FP4S_OK;

@@ -1,0 +1,330 @@
+/* gemv_tma.cu: the decode matmul with its weights streamed into shared memory by the bulk copy
+ * engine (compute capability 9.0 and later); the same contract, numerics and activation layout as
+ * gemv_mma.cu's kernel, which stays for the shapes and forms this one does not take.
+ *
+ * Why. In gemv_mma.cu every warp loads its own weights into registers, four steps ahead: about
+ * 64 KB in flight an SM, bounded by registers. In a decode chain that kernel streams at ~2.2-2.6
+ * TB/s once running and loses 3-7 us at each end (bench/results/2026-11-22-h100-session4.md):
+ * the loads issued before the PDL wait cover only four steps, and the last round of row tiles
+ * runs on a fraction of the SMs. Here one producer warp a block copies stages of 16 rows x 1024 K
+ * (codes and scales, ~10 KB) into a ring of shared memory with cp.async.bulk, each stage's
+ * arrival counted in bytes by an mbarrier; eight consumer warps decode and multiply from shared
+ * memory with the same step as gemv_mma.cu (gm_step) and hand the stage back through a second
+ * mbarrier. So:
+ *  - bytes in flight are bounded by the ring (5-10 stages a block, two blocks an SM), not by
+ *    registers, and cost no issue slots;
+ *  - the first stages of a block's first tile are copied before the PDL wait, while the previous
+ *    kernel finishes;
+ *  - after the first round, each block's producer claims its next tile from a counter, so blocks
+ *    on faster SMs take more tiles and the blocks finish together. Which block computes a tile
+ *    changes nothing in its arithmetic: results stay bit-identical from run to run.
+ *
+ * Layout of a stage: row r's 512 code bytes at r * GT_RS (576: rows 2p and 2p + 1, read by one
+ * quarter warp, land on different banks), then row r's scale bytes (NVFP4 64, MXFP4 32) at
+ * 16 * GT_RS + r * SS. Consumer warp w takes step 8 * stage + w of the tile, lane (g, t) the
+ * 16 bytes of chunk t of rows g and g + 8, as in gemv_mma.cu.
+ *
+ * Takes one matrix (no experts, no gate|up pairing), K unsplit, M <= 16, NVFP4 with K % 256 == 0
+ * or MXFP4 with K % 512 == 0 (every bulk copy a multiple of 16 bytes at 16-byte aligned
+ * addresses), and activations that fit beside at least 3 stages. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/pdl.cuh"
+
+#define GT_W 8                /* consumer warps */
+#define GT_KC (GT_W * 128)    /* K elements a stage: one 128-element step a consumer warp */
+#define GT_RS 576             /* bytes from one row's codes to the next in a stage */
+#define GT_SMAX 16            /* stages at most */
+#define GT_THREADS ((GT_W + 1) * 32)
+
+template <int F>
+struct gt_geo {
+	static constexpr int SB = F == GM_NVFP4 ? GT_KC / 16 : GT_KC / 32; /* scale bytes a row a stage */
+	static constexpr int SS = F == GM_NVFP4 ? 80 : 48;  /* their row stride: 8 rows on 8 bank groups */
+	static constexpr int STAGE = (16 * GT_RS + 16 * SS + 127) / 128 * 128;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ uint32_t gt_sa(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void gt_init(uint64_t *b, unsigned count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gt_sa(b)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void gt_expect(uint64_t *b, unsigned bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gt_sa(b)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void gt_arrive(uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gt_sa(b)) : "memory");
+}
+
+static __device__ __forceinline__ void gt_wait(uint64_t *b, unsigned parity)
+{
+	uint32_t ok;
+	do {
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+		             "selp.u32 %0, 1, 0, p;\n\t}"
+		             : "=r"(ok)
+		             : "r"(gt_sa(b)), "r"(parity)
+		             : "memory");
+	} while (!ok);
+}
+
+static __device__ __forceinline__ void gt_copy(void *dst, const void *src, unsigned bytes, uint64_t *b)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+	                 gt_sa(dst)),
+	             "l"(src), "r"(bytes), "r"(gt_sa(b))
+	             : "memory");
+}
+
+/* the consumer warps only (the producer never joins) */
+static __device__ __forceinline__ void gt_sync(void)
+{
+	asm volatile("bar.sync 1, %0;" ::"n"(GT_W * 32) : "memory");
+}
+#endif
+
+template <int F, int NG>
+static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm_args a)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	typedef gt_geo<F> G;
+	extern __shared__ __align__(128) uint8_t sm[];
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
+	__shared__ int hdr[GT_SMAX]; /* the stage's tile (-1: no more) */
+	__shared__ float s_ss[16];
+	const int S = a.stages;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	auto stamp = [&](int k) {
+		if (a.stamps && threadIdx.x == 0)
+			a.stamps[4 * (size_t)blockIdx.x + k] = gm_now();
+	};
+	stamp(0);
+	pdl_trigger();
+	const int K = a.K, nkc = (K + GT_KC - 1) / GT_KC, nsteps = K >> 7;
+	const int64_t tiles = (a.rows + 15) >> 4;
+	if (threadIdx.x < S) {
+		gt_init(&full[threadIdx.x], 1);
+		gt_init(&empty[threadIdx.x], GT_W);
+	}
+	if (threadIdx.x < 16)
+		s_ss[threadIdx.x] = 0.0f;
+	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	__syncthreads();
+
+	if (warp == GT_W) {
+		/* The producer: stage n goes to slot n % S once the consumers have handed back its
+		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
+		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
+		int64_t tile = blockIdx.x;
+		int kc = 0;
+		bool waited = false;
+		for (unsigned n = 0;; n++) {
+			const int i = (int)(n % (unsigned)S);
+			if (n >= (unsigned)S)
+				gt_wait(&empty[i], (n / S - 1) & 1);
+			if (tile >= tiles) {
+				if (lane == 0) {
+					hdr[i] = -1;
+					gt_arrive(&full[i]);
+				}
+				break;
+			}
+			const int64_t r0 = tile * 16;
+			const int nr = (int)min((int64_t)16, a.rows - r0);
+			const int klen = min(GT_KC, K - kc * GT_KC);
+			const unsigned cb = (unsigned)klen / 2, sb = F == GM_NVFP4 ? klen / 16 : klen / 32;
+			uint8_t *st = sm + (size_t)i * G::STAGE;
+			if (lane == 0) {
+				hdr[i] = (int)tile;
+				gt_expect(&full[i], (unsigned)nr * (cb + sb));
+			}
+			__syncwarp();
+			if (lane < nr)
+				gt_copy(st + lane * GT_RS, a.data + (size_t)(r0 + lane) * rowb + (size_t)kc * (GT_KC / 2), cb,
+				        &full[i]);
+			else if (lane >= 16 && lane - 16 < nr)
+				gt_copy(st + 16 * GT_RS + (lane - 16) * G::SS,
+				        a.scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * G::SB, sb, &full[i]);
+			if (++kc < nkc)
+				continue;
+			kc = 0;
+			if (!waited) {
+				pdl_wait(); /* the claim counter belongs to the kernels before this one */
+				waited = true;
+			}
+			if (a.claim) {
+				unsigned c = 0;
+				if (lane == 0)
+					c = atomicAdd(&a.claim[0], 1u);
+				tile = (int64_t)gridDim.x + __shfl_sync(0xFFFFFFFFu, c, 0);
+			} else {
+				tile += gridDim.x;
+			}
+		}
+		if (!waited)
+			pdl_wait();
+		if (a.claim && lane == 0) {
+			/* the last block to finish claiming leaves the counter at 0 for the next launch */
+			__threadfence();
+			if (atomicAdd(&a.claim[1], 1u) == gridDim.x - 1) {
+				atomicExch(&a.claim[0], 0u);
+				atomicExch(&a.claim[1], 0u);
+			}
+		}
+		return;
+	}
+
+	/* the consumers */
+	pdl_wait(); /* x and y belong to the kernels before this one */
+	stamp(1);
+	const int M = a.M;
+	const int cs = gm_col_stride(nsteps * 4);
+	uint8_t *xs = sm + (size_t)S * G::STAGE;
+	float *red = reinterpret_cast<float *>(xs + (size_t)2 * M * cs); /* [2][warps][M][16] */
+	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, a.x, 0, s_ss, a.norm_w != NULL, threadIdx.x);
+	gt_sync();
+	stamp(2);
+	const int g = lane >> 2, t = lane & 3;
+	const uint8_t *xcol[NG];
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++) {
+		const int col = 8 * gg + g < 2 * M ? 8 * gg + g : (g & 1);
+		xcol[gg] = xs + (size_t)col * cs;
+	}
+	float acc[NG][4];
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++)
+		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
+	int kc = 0, tile_it = 0;
+	for (unsigned n = 0;; n++) {
+		const int i = (int)(n % (unsigned)S);
+		gt_wait(&full[i], (n / S) & 1);
+		const int tile = hdr[i];
+		if (tile < 0)
+			break;
+		const int s = kc * GT_W + warp;
+		if (s < nsteps) {
+			const uint8_t *st = sm + (size_t)i * G::STAGE;
+			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * GT_RS + warp * 64 + t * 16);
+			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * GT_RS + warp * 64 + t * 16);
+			const uint8_t *sc = st + 16 * GT_RS;
+			uint32_t cai, cbi;
+			if (F == GM_NVFP4) {
+				cai = *reinterpret_cast<const uint16_t *>(sc + g * G::SS + warp * 8 + t * 2);
+				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * G::SS + warp * 8 + t * 2);
+			} else {
+				cai = sc[g * G::SS + warp * 4 + t];
+				cbi = sc[(g + 8) * G::SS + warp * 4 + t];
+			}
+			gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
+		}
+		__syncwarp();
+		if (lane == 0)
+			gt_arrive(&empty[i]); /* this warp is done with the slot */
+		if (++kc < nkc)
+			continue;
+		/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier, then one
+		 * thread per (token, row) sums the warps in order (as gemv_mma.cu) */
+		kc = 0;
+		float *rp = red + (size_t)(tile_it & 1) * GT_W * M * 16;
+		tile_it++;
+#pragma unroll
+		for (int gg = 0; gg < NG; gg++) {
+			const int tok = 4 * gg + t;
+			if (tok < M) {
+				rp[(warp * M + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
+				rp[(warp * M + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
+			}
+			acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
+		}
+		gt_sync();
+		const int tok = threadIdx.x >> 4, r = threadIdx.x & 15;
+		const int64_t row = (int64_t)tile * 16 + r;
+		if (tok < M && row < a.rows) {
+			float v = 0.0f;
+			for (int w = 0; w < GT_W; w++)
+				v += rp[(w * M + tok) * 16 + r];
+			float out = ldexpf(v, a.pexp) * a.post;
+			if (a.norm_w)
+				out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
+			if (a.bias)
+				out += a.bias[row];
+			float *yp = a.y + (size_t)tok * a.rows + row;
+			*yp = a.accumulate ? *yp + out : out;
+		}
+	}
+	stamp(3);
+#endif
+}
+
+/* Stages of the ring for this matmul (0: it does not fit, or the kernel does not take it). */
+int gm_tma_stages(int nv, int64_t K, int M)
+{
+	if (M < 1 || M > 16 || K < 128 || K % (nv ? 256 : 512))
+		return 0;
+	const size_t xs = (size_t)2 * M * gm_col_stride((int)(K / 32)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
+	const size_t stage = nv ? gt_geo<GM_NVFP4>::STAGE : gt_geo<GM_MXFP4>::STAGE;
+	if (xs >= GM_SMEM_MAX)
+		return 0;
+	size_t n = (GM_SMEM_MAX - xs) / stage;
+	n = n > GT_SMAX ? GT_SMAX : n;
+	return n < 3 ? 0 : (int)n;
+}
+
+template <int F, int NG>
+static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, cudaStream_t s)
+{
+	const size_t smem = (size_t)a.stages * gt_geo<F>::STAGE + (size_t)2 * a.M * gm_col_stride(a.K / 32) +
+	                    (size_t)2 * GT_W * a.M * 16 * sizeof(float);
+	int per_sm = 0;
+	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG>, GT_THREADS, smem);
+	if (e != cudaSuccess)
+		return e;
+	if (per_sm < 1)
+		return cudaErrorInvalidConfiguration;
+	int64_t bx = (int64_t)per_sm * sms;
+	bx = bx > tiles ? tiles : bx;
+	struct pdl_launch l;
+	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx), dim3(GT_THREADS), smem, s, 1), gemv_tma_kernel<F, NG>,
+	                          a);
+}
+
+cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, cudaStream_t s)
+{
+	const int64_t tiles = (a.rows + 15) >> 4;
+	if (nv)
+		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, s)
+		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, s)
+		                  : gt_go<GM_NVFP4, 4>(a, tiles, sms, s);
+	return a.M <= 4 ? gt_go<GM_MXFP4, 1>(a, tiles, sms, s)
+	       : a.M <= 8 ? gt_go<GM_MXFP4, 2>(a, tiles, sms, s)
+	                  : gt_go<GM_MXFP4, 4>(a, tiles, sms, s);
+}
+
+cudaError_t gm_tma_attrs(void)
+{
+	cudaError_t e = cudaSuccess;
+#define GT_ATTR(F, NG)                                                                                     \
+	if (e == cudaSuccess)                                                                              \
+		e = cudaFuncSetAttribute(gemv_tma_kernel<F, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+		                         GM_SMEM_MAX);
+	GT_ATTR(GM_NVFP4, 1)
+	GT_ATTR(GM_NVFP4, 2)
+	GT_ATTR(GM_NVFP4, 4)
+	GT_ATTR(GM_MXFP4, 1)
+	GT_ATTR(GM_MXFP4, 2)
+	GT_ATTR(GM_MXFP4, 4)
+#undef GT_ATTR
+	return e;
+}
