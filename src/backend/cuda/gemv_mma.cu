@@ -667,7 +667,7 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		/* the bulk-copy kernel where it applies (gemv_tma.cu), unless a variant, a probe or an
 		 * L2 prefetch was asked for (benchmarks) */
 		a.stages = tma && gm_dev[dev].cc >= 9 && ks == 1 && !pair && !probe && !a.l2pf && variant == 0
-		                   ? gm_tma_stages(nv, K, m)
+		                   ? gm_tma_plan(nv, K, m, &a)
 		                   : 0;
 		cudaError_t e;
 		if (a.stages) {

@@ -68,6 +68,10 @@ struct gm_args {
 	/* gemv_tma.cu: ring stages; claim[0] counts tiles claimed after the first round and claim[1]
 	 * the blocks done claiming (both back to 0 at the end; NULL: tiles strided, no claims) */
 	int stages;
+	int tkc;      /* K elements a stage (a multiple of 1024, or K: whole rows) */
+	int trs, tss; /* a stage's bytes from one row's codes / scales to the next */
+	int tstage;   /* bytes a stage */
+	int tflat;    /* whole rows, and one copy each for the tile's codes and scales */
 	unsigned *claim;
 };
 
@@ -109,10 +113,10 @@ static __device__ __forceinline__ void gm_l2_prefetch(const void *p, uint32_t by
 	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #else
 	(void)p, (void)bytes;
-/* gemv_tma.cu (compute capability >= 9.0): the ring's stage count for an M-token matmul with K
- * columns (0 where that kernel does not take it), its launch (a.stages set), and its
- * shared-memory limits (once per device, outside capture). */
-int gm_tma_stages(int nv, int64_t K, int M);
+/* gemv_tma.cu (compute capability >= 9.0): the ring's geometry for an M-token matmul with K
+ * columns into a (returns the stage count, 0 where that kernel does not take it), its launch,
+ * and its shared-memory limits (once per device, outside capture). */
+int gm_tma_plan(int nv, int64_t K, int M, gm_args *a);
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, cudaStream_t s);
 cudaError_t gm_tma_attrs(void);
 
@@ -362,10 +366,10 @@ static __device__ __forceinline__ void gm_step(float (&acc)[NG][4], const uint4 
 	}
 }
 
-/* gemv_tma.cu (compute capability >= 9.0): the ring's stage count for an M-token matmul with K
- * columns (0 where that kernel does not take it), its launch (a.stages set), and its
- * shared-memory limits (once per device, outside capture). */
-int gm_tma_stages(int nv, int64_t K, int M);
+/* gemv_tma.cu (compute capability >= 9.0): the ring's geometry for an M-token matmul with K
+ * columns into a (returns the stage count, 0 where that kernel does not take it), its launch,
+ * and its shared-memory limits (once per device, outside capture). */
+int gm_tma_plan(int nv, int64_t K, int M, gm_args *a);
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, cudaStream_t s);
 cudaError_t gm_tma_attrs(void);
 

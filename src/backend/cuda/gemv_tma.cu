@@ -33,18 +33,12 @@
 #include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/pdl.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define GT_W 8                /* consumer warps */
-#define GT_KC (GT_W * 128)    /* K elements a stage: one 128-element step a consumer warp */
-#define GT_RS 576             /* bytes from one row's codes to the next in a stage */
 #define GT_SMAX 16            /* stages at most */
 #define GT_THREADS ((GT_W + 1) * 32)
-
-template <int F>
-struct gt_geo {
-	static constexpr int SB = F == GM_NVFP4 ? GT_KC / 16 : GT_KC / 32; /* scale bytes a row a stage */
-	static constexpr int SS = F == GM_NVFP4 ? 80 : 48;  /* their row stride: 8 rows on 8 bank groups */
-	static constexpr int STAGE = (16 * GT_RS + 16 * SS + 127) / 128 * 128;
-};
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ uint32_t gt_sa(const void *p)
@@ -98,7 +92,6 @@ template <int F, int NG>
 static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	typedef gt_geo<F> G;
 	extern __shared__ __align__(128) uint8_t sm[];
 	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
 	__shared__ int hdr[GT_SMAX]; /* the stage's tile (-1: no more) */
@@ -111,7 +104,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	};
 	stamp(0);
 	pdl_trigger();
-	const int K = a.K, nkc = (K + GT_KC - 1) / GT_KC, nsteps = K >> 7;
+	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = K >> 7, sps = KC >> 10;
 	const int64_t tiles = (a.rows + 15) >> 4;
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
@@ -142,20 +135,26 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 			}
 			const int64_t r0 = tile * 16;
 			const int nr = (int)min((int64_t)16, a.rows - r0);
-			const int klen = min(GT_KC, K - kc * GT_KC);
+			const int klen = min(KC, K - kc * KC);
 			const unsigned cb = (unsigned)klen / 2, sb = F == GM_NVFP4 ? klen / 16 : klen / 32;
-			uint8_t *st = sm + (size_t)i * G::STAGE;
+			uint8_t *st = sm + (size_t)i * a.tstage;
 			if (lane == 0) {
 				hdr[i] = (int)tile;
 				gt_expect(&full[i], (unsigned)nr * (cb + sb));
 			}
 			__syncwarp();
-			if (lane < nr)
-				gt_copy(st + lane * GT_RS, a.data + (size_t)(r0 + lane) * rowb + (size_t)kc * (GT_KC / 2), cb,
-				        &full[i]);
-			else if (lane >= 16 && lane - 16 < nr)
-				gt_copy(st + 16 * GT_RS + (lane - 16) * G::SS,
-				        a.scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * G::SB, sb, &full[i]);
+			if (a.tflat) { /* whole rows: the tile's codes and scales are two contiguous runs */
+				if (lane == 0)
+					gt_copy(st, a.data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
+				else if (lane == 1)
+					gt_copy(st + 16 * a.trs, a.scales + (size_t)r0 * spr, (unsigned)nr * sb, &full[i]);
+			} else if (lane < nr) {
+				gt_copy(st + lane * a.trs, a.data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i]);
+			} else if (lane >= 16 && lane - 16 < nr) {
+				gt_copy(st + 16 * a.trs + (lane - 16) * a.tss,
+				        a.scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
+				        sb, &full[i]);
+			}
 			if (++kc < nkc)
 				continue;
 			kc = 0;
@@ -190,7 +189,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	stamp(1);
 	const int M = a.M;
 	const int cs = gm_col_stride(nsteps * 4);
-	uint8_t *xs = sm + (size_t)S * G::STAGE;
+	uint8_t *xs = sm + (size_t)S * a.tstage;
 	float *red = reinterpret_cast<float *>(xs + (size_t)2 * M * cs); /* [2][warps][M][16] */
 	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, a.x, 0, s_ss, a.norm_w != NULL, threadIdx.x);
 	gt_sync();
@@ -213,19 +212,20 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 		const int tile = hdr[i];
 		if (tile < 0)
 			break;
-		const int s = kc * GT_W + warp;
-		if (s < nsteps) {
-			const uint8_t *st = sm + (size_t)i * G::STAGE;
-			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * GT_RS + warp * 64 + t * 16);
-			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * GT_RS + warp * 64 + t * 16);
-			const uint8_t *sc = st + 16 * GT_RS;
+		const uint8_t *st = sm + (size_t)i * a.tstage, *sc = st + 16 * a.trs;
+		for (int j = 0; j < sps; j++) {
+			const int u = warp * sps + j, s = kc * GT_W * sps + u; /* step in the stage, in the row */
+			if (s >= nsteps)
+				break;
+			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
+			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
 			uint32_t cai, cbi;
 			if (F == GM_NVFP4) {
-				cai = *reinterpret_cast<const uint16_t *>(sc + g * G::SS + warp * 8 + t * 2);
-				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * G::SS + warp * 8 + t * 2);
+				cai = *reinterpret_cast<const uint16_t *>(sc + g * a.tss + u * 8 + t * 2);
+				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * a.tss + u * 8 + t * 2);
 			} else {
-				cai = sc[g * G::SS + warp * 4 + t];
-				cbi = sc[(g + 8) * G::SS + warp * 4 + t];
+				cai = sc[g * a.tss + u * 4 + t];
+				cbi = sc[(g + 8) * a.tss + u * 4 + t];
 			}
 			gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
 		}
@@ -268,24 +268,51 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 #endif
 }
 
-/* Stages of the ring for this matmul (0: it does not fit, or the kernel does not take it). */
-int gm_tma_stages(int nv, int64_t K, int M)
+/* The ring for this matmul: K elements a stage (FP4S_GEMV_TMA_KC: 1024, 2048, 4096, or "flat" for
+ * whole rows copied as one run a tile; by default the largest that leaves 2 stages), and as
+ * many stages as fit beside the activations in GM_SMEM_MAX. Shared-memory strides put the 8 rows
+ * a quarter warp reads on different banks: codes KC / 2 + 64 bytes apart (64 mod 128), scales
+ * +16 (16 mod 128 or 80). The flat form keeps the rows as stored (two-way conflicts). */
+int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	if (M < 1 || M > 16 || K < 128 || K % (nv ? 256 : 512))
+	static int want = -1; /* 0 auto, 1 flat, else KC */
+	if (want < 0) {
+		const char *e = getenv("FP4S_GEMV_TMA_KC");
+		want = !e ? 0 : !strcmp(e, "flat") ? 1 : atoi(e);
+		if (want != 0 && want != 1 && want != 1024 && want != 2048 && want != 4096)
+			want = 0;
+	}
+	if (M < 1 || M > 16 || K < 128 || K % (nv ? 256 : 512) || K > (1 << 24))
 		return 0;
 	const size_t xs = (size_t)2 * M * gm_col_stride((int)(K / 32)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
-	const size_t stage = nv ? gt_geo<GM_NVFP4>::STAGE : gt_geo<GM_MXFP4>::STAGE;
 	if (xs >= GM_SMEM_MAX)
 		return 0;
-	size_t n = (GM_SMEM_MAX - xs) / stage;
-	n = n > GT_SMAX ? GT_SMAX : n;
-	return n < 3 ? 0 : (int)n;
+	const int div = nv ? 16 : 32;
+	for (int kc = want > 1 ? want : want == 1 ? (int)K : 4096; kc >= 1024; kc /= 2) {
+		const int flat = kc == K && want == 1;
+		if (kc > K && kc != 1024)
+			continue;
+		if (flat && K % 1024)
+			return 0;
+		const int rs = flat ? (int)K / 2 : kc / 2 + 64, ss = flat ? (int)K / div : kc / div + 16;
+		const int stage = (16 * rs + 16 * ss + 127) / 128 * 128;
+		size_t n = (GM_SMEM_MAX - xs) / (size_t)stage;
+		n = n > GT_SMAX ? GT_SMAX : n;
+		if (n < 2) {
+			if (flat || want > 1)
+				return 0;
+			continue;
+		}
+		a->tkc = kc, a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat;
+		return (int)n;
+	}
+	return 0;
 }
 
 template <int F, int NG>
 static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, cudaStream_t s)
 {
-	const size_t smem = (size_t)a.stages * gt_geo<F>::STAGE + (size_t)2 * a.M * gm_col_stride(a.K / 32) +
+	const size_t smem = (size_t)a.stages * a.tstage + (size_t)2 * a.M * gm_col_stride(a.K / 32) +
 	                    (size_t)2 * GT_W * a.M * 16 * sizeof(float);
 	int per_sm = 0;
 	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG>, GT_THREADS, smem);
