@@ -38,6 +38,7 @@
 
 #define GT_W 8                /* consumer warps */
 #define GT_SMAX 16            /* stages at most */
+#define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
 #define GT_THREADS ((GT_W + 1) * 32)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -275,20 +276,26 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
  * +16 (16 mod 128 or 80). The flat form keeps the rows as stored (two-way conflicts). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int want = -1; /* 0 auto, 1 flat, else KC */
+	static int want = -1;   /* 0 auto, 1 flat, else KC */
+	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	if (want < 0) {
 		const char *e = getenv("FP4S_GEMV_TMA_KC");
 		want = !e ? 0 : !strcmp(e, "flat") ? 1 : atoi(e);
 		if (want != 0 && want != 1 && want != 1024 && want != 2048 && want != 4096)
 			want = 0;
+		e = getenv("FP4S_GEMV_TMA_SMEM");
+		const int kb = e ? atoi(e) : 0;
+		budget = kb >= 32 && kb <= GT_SMEM_CAP / 1024 ? (size_t)kb * 1024 : GM_SMEM_MAX;
 	}
 	if (M < 1 || M > 16 || K < 128 || K % (nv ? 256 : 512) || K > (1 << 24))
 		return 0;
 	const size_t xs = (size_t)2 * M * gm_col_stride((int)(K / 32)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
-	if (xs >= GM_SMEM_MAX)
+	if (xs >= budget)
 		return 0;
 	const int div = nv ? 16 : 32;
-	for (int kc = want > 1 ? want : want == 1 ? (int)K : 4096; kc >= 1024; kc /= 2) {
+	/* by default 2048: on llama3-8b decode (H100) 1024 measured 15 % slower than 2048, 4096 and
+	 * whole rows 6 % slower (bench/results/2026-11-22-h100-session5.md) */
+	for (int kc = want > 1 ? want : want == 1 ? (int)K : 2048; kc >= 1024; kc /= 2) {
 		const int flat = kc == K && want == 1;
 		if (kc > K && kc != 1024)
 			continue;
@@ -296,7 +303,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 			return 0;
 		const int rs = flat ? (int)K / 2 : kc / 2 + 64, ss = flat ? (int)K / div : kc / div + 16;
 		const int stage = (16 * rs + 16 * ss + 127) / 128 * 128;
-		size_t n = (GM_SMEM_MAX - xs) / (size_t)stage;
+		size_t n = (budget - xs) / (size_t)stage;
 		n = n > GT_SMAX ? GT_SMAX : n;
 		if (n < 2) {
 			if (flat || want > 1)
@@ -345,7 +352,7 @@ cudaError_t gm_tma_attrs(void)
 #define GT_ATTR(F, NG)                                                                                     \
 	if (e == cudaSuccess)                                                                              \
 		e = cudaFuncSetAttribute(gemv_tma_kernel<F, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-		                         GM_SMEM_MAX);
+		                         GT_SMEM_CAP);
 	GT_ATTR(GM_NVFP4, 1)
 	GT_ATTR(GM_NVFP4, 2)
 	GT_ATTR(GM_NVFP4, 4)
