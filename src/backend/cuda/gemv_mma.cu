@@ -568,6 +568,19 @@ static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, in
 	return 0;
 }
 
+/* FP4S_GEMV_TMA: 0 = never the bulk-copy kernel (gemv_tma.cu), 1 = it with tiles strided over the
+ * blocks, 2 (default) = it with tiles after the first round claimed from a counter */
+static int gm_tma_mode(void)
+{
+	static int tma = -1;
+	if (tma < 0) {
+		const char *e = getenv("FP4S_GEMV_TMA");
+		tma = e ? atoi(e) : 2;
+		tma = tma < 0 || tma > 2 ? 2 : tma;
+	}
+	return tma;
+}
+
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, int pair,
                   cudaStream_t s,
@@ -584,14 +597,7 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 	}
 	if (variant == 0)
 		variant = dflt;
-	/* FP4S_GEMV_TMA: 0 = never the bulk-copy kernel, 1 = it with tiles strided over the blocks,
-	 * 2 (default) = it with tiles after the first round claimed from a counter */
-	static int tma = -1;
-	if (tma < 0) {
-		const char *e = getenv("FP4S_GEMV_TMA");
-		tma = e ? atoi(e) : 2;
-		tma = tma < 0 || tma > 2 ? 2 : tma;
-	}
+	const int tma = gm_tma_mode();
 	const int64_t K = w->cols;
 	if (K % 32 || K > (1 << 30) || w->rows <= 0 || M < 1 || ((uintptr_t)w->data % 16) ||
 	    ((uintptr_t)x % 16) || (nv && ((uintptr_t)w->scales % 2)) || !w->scales)
@@ -672,7 +678,7 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		cudaError_t e;
 		if (a.stages) {
 			a.claim = tma == 2 ? gm_dev[dev].cnt + GM_CNT : NULL;
-			e = gm_tma_launch(a, nv, sms, s);
+			e = gm_tma_launch(a, nv, sms, 1, s);
 		} else {
 			e = nv ? gm_launch<GM_NVFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem)
 			       : gm_launch<GM_MXFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem);
@@ -750,8 +756,14 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
 	a.cnt = gm_dev[dev].cnt; /* the combine's counters, one per blockIdx.x */
 	a.l2pf = GM_L2PF;
 	const int sms = gm_dev[dev].sms;
-	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem)
-	                   : gm_launch<GM_MXFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem);
+	/* the bulk-copy kernel where it applies, its tiles strided (the combine relies on it) */
+	a.stages = gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, 1, &a) : 0;
+	cudaError_t e;
+	if (a.stages)
+		e = gm_tma_launch(a, nv, sms, n_slots, s);
+	else
+		e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem)
+		       : gm_launch<GM_MXFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem);
 	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;
 }

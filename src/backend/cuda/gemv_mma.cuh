@@ -72,6 +72,7 @@ struct gm_args {
 	int trs, tss; /* a stage's bytes from one row's codes / scales to the next */
 	int tstage;   /* bytes a stage */
 	int tflat;    /* whole rows, and one copy each for the tile's codes and scales */
+	int tscl;     /* each stage holds the whole tile's scales (K's per-row slices not 16-byte units) */
 	unsigned *claim;
 };
 
@@ -117,7 +118,7 @@ static __device__ __forceinline__ void gm_l2_prefetch(const void *p, uint32_t by
  * columns into a (returns the stage count, 0 where that kernel does not take it), its launch,
  * and its shared-memory limits (once per device, outside capture). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a);
-cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, cudaStream_t s);
+cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s);
 cudaError_t gm_tma_attrs(void);
 
 #endif
@@ -370,7 +371,7 @@ static __device__ __forceinline__ void gm_step(float (&acc)[NG][4], const uint4 
  * columns into a (returns the stage count, 0 where that kernel does not take it), its launch,
  * and its shared-memory limits (once per device, outside capture). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a);
-cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, cudaStream_t s);
+cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s);
 cudaError_t gm_tma_attrs(void);
 
 #endif

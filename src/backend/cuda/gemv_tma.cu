@@ -105,7 +105,9 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	};
 	stamp(0);
 	pdl_trigger();
-	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = K >> 7, sps = KC >> 10;
+	/* steps: the last may be partial (K % 128 == 32, 64, 96): its staged x is zero and the
+	 * chunks past K get zero scales, so the stale shared bytes beside them add nothing */
+	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = KC >> 10;
 	const int64_t tiles = (a.rows + 15) >> 4;
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
@@ -123,6 +125,14 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 		int64_t tile = blockIdx.x;
 		int kc = 0;
 		bool waited = false;
+		const uint8_t *data = a.data, *scales = a.scales;
+		if (a.idx) { /* the expert comes from the router's output: nothing to copy before it */
+			pdl_wait();
+			waited = true;
+			const int64_t e = a.idx[blockIdx.z];
+			data += e * a.stride_data;
+			scales += e * a.stride_scales;
+		}
 		for (unsigned n = 0;; n++) {
 			const int i = (int)(n % (unsigned)S);
 			if (n >= (unsigned)S)
@@ -139,21 +149,26 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 			const int klen = min(KC, K - kc * KC);
 			const unsigned cb = (unsigned)klen / 2, sb = F == GM_NVFP4 ? klen / 16 : klen / 32;
 			uint8_t *st = sm + (size_t)i * a.tstage;
+			/* scales: the stage's slice of each row, or (tscl) the whole tile's, one run */
+			const unsigned sbytes = a.tscl ? (unsigned)(nr * spr) : (unsigned)nr * sb;
 			if (lane == 0) {
 				hdr[i] = (int)tile;
-				gt_expect(&full[i], (unsigned)nr * (cb + sb));
+				gt_expect(&full[i], (unsigned)nr * cb + sbytes);
 			}
 			__syncwarp();
 			if (a.tflat) { /* whole rows: the tile's codes and scales are two contiguous runs */
 				if (lane == 0)
-					gt_copy(st, a.data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
+					gt_copy(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
 				else if (lane == 1)
-					gt_copy(st + 16 * a.trs, a.scales + (size_t)r0 * spr, (unsigned)nr * sb, &full[i]);
+					gt_copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
 			} else if (lane < nr) {
-				gt_copy(st + lane * a.trs, a.data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i]);
+				gt_copy(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i]);
+			} else if (a.tscl) {
+				if (lane == 16)
+					gt_copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
 			} else if (lane >= 16 && lane - 16 < nr) {
 				gt_copy(st + 16 * a.trs + (lane - 16) * a.tss,
-				        a.scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
+				        scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
 				        sb, &full[i]);
 			}
 			if (++kc < nkc)
@@ -189,10 +204,23 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	pdl_wait(); /* x and y belong to the kernels before this one */
 	stamp(1);
 	const int M = a.M;
+	const float *xin = a.x, *bias = a.bias;
+	float *yout = a.y;
+	float post = a.post;
+	if (a.idx) { /* expert slot blockIdx.z */
+		const int slot = blockIdx.z;
+		const int64_t e = a.idx[slot];
+		if (bias)
+			bias += e * a.rows;
+		if (a.ws2e)
+			post *= a.ws2e[e];
+		xin += (int64_t)(slot / a.x_div) * a.x_stride;
+		yout += (int64_t)slot * a.rows;
+	}
 	const int cs = gm_col_stride(nsteps * 4);
 	uint8_t *xs = sm + (size_t)S * a.tstage;
 	float *red = reinterpret_cast<float *>(xs + (size_t)2 * M * cs); /* [2][warps][M][16] */
-	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, a.x, 0, s_ss, a.norm_w != NULL, threadIdx.x);
+	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, 0, s_ss, a.norm_w != NULL, threadIdx.x);
 	gt_sync();
 	stamp(2);
 	const int g = lane >> 2, t = lane & 3;
@@ -220,13 +248,16 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 				break;
 			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
 			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
+			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in sc's rows */
 			uint32_t cai, cbi;
-			if (F == GM_NVFP4) {
-				cai = *reinterpret_cast<const uint16_t *>(sc + g * a.tss + u * 8 + t * 2);
-				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * a.tss + u * 8 + t * 2);
+			if (4 * s + t >= (K >> 5)) {
+				cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
+			} else if (F == GM_NVFP4) {
+				cai = *reinterpret_cast<const uint16_t *>(sc + g * a.tss + ch * 2);
+				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * a.tss + ch * 2);
 			} else {
-				cai = sc[g * a.tss + u * 4 + t];
-				cbi = sc[(g + 8) * a.tss + u * 4 + t];
+				cai = sc[g * a.tss + ch];
+				cbi = sc[(g + 8) * a.tss + ch];
 			}
 			gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
 		}
@@ -256,16 +287,52 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 			float v = 0.0f;
 			for (int w = 0; w < GT_W; w++)
 				v += rp[(w * M + tok) * 16 + r];
-			float out = ldexpf(v, a.pexp) * a.post;
+			float out = ldexpf(v, a.pexp) * post;
 			if (a.norm_w)
 				out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
-			if (a.bias)
-				out += a.bias[row];
-			float *yp = a.y + (size_t)tok * a.rows + row;
+			if (bias)
+				out += bias[row];
+			float *yp = yout + (size_t)tok * a.rows + row;
 			*yp = a.accumulate ? *yp + out : out;
 		}
 	}
 	stamp(3);
+	if (a.cw) {
+		/* the MoE combine, as gemv_mma.cu: the slots' blocks with this blockIdx.x covered the same
+		 * row tiles (tiles strided, never claimed, for experts); the last of them to finish sums
+		 * the slots' rows in slot order and adds them into h */
+		__shared__ int last;
+		__threadfence();
+		gt_sync();
+		if (threadIdx.x == 0)
+			last = atomicAdd(&a.cnt[blockIdx.x], 1u) == gridDim.z - 1;
+		gt_sync();
+		if (!last)
+			return;
+		__threadfence();
+		const int nt = (int)((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
+		for (int it = threadIdx.x >> 4; it < nt; it += GT_W * 2) {
+				const int64_t row = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16 + (threadIdx.x & 15);
+				if (row >= a.rows)
+					continue;
+				float acc2 = 0.0f;
+				unsigned j = 0;
+				for (; j + 4 <= gridDim.z; j += 4) {
+					float o[4];
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+						o[q] = __ldcg(a.y + (size_t)(j + q) * a.rows + row);
+#pragma unroll
+					for (int q = 0; q < 4; q++)
+						acc2 += a.cw[j + q] * o[q];
+				}
+				for (; j < gridDim.z; j++)
+					acc2 += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
+				a.ch[row] = a.ch[row] + acc2;
+			}
+		if (threadIdx.x == 0)
+			a.cnt[blockIdx.x] = 0; /* ready for the next launch */
+	}
 #endif
 }
 
@@ -287,21 +354,29 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		const int kb = e ? atoi(e) : 0;
 		budget = kb >= 32 && kb <= GT_SMEM_CAP / 1024 ? (size_t)kb * 1024 : GM_SMEM_MAX;
 	}
-	if (M < 1 || M > 16 || K < 128 || K % (nv ? 256 : 512) || K > (1 << 24))
+	const int div = nv ? 16 : 32;
+	const int64_t spr = K / div, part = a->rows % 16;
+	if (M < 1 || M > 16 || K < 128 || K % 32 || K > (1 << 24) || (uintptr_t)a->data % 16 ||
+	    (uintptr_t)a->scales % 16 || (a->idx && (a->stride_data % 16 || a->stride_scales % 16)))
 		return 0;
-	const size_t xs = (size_t)2 * M * gm_col_stride((int)(K / 32)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
+	/* scales by row slices where every slice is whole 16-byte units, else the tile's at once
+	 * (short rows only; a ragged last tile's run must be whole units too) */
+	const int tscl = K % (nv ? 256 : 512) != 0;
+	if (tscl && (16 * spr > 4096 || (part * spr) % 16))
+		return 0;
+	const size_t xs = (size_t)2 * M * gm_col_stride((int)((K + 127) / 128 * 4)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
 	if (xs >= budget)
 		return 0;
-	const int div = nv ? 16 : 32;
 	/* by default 2048: on llama3-8b decode (H100) 1024 measured 15 % slower than 2048, 4096 and
 	 * whole rows 6 % slower (bench/results/2026-11-22-h100-session5.md) */
 	for (int kc = want > 1 ? want : want == 1 ? (int)K : 2048; kc >= 1024; kc /= 2) {
 		const int flat = kc == K && want == 1;
 		if (kc > K && kc != 1024)
 			continue;
-		if (flat && K % 1024)
+		if (flat && (K % 1024 || tscl))
 			return 0;
-		const int rs = flat ? (int)K / 2 : kc / 2 + 64, ss = flat ? (int)K / div : kc / div + 16;
+		const int rs = flat ? (int)K / 2 : kc / 2 + 64;
+		const int ss = flat || tscl ? (int)spr : kc / div + 16;
 		const int stage = (16 * rs + 16 * ss + 127) / 128 * 128;
 		size_t n = (budget - xs) / (size_t)stage;
 		n = n > GT_SMAX ? GT_SMAX : n;
@@ -310,16 +385,16 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 				return 0;
 			continue;
 		}
-		a->tkc = kc, a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat;
+		a->tkc = kc, a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat, a->tscl = tscl;
 		return (int)n;
 	}
 	return 0;
 }
 
 template <int F, int NG>
-static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, cudaStream_t s)
+static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaStream_t s)
 {
-	const size_t smem = (size_t)a.stages * a.tstage + (size_t)2 * a.M * gm_col_stride(a.K / 32) +
+	const size_t smem = (size_t)a.stages * a.tstage + (size_t)2 * a.M * gm_col_stride((a.K + 127) / 128 * 4) +
 	                    (size_t)2 * GT_W * a.M * 16 * sizeof(float);
 	int per_sm = 0;
 	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG>, GT_THREADS, smem);
@@ -327,23 +402,24 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, cudaStream_t 
 		return e;
 	if (per_sm < 1)
 		return cudaErrorInvalidConfiguration;
-	int64_t bx = (int64_t)per_sm * sms;
-	bx = bx > tiles ? tiles : bx;
+	/* every SM full; expert slots (blockIdx.z) share the blocks */
+	int64_t bx = ((int64_t)per_sm * sms + nz - 1) / nz;
+	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
 	struct pdl_launch l;
-	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx), dim3(GT_THREADS), smem, s, 1), gemv_tma_kernel<F, NG>,
-	                          a);
+	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1),
+	                          gemv_tma_kernel<F, NG>, a);
 }
 
-cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, cudaStream_t s)
+cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
 {
 	const int64_t tiles = (a.rows + 15) >> 4;
 	if (nv)
-		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, s)
-		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, s)
-		                  : gt_go<GM_NVFP4, 4>(a, tiles, sms, s);
-	return a.M <= 4 ? gt_go<GM_MXFP4, 1>(a, tiles, sms, s)
-	       : a.M <= 8 ? gt_go<GM_MXFP4, 2>(a, tiles, sms, s)
-	                  : gt_go<GM_MXFP4, 4>(a, tiles, sms, s);
+		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, nz, s)
+		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, nz, s)
+		                  : gt_go<GM_NVFP4, 4>(a, tiles, sms, nz, s);
+	return a.M <= 4 ? gt_go<GM_MXFP4, 1>(a, tiles, sms, nz, s)
+	       : a.M <= 8 ? gt_go<GM_MXFP4, 2>(a, tiles, sms, nz, s)
+	                  : gt_go<GM_MXFP4, 4>(a, tiles, sms, nz, s);
 }
 
 cudaError_t gm_tma_attrs(void)
