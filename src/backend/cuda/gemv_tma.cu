@@ -345,7 +345,10 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
+	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
 	if (want < 0) {
+		const char *mk = getenv("FP4S_GEMV_TMA_MAXK");
+		maxk = mk && atoll(mk) > 0 ? atoll(mk) : ((int64_t)1 << 24);
 		const char *e = getenv("FP4S_GEMV_TMA_KC");
 		want = !e ? 0 : !strcmp(e, "flat") ? 1 : atoi(e);
 		if (want != 0 && want != 1 && want != 1024 && want != 2048 && want != 4096)
@@ -356,7 +359,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	}
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
-	if (M < 1 || M > 16 || K < 128 || K % 32 || K > (1 << 24) || (uintptr_t)a->data % 16 ||
+	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
 	    (uintptr_t)a->scales % 16 || (a->idx && (a->stride_data % 16 || a->stride_scales % 16)))
 		return 0;
 	/* scales by row slices where every slice is whole 16-byte units, else the tile's at once
