@@ -881,10 +881,12 @@ int main(int argc, char **argv)
 			}
 	}
 	/* back-to-back launches: llama3-8b's four shapes (the first two claim tiles after the first
-	 * round), a ragged last tile, several tokens */
+	 * round), ragged last tiles, the MoE experts' short rows (whole-row stages, K % 128 != 0),
+	 * several tokens */
 	for (size_t f = 0; f < 2; f++) {
-		const int64_t sh[][2] = {{14336, 4096}, {28672, 4096}, {6144, 4096}, {4096, 14336}, {1000, 4096}, {4100, 2048}};
-		for (size_t si = 0; si < 6; si++)
+		const int64_t sh[][2] = {{14336, 4096}, {28672, 4096}, {6144, 4096}, {4096, 14336}, {1000, 4096},
+		                         {4100, 2048}, {5760, 2880}, {2048, 768}, {1536, 2048}, {2000, 2880}};
+		for (size_t si = 0; si < 10; si++)
 			run_repeat(fmts[f], sh[si][0], sh[si][1], si == 4 ? 3 : 1, (int)(si & 1), filter);
 		run_repeat(fmts[f], 14336, 4096, 16, 1, filter);
 		run_repeat(fmts[f], 2304, 4096, 9, 0, filter);

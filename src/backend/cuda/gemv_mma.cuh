@@ -69,6 +69,7 @@ struct gm_args {
 	 * the blocks done claiming (both back to 0 at the end; NULL: tiles strided, no claims) */
 	int stages;
 	int tkc;      /* K elements a stage (a multiple of 1024, or K: whole rows) */
+	int tsps;     /* 128-element steps a consumer warp takes in a stage */
 	int trs, tss; /* a stage's bytes from one row's codes / scales to the next */
 	int tstage;   /* bytes a stage */
 	int tflat;    /* whole rows, and one copy each for the tile's codes and scales */

@@ -107,7 +107,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	pdl_trigger();
 	/* steps: the last may be partial (K % 128 == 32, 64, 96): its staged x is zero and the
 	 * chunks past K get zero scales, so the stale shared bytes beside them add nothing */
-	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = KC >> 10;
+	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
 	const int64_t tiles = (a.rows + 15) >> 4;
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
@@ -336,11 +336,14 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 #endif
 }
 
-/* The ring for this matmul: K elements a stage (FP4S_GEMV_TMA_KC: 1024, 2048, 4096, or "flat" for
- * whole rows copied as one run a tile; by default the largest that leaves 2 stages), and as
- * many stages as fit beside the activations in GM_SMEM_MAX. Shared-memory strides put the 8 rows
- * a quarter warp reads on different banks: codes KC / 2 + 64 bytes apart (64 mod 128), scales
- * +16 (16 mod 128 or 80). The flat form keeps the rows as stored (two-way conflicts). */
+/* The ring for this matmul. A stage is either whole rows (flat: the tile's codes and scales as
+ * stored, one copy each) or KC = 1024 / 2048 / 4096 K of each row (a copy a row, with padding so
+ * the 8 rows a quarter warp reads sit on different banks: codes KC / 2 + 64 bytes apart, scales
+ * KC / 16 or / 32 + 16). FP4S_GEMV_TMA_KC = flat / 1024 / 2048 / 4096 forces one; by default whole
+ * rows up to K = 3072 (the MoE experts' short rows: few, larger copies) and 2048 above (on llama3-8b
+ * decode 1024 measured 15 % slower than 2048, and 4096 or whole rows 6 % slower:
+ * bench/results/2026-11-22-h100-session5.md). Stages: as many as fit beside the activations
+ * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
@@ -362,33 +365,38 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
 	    (uintptr_t)a->scales % 16 || (a->idx && (a->stride_data % 16 || a->stride_scales % 16)))
 		return 0;
-	/* scales by row slices where every slice is whole 16-byte units, else the tile's at once
-	 * (short rows only; a ragged last tile's run must be whole units too) */
+	/* row slices: scales by slices where each is whole 16-byte units, else the tile's at once
+	 * (tscl: short rows only). Any whole-tile scale run of a ragged last tile must be whole
+	 * units too. */
 	const int tscl = K % (nv ? 256 : 512) != 0;
-	if (tscl && (16 * spr > 4096 || (part * spr) % 16))
-		return 0;
 	const size_t xs = (size_t)2 * M * gm_col_stride((int)((K + 127) / 128 * 4)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
 	if (xs >= budget)
 		return 0;
-	/* by default 2048: on llama3-8b decode (H100) 1024 measured 15 % slower than 2048, 4096 and
-	 * whole rows 6 % slower (bench/results/2026-11-22-h100-session5.md) */
-	for (int kc = want > 1 ? want : want == 1 ? (int)K : 2048; kc >= 1024; kc /= 2) {
-		const int flat = kc == K && want == 1;
-		if (kc > K && kc != 1024)
+	int cand[3], nc = 0;
+	if (want == 1 || (want == 0 && K <= 3072))
+		cand[nc++] = 0; /* flat */
+	if (want > 1)
+		cand[nc++] = want;
+	else if (want == 0)
+		cand[nc++] = 2048, cand[nc++] = 1024;
+	for (int ci = 0; ci < nc; ci++) {
+		const int kc = cand[ci], flat = kc == 0;
+		if (!flat && kc > K && kc != 1024)
 			continue;
-		if (flat && (K % 1024 || tscl))
-			return 0;
+		if ((flat || tscl) && (part * spr) % 16)
+			continue;
+		if (!flat && tscl && 16 * spr > 4096)
+			continue;
 		const int rs = flat ? (int)K / 2 : kc / 2 + 64;
 		const int ss = flat || tscl ? (int)spr : kc / div + 16;
 		const int stage = (16 * rs + 16 * ss + 127) / 128 * 128;
 		size_t n = (budget - xs) / (size_t)stage;
 		n = n > GT_SMAX ? GT_SMAX : n;
-		if (n < 2) {
-			if (flat || want > 1)
-				return 0;
+		if (n < 2)
 			continue;
-		}
-		a->tkc = kc, a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat, a->tscl = tscl;
+		a->tkc = flat ? (int)K : kc;
+		a->tsps = flat ? (int)(((K + 127) / 128 + GT_W - 1) / GT_W) : kc / 1024;
+		a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat, a->tscl = tscl;
 		return (int)n;
 	}
 	return 0;
