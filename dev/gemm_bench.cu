@@ -2,8 +2,9 @@
 // cuBLAS BF16 on the same shapes.
 //
 // Build: part of the CMake build when nvcc exists (target gemm_bench).
-// Run: ./gemm_bench [64|128] [v1] [lut|prmt] [nobf16]: force the token tile, the register-staged v1
-// kernel, v2's decode (shared table or byte permutes); nobf16 skips the cuBLAS rows.
+// Run: ./gemm_bench [64|128|256] [v1|v2|wgmma] [lut|prmt] [nobf16]: force the token tile, the kernel
+// (register-staged v1, the cp.async ring v2, the Hopper wgmma kernel; 256-token tiles are wgmma's
+// only), v2's decode (shared table or byte permutes); nobf16 skips the cuBLAS rows.
 //
 // Method (performance.md §7): for each shape and format first validate against the CPU reference
 // (64 rows x all tokens at M = 128, rel L2 <= 5e-3 vs FP32 x), then warm up and time 20 launches
@@ -64,12 +65,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no CUDA device\n");
 		return 1;
 	}
-	/* arguments: a token tile (64, 128), "v1", "lut" or "prmt" (decode), "nobf16" (skip cuBLAS) */
+	/* arguments: a token tile (64, 128, 256), "v1" / "v2" / "wgmma", "lut" or "prmt" (decode),
+	 * "nobf16" (skip cuBLAS) */
 	int skip_bf16 = 0;
 	int force_bm = 0, force_kernel = 0, force_decode = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "v1"))
 			force_kernel = 1;
+		else if (!strcmp(argv[i], "v2"))
+			force_kernel = 2;
+		else if (!strcmp(argv[i], "wgmma"))
+			force_kernel = 3;
 		else if (!strcmp(argv[i], "lut"))
 			force_decode = 1;
 		else if (!strcmp(argv[i], "prmt"))
@@ -88,8 +94,10 @@ int main(int argc, char **argv)
 	CB(cublasCreate(&cb));
 	CB(cublasGetVersion(cb, &cublas_ver));
 	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz; cuBLAS %d; token tile %d (0 = auto), "
-	       "kernel %s, decode %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000,
-	       cublas_ver, force_bm, force_kernel ? "v1" : "auto",
+	       "kernel %s (wgmma %s), decode %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6,
+	       sm_clock / 1000, cublas_ver, force_bm,
+	       force_kernel == 1 ? "v1" : force_kernel == 2 ? "v2" : force_kernel == 3 ? "wgmma" : "auto",
+	       fp4s_cuda_gemm_has_wgmma() ? "available" : "not available",
 	       force_decode == 1 ? "table" : force_decode == 2 ? "prmt" : "auto");
 
 	const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; /* rows (N), K */
