@@ -8,7 +8,7 @@
 // BF16 weights (cuBLAS), bad arguments. The Hopper wgmma kernel (gemm_wgmma.cu, the default there)
 // is forced on its own cases: a one-block, one-step case first (descriptor and swizzle), then
 // M in {16, 64, 512, 1000} x K in {2880, 4096, 14336}, all three token tiles (64, 128, 256),
-// split-K, rows not a multiple of 128, bias; where the device has no wgmma path those cases run
+// both block heights (128, 256 weight rows), split-K, rows not a multiple of 128, bias; where the device has no wgmma path those cases run
 // the default kernel. The mma.sync v2 kernel is forced on the decode cases.
 // Outputs are poisoned with NaN; every output is checked for NaN, and the values of up to 192
 // rows (first, middle, last 64) against two CPU references over all tokens:
@@ -42,6 +42,7 @@ struct gcase {
 	int own_ws; /* 1: pass a workspace, 0: the stream-ordered allocation */
 	int kernel; /* 0 = automatic, 1 = v1, 2 = v2, 3 = wgmma forced */
 	int decode; /* 0 = automatic, 1 = byte table, 2 = byte permutes */
+	int wrows;  /* wgmma's weight rows per block: 0 = automatic, 128, 256 */
 };
 
 struct hw {
@@ -120,8 +121,9 @@ static int cpu_ref_rows(const struct gcase *c, const struct hw *h, const float *
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s)", fp4s_wformat_name(c->fmt),
+	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s%s)", fp4s_wformat_name(c->fmt),
 	         (long long)c->rows, (long long)c->k, c->m, c->bias ? ",bias" : "", c->bm,
+	         c->wrows == 256 ? ",r256" : c->wrows == 128 ? ",r128" : "",
 	         c->own_ws ? ",ws" : "",
 	         c->kernel == 1   ? ",v1"
 	         : c->kernel == 3 ? ",wgmma"
@@ -163,7 +165,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(db, bias, (size_t)c->rows * sizeof(float), cudaMemcpyHostToDevice));
 	CK(cudaMalloc(&dy, (size_t)ny * sizeof(float) + 4));
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemm_tune tune = {c->bm, c->kernel, c->decode};
+	struct fp4s_gemm_tune tune = {c->bm, c->kernel, c->decode, c->wrows};
 	const size_t wsb = fp4s_cuda_gemm_workspace_bytes(&wd, c->m, &tune);
 	if (c->own_ws)
 		CK(cudaMalloc(&dws, wsb));
@@ -325,6 +327,10 @@ int main(int argc, char **argv)
 			{fmts[f], 2880, 4096, 512, 1, 64, 1, 3},    {fmts[f], 2880, 4096, 512, 1, 128, 1, 3},
 			{fmts[f], 2880, 4096, 512, 1, 256, 1, 3},   {fmts[f], 4100, 2880, 1000, 1, 256, 1, 3},
 			{fmts[f], 5, 4096, 300, 1, 0, 1, 3},        {fmts[f], 300, 2880, 1, 1, 0, 0, 3},
+			/* 256 weight rows per block (four warpgroups) */
+			{fmts[f], 256, 64, 128, 1, 128, 1, 3, 0, 256}, {fmts[f], 4096, 4096, 512, 1, 64, 1, 3, 0, 256},
+			{fmts[f], 14336, 4096, 1000, 0, 128, 1, 3, 0, 256}, {fmts[f], 2880, 14336, 16, 1, 64, 0, 3, 0, 256},
+			{fmts[f], 300, 2880, 200, 1, 0, 1, 3, 0, 256},
 		};
 		for (size_t t = 0; t < sizeof wgc / sizeof wgc[0]; t++)
 			run_case(&wgc[t], filter);
@@ -373,6 +379,10 @@ int main(int argc, char **argv)
 		bad.decode = 0;
 		bad.bm = 256; /* the wgmma kernel's tile only */
 		bad.kernel = 2;
+		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
+		bad.bm = 0;
+		bad.kernel = 0;
+		bad.rows = 192;
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, d + 2048, 16, NULL, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));

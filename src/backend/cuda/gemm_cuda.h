@@ -42,6 +42,7 @@ struct fp4s_gemm_tune {
 	             * 0: wgmma where it applies and measured faster (FP4S_GEMM_WGMMA=0 in the
 	             *    environment turns that off), else v2, else v1 */
 	int decode; /* v2's FP4 -> BF16 decode: 1 = shared byte table, 2 = byte permutes (prmt) */
+	int rows;   /* wgmma: weight rows per block tile, 128 or 256 (256 with 64- or 128-token tiles) */
 };
 
 /* 1 when the Hopper wgmma kernel (tune->kernel 3) can run on the current device: an sm_90a image

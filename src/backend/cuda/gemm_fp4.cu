@@ -40,7 +40,7 @@ int fp4s_gemm_wgmma_supported(void);
 int fp4s_gemm_wgmma_convert(const float *x, __nv_bfloat16 *xp, int M, int64_t K, cudaStream_t s,
                             struct fp4s_error *err);
 int fp4s_gemm_wgmma(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out, int partial, int bt,
-                    int splits, int steps, cudaStream_t s, struct fp4s_error *err);
+                    int rows, int splits, int steps, cudaStream_t s, struct fp4s_error *err);
 
 namespace {
 
@@ -750,21 +750,28 @@ static int use_wgmma(const struct fp4s_mat *w, int32_t M, const struct fp4s_gemm
 	return supported;
 }
 
-/* Token tile and split-K for the wgmma kernel: 128 weight rows per block; tiles of 256 tokens
- * hold one block per SM, smaller ones two. Split K only while the grid is under one block per
- * SM (partials cost M x N x 8 bytes of traffic per split), each split >= 8 steps. */
-static ring_plan plan_wgmma(int M, int64_t N, int64_t K, int bm_forced, int sms)
+/* Tiles and split-K for the wgmma kernel: bt tokens x rows weight rows per block (128 rows: two
+ * warpgroups, two blocks per SM up to 128 tokens; 256 rows: four warpgroups, one block). Split K
+ * only while the grid is under one block per SM (partials cost M x N x 8 bytes of traffic per
+ * split), each split >= 8 steps. */
+struct wg_plan {
+	int bt, rows, splits, steps;
+};
+
+static wg_plan plan_wgmma(int M, int64_t N, int64_t K, const struct fp4s_gemm_tune *tune, int sms)
 {
-	int bt = bm_forced;
+	int bt = tune ? tune->bm : 0, rows = tune ? tune->rows : 0;
 	if (!bt)
 		bt = M <= FP4S_GEMM_WGMMA_BT64_MAX ? 64 : M <= FP4S_GEMM_WGMMA_BT128_MAX ? 128 : 256;
-	const long long nk = K / BK, blocks = FP4S_CEIL_DIV((long long)M, bt) * FP4S_CEIL_DIV(N, 128);
+	if (!rows || bt == 256)
+		rows = 128;
+	const long long nk = K / BK, blocks = FP4S_CEIL_DIV((long long)M, bt) * FP4S_CEIL_DIV(N, (long long)rows);
 	int splits = 1;
 	while (splits < 8 && blocks * splits * 2 <= sms && nk / (splits * 2) >= 8)
 		splits *= 2;
 	const int steps = (int)FP4S_CEIL_DIV(nk, (long long)splits);
 	splits = (int)FP4S_CEIL_DIV(nk, (long long)steps);
-	return {bt, splits, steps};
+	return {bt, rows, splits, steps};
 }
 
 static size_t xb_bytes(int32_t M, int64_t K) { return ((size_t)M * (size_t)K * 2 + 255) & ~(size_t)255; }
@@ -778,7 +785,7 @@ extern "C" size_t fp4s_cuda_gemm_workspace_bytes(const struct fp4s_mat *w, int32
 		return 0;
 	size_t b = xb_bytes(M, w->cols);
 	if (use_wgmma(w, M, tune)) {
-		const ring_plan pl = plan_wgmma(M, w->rows, w->cols, tune ? tune->bm : 0, device_sms());
+		const wg_plan pl = plan_wgmma(M, w->rows, w->cols, tune, device_sms());
 		if (pl.splits > 1)
 			b += (size_t)pl.splits * (size_t)M * (size_t)w->rows * sizeof(float);
 	} else if (use_ring(w, tune)) {
@@ -807,9 +814,10 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 	if ((uintptr_t)x % 4 || (uintptr_t)w->data % 16 || (w->fmt == FP4S_WF_NVFP4 && (uintptr_t)w->scales % 2))
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: x, data or scales misaligned");
 	if (tune && ((tune->bm != 0 && tune->bm != 64 && tune->bm != 128 && tune->bm != 256) || tune->kernel < 0 ||
-	             tune->kernel > 3 || tune->decode < 0 || tune->decode > 2))
-		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64, 128, 256), kernel %d (1, 2, 3)",
-		                      tune->bm, tune->kernel);
+	             tune->kernel > 3 || tune->decode < 0 || tune->decode > 2 ||
+	             (tune->rows != 0 && tune->rows != 128 && tune->rows != 256)))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64, 128, 256) x %d rows (128, 256), "
+		                      "kernel %d (1, 2, 3)", tune->bm, tune->rows, tune->kernel);
 	if (M == 0)
 		return FP4S_OK;
 	const int wgmma = use_wgmma(w, M, tune);
@@ -841,9 +849,9 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 		if (w->fmt == FP4S_WF_BF16) {
 			rc = gemm_bf16_cublas(w, xb, M, y, s, err);
 		} else if (wgmma) {
-			const ring_plan pl = plan_wgmma(M, w->rows, w->cols, tune ? tune->bm : 0, sms);
-			rc = fp4s_gemm_wgmma(w, xb, M, pl.splits > 1 ? part : y, pl.splits > 1, pl.bm, pl.splits, pl.steps,
-			                     s, err);
+			const wg_plan pl = plan_wgmma(M, w->rows, w->cols, tune, sms);
+			rc = fp4s_gemm_wgmma(w, xb, M, pl.splits > 1 ? part : y, pl.splits > 1, pl.bt, pl.rows, pl.splits,
+			                     pl.steps, s, err);
 			if (!rc && pl.splits > 1) {
 				const size_t mn = (size_t)M * (size_t)w->rows;
 				splitk_reduce_kernel<<<(unsigned)(mn / 256 + 1 < 8192 ? mn / 256 + 1 : 8192), 256, 0, s>>>(

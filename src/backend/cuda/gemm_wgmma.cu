@@ -20,8 +20,9 @@
  * it is converted FP32 -> BF16 (a launch that exists anyway), so the activation tiles stay plain
  * 16-byte copies.
  *
- * Block: 256 threads = 2 warpgroups, 128 weight rows (64 per warpgroup) x BT tokens; K in steps of
- * 64 through a STAGES-deep cp.async ring (activations, raw codes, scale words), copies issued
+ * Block: WGS = 2 or 4 warpgroups, 64 weight rows each, x BT tokens (the activation tile is shared
+ * by all of them: 4 halve its traffic per flop, 2 give more blocks); K in steps of 64 through a
+ * STAGES-deep cp.async ring (activations, raw codes, scale words), copies issued
  * STAGES-2 steps ahead by all threads, one barrier per step. Per half step (k32) a thread decodes
  * 8 A registers, and the warpgroup issues two wgmma m64nBTk16 on them; A is double-buffered so the
  * decode of the next half overlaps the MMAs of this one (wgmma.wait_group 1). FP32 accumulators in
@@ -45,21 +46,25 @@
 
 namespace {
 
-constexpr int WG_ROWS = 128; /* weight rows per block: 64 per warpgroup */
-constexpr int WG_BK = 64;    /* K per step: one 128-byte BF16 row of the activation tile */
-constexpr int WG_THREADS = 256;
+constexpr int WG_BK = 64; /* K per step: one 128-byte BF16 row of the activation tile */
 constexpr int WG_NV = 0, WG_MX = 1;
 
-template <int BT, int STAGES>
+/* BT tokens x ROWS = 64 WGS weight rows per block, WGS warpgroups, STAGES ring slots */
+template <int BT, int WGS, int STAGES>
 struct wg_cfg {
-	static constexpr int ACT = BT * WG_BK * 2;          /* [BT][64] BF16, swizzled, 1024-aligned */
-	static constexpr int CODES = WG_ROWS * WG_BK / 2;   /* [128][32 B] packed codes */
-	static constexpr int SCALES = WG_ROWS * 4;          /* one 4-byte scale word per row */
+	static constexpr int THREADS = 128 * WGS;
+	static constexpr int ROWS = 64 * WGS;
+	static constexpr int ACT = BT * WG_BK * 2;       /* [BT][64] BF16, swizzled, 1024-aligned */
+	static constexpr int CODES = ROWS * WG_BK / 2;   /* [ROWS][32 B] packed codes */
+	static constexpr int SCALES = ROWS * 4;          /* one 4-byte scale word per row */
 	static constexpr int CODES_OFF = STAGES * ACT;
 	static constexpr int SCALES_OFF = CODES_OFF + STAGES * CODES;
 	static constexpr int SMEM = SCALES_OFF + STAGES * SCALES + 1024; /* + slack to align to 1024 */
-	static constexpr int MINB = BT <= 128 ? 2 : 1;      /* blocks per SM the registers allow */
+	/* blocks per SM the 64K registers allow at <= 128 per thread (BT / 2 accumulators each) */
+	static constexpr int MINB = WGS == 2 && BT <= 128 ? 2 : 1;
 	static_assert(ACT % 1024 == 0, "swizzle atoms are 8 rows x 128 bytes");
+	static_assert((BT * 8) % THREADS == 0, "whole activation chunks per thread");
+	static_assert(WGS * BT <= 512, "accumulators beyond 128 registers per thread at 512 threads");
 };
 
 /* Device helpers exist only where the kernel is real (unused functions are errors elsewhere). */
@@ -184,41 +189,41 @@ __device__ __forceinline__ void wg_touch(float (&d)[N])
 		asm volatile("" : "+f"(d[i])::"memory");
 }
 
-template <int BT, int STAGES, int FMT>
-__global__ void __launch_bounds__(WG_THREADS, (wg_cfg<BT, STAGES>::MINB))
+template <int BT, int WGS, int STAGES, int FMT>
+__global__ void __launch_bounds__((wg_cfg<BT, WGS, STAGES>::THREADS), (wg_cfg<BT, WGS, STAGES>::MINB))
 gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restrict__ wq,
                   const uint8_t *__restrict__ wsc, float ws2, const float *__restrict__ bias,
                   float *__restrict__ y, float *__restrict__ part, int M, int N, int K, int steps_per_split)
 {
 #if FP4S_WGMMA_DEVICE
-	using C = wg_cfg<BT, STAGES>;
+	using C = wg_cfg<BT, WGS, STAGES>;
 	extern __shared__ uint8_t smem_raw[];
 	/* the swizzle is a function of address bits 4-9: tiles start on 1024-byte boundaries */
 	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 	const int tid = threadIdx.x, lane = tid & 31;
 	const int wg = tid >> 7, g = ((tid >> 5) & 3) * 16 + (lane >> 2), c = lane & 3;
-	const int n0 = blockIdx.x * WG_ROWS, m0 = blockIdx.y * BT;
+	const int n0 = blockIdx.x * C::ROWS, m0 = blockIdx.y * BT;
 	const int kt0 = blockIdx.z * steps_per_split;
 	const int nk = min(steps_per_split, K / WG_BK - kt0);
 
 	/* copy roles. Codes: row tid/2, 16-byte half tid&1; rows past N copy row N-1 (finite, never
-	 * stored). Scales (tid < 128): one row's 4-byte word: NVFP4's 4 scales of the step, or for
+	 * stored). Scales (tid < ROWS): one row's 4-byte word: NVFP4's 4 scales of the step, or for
 	 * MXFP4 the aligned word holding the step's pair (wsc is 2-aligned and K/32 even: no straddle). */
 	const uint8_t *q_src = wq + (size_t)min(n0 + (tid >> 1), N - 1) * (size_t)(K / 2) + (tid & 1) * 16;
-	const uint8_t *s_src = wsc + (size_t)min(n0 + (tid & 127), N - 1) * (size_t)(FMT == WG_NV ? K / 16 : K / 32);
+	const uint8_t *s_src = wsc + (size_t)min(n0 + (tid % C::ROWS), N - 1) * (size_t)(FMT == WG_NV ? K / 16 : K / 32);
 
 	auto issue = [&](int j) { /* local step j into ring slot j % STAGES */
 		const int slot = j % STAGES, kt = kt0 + j;
 		uint8_t *act = smem + slot * C::ACT;
 #pragma unroll
-		for (int i = 0; i < BT / 32; i++) {
-			const int ch = tid + i * WG_THREADS, r = ch >> 3, cc = ch & 7;
+		for (int i = 0; i < BT * 8 / C::THREADS; i++) {
+			const int ch = tid + i * C::THREADS, r = ch >> 3, cc = ch & 7;
 			const bool ok = m0 + r < M;
 			const __nv_bfloat16 *src = ok ? xp + (size_t)(m0 + r) * K + (size_t)kt * WG_BK + cc * 8 : xp;
 			cp16(smem_addr(act + r * 128 + ((cc ^ (r & 7)) << 4)), src, ok ? 16 : 0);
 		}
 		cp16(smem_addr(smem + C::CODES_OFF + slot * C::CODES + tid * 16), q_src + (size_t)kt * 32, 16);
-		if (tid < 128) {
+		if (tid < C::ROWS) {
 			const uint8_t *sp = FMT == WG_NV ? s_src + (size_t)kt * 4
 			                                 : (const uint8_t *)((uintptr_t)(s_src + (size_t)kt * 2) & ~(uintptr_t)3);
 			cp4(smem_addr(smem + C::SCALES_OFF + slot * C::SCALES + tid * 4), sp);
@@ -338,15 +343,15 @@ __global__ void wg_x_to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *
 	}
 }
 
-template <int BT, int STAGES, int FMT>
+template <int BT, int WGS, int STAGES, int FMT>
 int launch(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out, int partial, int splits,
            int steps, cudaStream_t s, struct fp4s_error *err)
 {
-	using C = wg_cfg<BT, STAGES>;
-	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_wgmma_kernel<BT, STAGES, FMT>,
+	using C = wg_cfg<BT, WGS, STAGES>;
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_wgmma_kernel<BT, WGS, STAGES, FMT>,
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, WG_ROWS), (unsigned)FP4S_CEIL_DIV(M, BT), (unsigned)splits);
-	gemm_wgmma_kernel<BT, STAGES, FMT><<<grid, WG_THREADS, C::SMEM, s>>>(
+	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, C::ROWS), (unsigned)FP4S_CEIL_DIV(M, BT), (unsigned)splits);
+	gemm_wgmma_kernel<BT, WGS, STAGES, FMT><<<grid, C::THREADS, C::SMEM, s>>>(
 		xp, (const uint8_t *)w->data, w->scales, FMT == WG_NV ? w->ws2 : 1.0f, w->bias, out,
 		partial ? out : nullptr, M, (int)w->rows, (int)w->cols, steps);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
@@ -386,14 +391,25 @@ int fp4s_gemm_wgmma_convert(const float *x, __nv_bfloat16 *xp, int M, int64_t K,
 	return FP4S_OK;
 }
 
-int fp4s_gemm_wgmma(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out, int partial, int bt,
-                    int splits, int steps, cudaStream_t s, struct fp4s_error *err)
+namespace {
+
+template <int FMT>
+int launch_fmt(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out, int partial, int bt,
+               int rows, int splits, int steps, cudaStream_t s, struct fp4s_error *err)
 {
-	if (w->fmt == FP4S_WF_NVFP4)
-		return bt == 256 ? launch<256, 4, WG_NV>(w, xp, M, out, partial, splits, steps, s, err)
-		       : bt == 128 ? launch<128, 5, WG_NV>(w, xp, M, out, partial, splits, steps, s, err)
-		                   : launch<64, 6, WG_NV>(w, xp, M, out, partial, splits, steps, s, err);
-	return bt == 256 ? launch<256, 4, WG_MX>(w, xp, M, out, partial, splits, steps, s, err)
-	       : bt == 128 ? launch<128, 5, WG_MX>(w, xp, M, out, partial, splits, steps, s, err)
-	                   : launch<64, 6, WG_MX>(w, xp, M, out, partial, splits, steps, s, err);
+	if (rows == 256)
+		return bt == 128 ? launch<128, 4, 5, FMT>(w, xp, M, out, partial, splits, steps, s, err)
+		                 : launch<64, 4, 6, FMT>(w, xp, M, out, partial, splits, steps, s, err);
+	return bt == 256   ? launch<256, 2, 4, FMT>(w, xp, M, out, partial, splits, steps, s, err)
+	       : bt == 128 ? launch<128, 2, 5, FMT>(w, xp, M, out, partial, splits, steps, s, err)
+	                   : launch<64, 2, 6, FMT>(w, xp, M, out, partial, splits, steps, s, err);
+}
+
+} // namespace
+
+int fp4s_gemm_wgmma(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out, int partial, int bt,
+                    int rows, int splits, int steps, cudaStream_t s, struct fp4s_error *err)
+{
+	return w->fmt == FP4S_WF_NVFP4 ? launch_fmt<WG_NV>(w, xp, M, out, partial, bt, rows, splits, steps, s, err)
+	                               : launch_fmt<WG_MX>(w, xp, M, out, partial, bt, rows, splits, steps, s, err);
 }
