@@ -143,6 +143,8 @@ int main(int argc, char **argv)
 			for (size_t mi = 0; mi < ms.size(); mi++) {
 				struct fp4s_mat probe = {fi ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, N, K, NULL, NULL, 1.0f, NULL};
 				wsb = std::max(wsb, fp4s_cuda_gemm_workspace_bytes(&probe, ms[mi], &tune));
+				/* and the validation's M = 128 */
+				wsb = std::max(wsb, fp4s_cuda_gemm_workspace_bytes(&probe, 128, &tune));
 			}
 		CK(cudaMalloc(&dws, wsb));
 		CK(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));

@@ -51,10 +51,12 @@ constexpr int FMT_NV = 0, FMT_MX = 1;
 /* v2's decode: 0 = shared byte table, 1 = byte permutes (tune->decode overrides). The permutes
  * measured 2-20 % faster at every shape and M on an H200 (bench/results/2026-11-21-gemm.md). */
 #define FP4S_GEMM_PRMT_DEFAULT 1
-/* wgmma kernel (gemm_wgmma.cu): the smallest M it runs at by default, and its token tile by M */
+/* wgmma kernel (gemm_wgmma.cu): the smallest M it runs at by default (it measured faster than v2
+ * at every M on an H100, bench/results/2026-11-22-h100-gemm-wgmma.md), and its token tile by M:
+ * 64 up to 64 tokens, 128 up to 128, above that 256 unless 128-token tiles pad less */
 #define FP4S_GEMM_WGMMA_MIN_M 1
 #define FP4S_GEMM_WGMMA_BT64_MAX 64
-#define FP4S_GEMM_WGMMA_BT128_MAX 512
+#define FP4S_GEMM_WGMMA_BT128_MAX 128
 
 template <int BM>
 struct tile_cfg {
@@ -761,10 +763,22 @@ struct wg_plan {
 static wg_plan plan_wgmma(int M, int64_t N, int64_t K, const struct fp4s_gemm_tune *tune, int sms)
 {
 	int bt = tune ? tune->bm : 0, rows = tune ? tune->rows : 0;
-	if (!bt)
-		bt = M <= FP4S_GEMM_WGMMA_BT64_MAX ? 64 : M <= FP4S_GEMM_WGMMA_BT128_MAX ? 128 : 256;
-	if (!rows || bt == 256)
+	if (!rows)
 		rows = 128;
+	const long long nb = FP4S_CEIL_DIV(N, (long long)rows);
+	if (!bt) {
+		/* 256-token tiles amortize each thread's decode over twice the MMA work (measured 10-25 %
+		 * faster than 128 from M = 256 up), but not where they pad a whole 128 more, nor where
+		 * they would need split-K (partial sums through memory) and 128 would not */
+		const long long b256 = FP4S_CEIL_DIV((long long)M, 256) * nb, b128 = FP4S_CEIL_DIV((long long)M, 128) * nb;
+		bt = M <= FP4S_GEMM_WGMMA_BT64_MAX                               ? 64
+		     : M <= FP4S_GEMM_WGMMA_BT128_MAX || rows == 256             ? 128
+		     : FP4S_CEIL_DIV(M, 256) * 256 > FP4S_CEIL_DIV(M, 128) * 128 ? 128
+		     : b256 * 2 <= sms && b128 * 2 > sms                         ? 128
+		                                                                 : 256;
+	}
+	if (bt == 256)
+		rows = 128; /* 4 warpgroups x 128 accumulators would not fit the registers (forced 256 x 256) */
 	const long long nk = K / BK, blocks = FP4S_CEIL_DIV((long long)M, bt) * FP4S_CEIL_DIV(N, (long long)rows);
 	int splits = 1;
 	while (splits < 8 && blocks * splits * 2 <= sms && nk / (splits * 2) >= 8)

@@ -206,27 +206,39 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 	const int kt0 = blockIdx.z * steps_per_split;
 	const int nk = min(steps_per_split, K / WG_BK - kt0);
 
-	/* copy roles. Codes: row tid/2, 16-byte half tid&1; rows past N copy row N-1 (finite, never
-	 * stored). Scales (tid < ROWS): one row's 4-byte word: NVFP4's 4 scales of the step, or for
-	 * MXFP4 the aligned word holding the step's pair (wsc is 2-aligned and K/32 even: no straddle). */
-	const uint8_t *q_src = wq + (size_t)min(n0 + (tid >> 1), N - 1) * (size_t)(K / 2) + (tid & 1) * 16;
-	const uint8_t *s_src = wsc + (size_t)min(n0 + (tid % C::ROWS), N - 1) * (size_t)(FMT == WG_NV ? K / 16 : K / 32);
-
-	auto issue = [&](int j) { /* local step j into ring slot j % STAGES */
-		const int slot = j % STAGES, kt = kt0 + j;
-		uint8_t *act = smem + slot * C::ACT;
+	/* copy roles, with every address that does not change from step to step computed here (the
+	 * per-step address arithmetic was most of the loop's instructions). Activations: a thread's
+	 * chunks share one 16-byte column (tid & 7) of rows tid/8 + i RSTEP; rows past M are zero-filled
+	 * (src-size 0 reads nothing). Codes: row tid/2, 16-byte half tid&1; rows past N copy row N-1
+	 * (finite, never stored). Scales (tid < ROWS): one row's 4-byte word: NVFP4's 4 scales of the
+	 * step, or for MXFP4 the aligned word holding the step's pair (wsc is 2-aligned and K/32 even:
+	 * no straddle). */
+	constexpr int ACH = BT * 8 / C::THREADS, RSTEP = C::THREADS / 8;
+	const int ar = tid >> 3, ac = tid & 7;
+	const char *a_src = reinterpret_cast<const char *>(xp + (size_t)(m0 + ar) * K + ac * 8);
+	const size_t a_stride = (size_t)RSTEP * K * 2;
+	const uint32_t sbase = smem_addr(smem);
+	const uint32_t a_dst = sbase + ar * 128 + ((ac ^ (ar & 7)) << 4);
+	uint32_t a_ok = 0;
 #pragma unroll
-		for (int i = 0; i < BT * 8 / C::THREADS; i++) {
-			const int ch = tid + i * C::THREADS, r = ch >> 3, cc = ch & 7;
-			const bool ok = m0 + r < M;
-			const __nv_bfloat16 *src = ok ? xp + (size_t)(m0 + r) * K + (size_t)kt * WG_BK + cc * 8 : xp;
-			cp16(smem_addr(act + r * 128 + ((cc ^ (r & 7)) << 4)), src, ok ? 16 : 0);
-		}
-		cp16(smem_addr(smem + C::CODES_OFF + slot * C::CODES + tid * 16), q_src + (size_t)kt * 32, 16);
+	for (int i = 0; i < ACH; i++)
+		a_ok |= (uint32_t)(m0 + ar + i * RSTEP < M) << i;
+	const uint8_t *q_src = wq + (size_t)min(n0 + (tid >> 1), N - 1) * (size_t)(K / 2) + (tid & 1) * 16;
+	const uint32_t q_dst = sbase + C::CODES_OFF + tid * 16;
+	const uint8_t *s_src = wsc + (size_t)min(n0 + (tid % C::ROWS), N - 1) * (size_t)(FMT == WG_NV ? K / 16 : K / 32);
+	const uint32_t s_dst = sbase + C::SCALES_OFF + tid * 4;
+
+	auto issue = [&](int slot, int kt) { /* step kt into ring slot `slot` */
+		const char *src = a_src + (size_t)kt * 128;
+		const uint32_t dst = a_dst + slot * C::ACT;
+#pragma unroll
+		for (int i = 0; i < ACH; i++)
+			cp16(dst + i * RSTEP * 128, src + i * a_stride, (a_ok >> i) & 1 ? 16 : 0);
+		cp16(q_dst + slot * C::CODES, q_src + (size_t)kt * 32, 16);
 		if (tid < C::ROWS) {
 			const uint8_t *sp = FMT == WG_NV ? s_src + (size_t)kt * 4
 			                                 : (const uint8_t *)((uintptr_t)(s_src + (size_t)kt * 2) & ~(uintptr_t)3);
-			cp4(smem_addr(smem + C::SCALES_OFF + slot * C::SCALES + tid * 4), sp);
+			cp4(s_dst + slot * C::SCALES, sp);
 		}
 	};
 
@@ -235,6 +247,8 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 	const int ra = wg * 64 + g, rb = ra + 8;
 	const int mxa = (int)((uintptr_t)(wsc + (size_t)min(n0 + ra, N - 1) * (size_t)(K / 32)) & 3);
 	const int mxb = (int)((uintptr_t)(wsc + (size_t)min(n0 + rb, N - 1) * (size_t)(K / 32)) & 3);
+	const uint8_t *q_rd = smem + C::CODES_OFF + ra * 32 + c * 8; /* row rb is 256 bytes on */
+	const uint8_t *s_rd = smem + C::SCALES_OFF + ra * 4;         /* row rb is 32 bytes on */
 
 	float acc[BT / 2];
 #pragma unroll
@@ -244,10 +258,11 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 #pragma unroll
 	for (int j = 0; j < STAGES - 2; j++) {
 		if (j < nk)
-			issue(j);
+			issue(j, kt0 + j);
 		cp_commit(); /* empty groups keep the count */
 	}
 
+	int rslot = 0, wslot = STAGES - 2; /* ring slots of step j and of step j + STAGES - 2 */
 	for (int j = 0; j < nk; j++) {
 		/* groups committed: STAGES-2+j; group i = step i; step j must have landed */
 		cp_wait<STAGES - 3>();
@@ -257,23 +272,25 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 		/* slot (j-2) % STAGES: step j-2's MMAs finished (wait_group 1 at the end of j-1 leaves
 		 * only j-1's last group pending) before anyone passed the barrier above */
 		if (j + STAGES - 2 < nk)
-			issue(j + STAGES - 2);
+			issue(wslot, kt0 + j + STAGES - 2);
 		cp_commit();
+		wslot = wslot + 1 == STAGES ? 0 : wslot + 1;
 
-		const int slot = j % STAGES, kt = kt0 + j;
-		const uint8_t *codes = smem + C::CODES_OFF + slot * C::CODES;
-		const uint2 qa = *reinterpret_cast<const uint2 *>(codes + ra * 32 + c * 8);
-		const uint2 qb = *reinterpret_cast<const uint2 *>(codes + rb * 32 + c * 8);
-		const uint8_t *sc = smem + C::SCALES_OFF + slot * C::SCALES;
+		const int kt = kt0 + j;
+		const uint8_t *qs = q_rd + rslot * C::CODES;
+		const uint2 qa = *reinterpret_cast<const uint2 *>(qs);
+		const uint2 qb = *reinterpret_cast<const uint2 *>(qs + 8 * 32);
+		const uint8_t *ss = s_rd + rslot * C::SCALES;
 		uint32_t sa, sb;
 		if (FMT == WG_NV) {
-			sa = wg_scale2<FMT>(sc[ra * 4 + c]); /* logical k 16c..16c+15: NVFP4 block c */
-			sb = wg_scale2<FMT>(sc[rb * 4 + c]);
+			sa = wg_scale2<FMT>(ss[c]); /* logical k 16c..16c+15: NVFP4 block c */
+			sb = wg_scale2<FMT>(ss[8 * 4 + c]);
 		} else {
-			sa = wg_scale2<FMT>(sc[ra * 4 + ((mxa + 2 * kt) & 3) + (c >> 1)]); /* MXFP4 block c/2 */
-			sb = wg_scale2<FMT>(sc[rb * 4 + ((mxb + 2 * kt) & 3) + (c >> 1)]);
+			sa = wg_scale2<FMT>(ss[((mxa + 2 * kt) & 3) + (c >> 1)]); /* MXFP4 block c/2 */
+			sb = wg_scale2<FMT>(ss[8 * 4 + ((mxb + 2 * kt) & 3) + (c >> 1)]);
 		}
-		const uint64_t desc = wg_desc(smem_addr(smem + slot * C::ACT));
+		const uint64_t desc = wg_desc(sbase + rslot * C::ACT);
+		rslot = rslot + 1 == STAGES ? 0 : rslot + 1;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			/* half step h: k16 steps 2h, 2h+1 = bytes 4h..4h+3 of each row's 8 */
@@ -371,7 +388,7 @@ int fp4s_gemm_wgmma_supported(void)
 #endif
 	int has = 0;
 	for (const char *p = archs; (p = strstr(p, "90a")) != NULL; p += 3)
-		if ((p == archs || p[-1] == ' ' || p[-1] == ';') && (p[3] == 0 || p[3] == ' ' || p[3] == ';'))
+		if ((p == archs || p[-1] == ' ' || p[-1] == ';') && (p[3] == 0 || p[3] == ' ' || p[3] == ';' || p[3] == '-'))
 			has = 1;
 	int dev = 0, major = 0, minor = 0;
 	if (!has || cudaGetDevice(&dev) != cudaSuccess ||
