@@ -765,16 +765,13 @@ static wg_plan plan_wgmma(int M, int64_t N, int64_t K, const struct fp4s_gemm_tu
 	int bt = tune ? tune->bm : 0, rows = tune ? tune->rows : 0;
 	if (!rows)
 		rows = 128;
-	const long long nb = FP4S_CEIL_DIV(N, (long long)rows);
 	if (!bt) {
-		/* 256-token tiles amortize each thread's decode over twice the MMA work (measured 10-25 %
-		 * faster than 128 from M = 256 up), but not where they pad a whole 128 more, nor where
-		 * they would need split-K (partial sums through memory) and 128 would not */
-		const long long b256 = FP4S_CEIL_DIV((long long)M, 256) * nb, b128 = FP4S_CEIL_DIV((long long)M, 128) * nb;
+		/* 256-token tiles amortize each thread's decode over twice the MMA work: on an H100 they
+		 * ran 0-45 % faster than 128 from M = 256 up, split-K included (M = 512 with 4096 rows:
+		 * 64 blocks, two splits), but not where they pad a whole 128 more */
 		bt = M <= FP4S_GEMM_WGMMA_BT64_MAX                               ? 64
 		     : M <= FP4S_GEMM_WGMMA_BT128_MAX || rows == 256             ? 128
 		     : FP4S_CEIL_DIV(M, 256) * 256 > FP4S_CEIL_DIV(M, 128) * 128 ? 128
-		     : b256 * 2 <= sms && b128 * 2 > sms                         ? 128
 		                                                                 : 256;
 	}
 	if (bt == 256)
