@@ -332,8 +332,12 @@ int main(int argc, char **argv)
 			{fmts[f], 14336, 4096, 1000, 0, 128, 1, 3, 0, 256}, {fmts[f], 2880, 14336, 16, 1, 64, 0, 3, 0, 256},
 			{fmts[f], 300, 2880, 200, 1, 0, 1, 3, 0, 256},
 		};
-		for (size_t t = 0; t < sizeof wgc / sizeof wgc[0]; t++)
-			run_case(&wgc[t], filter);
+		for (size_t t = 0; t < sizeof wgc / sizeof wgc[0]; t++) {
+			struct gcase c = wgc[t];
+			if (c.bm == 256 && !fp4s_cuda_gemm_has_wgmma())
+				c.bm = 0; /* 256-token tiles exist only in the wgmma kernel */
+			run_case(&c, filter);
+		}
 	}
 	/* the mma.sync v2 kernel forced on a few of the same shapes (the wgmma kernel is the default
 	 * where it runs) */

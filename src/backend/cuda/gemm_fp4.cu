@@ -767,8 +767,8 @@ static wg_plan plan_wgmma(int M, int64_t N, int64_t K, const struct fp4s_gemm_tu
 		rows = 128;
 	if (!bt) {
 		/* 256-token tiles amortize each thread's decode over twice the MMA work: on an H100 they
-		 * ran 0-45 % faster than 128 from M = 256 up, split-K included (M = 512 with 4096 rows:
-		 * 64 blocks, two splits), but not where they pad a whole 128 more */
+		 * ran up to 30 % faster than 128 from M = 256 up, split-K included (M = 512 with 4096
+		 * rows: 64 blocks, two splits), but not where they pad a whole 128 more */
 		bt = M <= FP4S_GEMM_WGMMA_BT64_MAX                               ? 64
 		     : M <= FP4S_GEMM_WGMMA_BT128_MAX || rows == 256             ? 128
 		     : FP4S_CEIL_DIV(M, 256) * 256 > FP4S_CEIL_DIV(M, 128) * 128 ? 128
