@@ -21,14 +21,16 @@
  * 16-byte copies.
  *
  * Block: WGS = 2 or 4 warpgroups, 64 weight rows each, x BT tokens (the activation tile is shared
- * by all of them: 4 halve its traffic per flop, 2 give more blocks); K in steps of 64 through a
+ * by all of them: 4 halve its traffic per flop, but 2 x 256 tokens measured faster, so 4 is a tune
+ * option only); K in steps of 64 through a
  * STAGES-deep cp.async ring (activations, raw codes, scale words), copies issued
  * STAGES-2 steps ahead by all threads, one barrier per step. Per half step (k32) a thread decodes
  * 8 A registers, and the warpgroup issues two wgmma m64nBTk16 on them; A is double-buffered so the
  * decode of the next half overlaps the MMAs of this one (wgmma.wait_group 1). FP32 accumulators in
  * registers; ws2 and bias in the epilogue, or raw sums to the split-K scratch.
  * Needs K % 64 == 0; built only for sm_90a (elsewhere the kernel is a stub that is never launched:
- * fp4s_gemm_wgmma_supported says so at run time). */
+ * fp4s_gemm_wgmma_supported says so at run time).
+ * Measured: bench/results/2026-11-22-h100-gemm-wgmma.md. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
