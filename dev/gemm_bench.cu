@@ -2,8 +2,10 @@
 // cuBLAS BF16 on the same shapes.
 //
 // Build: part of the CMake build when nvcc exists (target gemm_bench).
-// Run: ./gemm_bench [64|128] [v1] [lut|prmt] [nobf16]: force the token tile, the register-staged v1
-// kernel, v2's decode (shared table or byte permutes); nobf16 skips the cuBLAS rows.
+// Run: ./gemm_bench [64|128|256] [v1|v2|wgmma] [r128|r256] [lut|prmt] [nobf16]: force the token tile,
+// the kernel (register-staged v1, the cp.async ring v2, the Hopper wgmma kernel; 256-token tiles are
+// wgmma's only), wgmma's weight rows per block, v2's decode (shared table or byte permutes); nobf16
+// skips the cuBLAS rows; ms=64,512 times only those M.
 //
 // Method (performance.md §7): for each shape and format first validate against the CPU reference
 // (64 rows x all tokens at M = 128, rel L2 <= 5e-3 vs FP32 x), then warm up and time 20 launches
@@ -64,18 +66,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no CUDA device\n");
 		return 1;
 	}
-	/* arguments: a token tile (64, 128), "v1", "lut" or "prmt" (decode), "nobf16" (skip cuBLAS) */
+	/* arguments: a token tile (64, 128, 256), "v1" / "v2" / "wgmma", "lut" or "prmt" (decode),
+	 * "nobf16" (skip cuBLAS) */
 	int skip_bf16 = 0;
-	int force_bm = 0, force_kernel = 0, force_decode = 0;
+	const char *ms_arg = NULL;
+	int force_bm = 0, force_kernel = 0, force_decode = 0, force_rows = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "v1"))
 			force_kernel = 1;
+		else if (!strcmp(argv[i], "v2"))
+			force_kernel = 2;
+		else if (!strcmp(argv[i], "wgmma"))
+			force_kernel = 3;
+		else if (!strcmp(argv[i], "r128") || !strcmp(argv[i], "r256"))
+			force_rows = atoi(argv[i] + 1);
 		else if (!strcmp(argv[i], "lut"))
 			force_decode = 1;
 		else if (!strcmp(argv[i], "prmt"))
 			force_decode = 2;
 		else if (!strcmp(argv[i], "nobf16"))
 			skip_bf16 = 1;
+		else if (!strncmp(argv[i], "ms=", 3))
+			ms_arg = argv[i] + 3;
 		else
 			force_bm = atoi(argv[i]);
 	}
@@ -87,13 +99,27 @@ int main(int argc, char **argv)
 	cublasHandle_t cb;
 	CB(cublasCreate(&cb));
 	CB(cublasGetVersion(cb, &cublas_ver));
-	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz; cuBLAS %d; token tile %d (0 = auto), "
-	       "kernel %s, decode %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6, sm_clock / 1000,
-	       cublas_ver, force_bm, force_kernel ? "v1" : "auto",
+	printf("gpu: %s, %d SMs, %.0f MB L2, max SM clock %d MHz; cuBLAS %d; token tile %d, rows %d (0 = auto), "
+	       "kernel %s (wgmma %s), decode %s\n", p.name, p.multiProcessorCount, p.l2CacheSize / 1e6,
+	       sm_clock / 1000, cublas_ver, force_bm, force_rows,
+	       force_kernel == 1 ? "v1" : force_kernel == 2 ? "v2" : force_kernel == 3 ? "wgmma" : "auto",
+	       fp4s_cuda_gemm_has_wgmma() ? "available" : "not available",
 	       force_decode == 1 ? "table" : force_decode == 2 ? "prmt" : "auto");
 
 	const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; /* rows (N), K */
-	const int ms[] = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+	std::vector<int> ms = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+	if (ms_arg) { /* "ms=64,512": only these M (each <= 4096) */
+		ms.clear();
+		for (const char *q = ms_arg; *q;) {
+			const int v = atoi(q);
+			if (v > 0 && v <= 4096)
+				ms.push_back(v);
+			q = strchr(q, ',');
+			if (!q)
+				break;
+			q++;
+		}
+	}
 	const int MMAX = 4096;
 	printf("\n%-6s %-12s %6s %10s %10s %9s %9s\n", "format", "N x K", "M", "median us", "min us", "TFLOP/s",
 	       "vs cuBLAS");
@@ -111,12 +137,14 @@ int main(int argc, char **argv)
 		CK(cudaMalloc(&dx, hx.size() * 4));
 		CK(cudaMalloc(&dxb, hx.size() * 2));
 		CK(cudaMalloc(&dy, (size_t)(MMAX * N) * 4));
-		struct fp4s_gemm_tune tune = {force_bm, force_kernel, force_decode};
+		struct fp4s_gemm_tune tune = {force_bm, force_kernel, force_decode, force_rows};
 		size_t wsb = 0;
 		for (int fi = 0; fi < 2; fi++)
-			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+			for (size_t mi = 0; mi < ms.size(); mi++) {
 				struct fp4s_mat probe = {fi ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, N, K, NULL, NULL, 1.0f, NULL};
 				wsb = std::max(wsb, fp4s_cuda_gemm_workspace_bytes(&probe, ms[mi], &tune));
+				/* and the validation's M = 128 */
+				wsb = std::max(wsb, fp4s_cuda_gemm_workspace_bytes(&probe, 128, &tune));
 			}
 		CK(cudaMalloc(&dws, wsb));
 		CK(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
@@ -128,7 +156,7 @@ int main(int argc, char **argv)
 			for (int64_t i = 0; i < K; i++)
 				hw[(size_t)(r * K + i)] = (float)(frand() * mag);
 		}
-		std::vector<double> t_cublas(sizeof ms / sizeof ms[0]);
+		std::vector<double> t_cublas(ms.size());
 		for (int f = 0; f < 3; f++) { /* 0 = cuBLAS BF16 first (the reference), 1 NVFP4, 2 MXFP4 */
 			if (f == 0 && skip_bf16)
 				continue;
@@ -199,7 +227,7 @@ int main(int argc, char **argv)
 					return 1;
 				}
 			}
-			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+			for (size_t mi = 0; mi < ms.size(); mi++) {
 				const int M = ms[mi];
 				cudaEvent_t e0, e1;
 				CK(cudaEventCreate(&e0));

@@ -5,7 +5,11 @@
 // neighbouring rows differ and a row or tile mix-up shows. Shapes: M in {16, 17, 64, 512, 1000},
 // K in {2880, 4096, 14336}, rows in {2880, 4096, 5760, 14336}, bias on and off, both token tiles
 // (64, 128), split-K (small grids), the v1 kernel forced, both FP4 decodes (table, prmt), tails (rows % 128, K % 64 == 32, M = 1),
-// BF16 weights (cuBLAS), bad arguments.
+// BF16 weights (cuBLAS), bad arguments. The Hopper wgmma kernel (gemm_wgmma.cu, the default there)
+// is forced on its own cases: a one-block, one-step case first (descriptor and swizzle), then
+// M in {16, 64, 512, 1000} x K in {2880, 4096, 14336}, all three token tiles (64, 128, 256),
+// both block heights (128, 256 weight rows), split-K, rows not a multiple of 128, bias; where the device has no wgmma path those cases run
+// the default kernel. The mma.sync v2 kernel is forced on the decode cases.
 // Outputs are poisoned with NaN; every output is checked for NaN, and the values of up to 192
 // rows (first, middle, last 64) against two CPU references over all tokens:
 //   - x rounded to BF16 first (what the kernel multiplies): relative L2 <= 3e-5 (order of sums and
@@ -36,8 +40,9 @@ struct gcase {
 	int bias;
 	int bm;    /* 0 = automatic */
 	int own_ws; /* 1: pass a workspace, 0: the stream-ordered allocation */
-	int kernel; /* 0 = automatic, 1 = v1 forced */
+	int kernel; /* 0 = automatic, 1 = v1, 2 = v2, 3 = wgmma forced */
 	int decode; /* 0 = automatic, 1 = byte table, 2 = byte permutes */
+	int wrows;  /* wgmma's weight rows per block: 0 = automatic, 128, 256 */
 };
 
 struct hw {
@@ -116,9 +121,16 @@ static int cpu_ref_rows(const struct gcase *c, const struct hw *h, const float *
 static int run_case(const struct gcase *c, const char *filter)
 {
 	char name[256];
-	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s)", fp4s_wformat_name(c->fmt),
+	snprintf(name, sizeof name, "GEMM(%s,rows=%lld,K=%lld,M=%d%s,bm=%d%s%s%s)", fp4s_wformat_name(c->fmt),
 	         (long long)c->rows, (long long)c->k, c->m, c->bias ? ",bias" : "", c->bm,
-	         c->own_ws ? ",ws" : "", c->kernel == 1 ? ",v1" : c->decode == 1 ? ",lut" : c->decode == 2 ? ",prmt" : "");
+	         c->wrows == 256 ? ",r256" : c->wrows == 128 ? ",r128" : "",
+	         c->own_ws ? ",ws" : "",
+	         c->kernel == 1   ? ",v1"
+	         : c->kernel == 3 ? ",wgmma"
+	         : c->decode == 1 ? ",lut"
+	         : c->decode == 2 ? ",prmt"
+	         : c->kernel == 2 ? ",v2"
+	                          : "");
 	if (filter && !strstr(name, filter))
 		return 0;
 	struct hw h;
@@ -153,7 +165,7 @@ static int run_case(const struct gcase *c, const char *filter)
 	CK(cudaMemcpy(db, bias, (size_t)c->rows * sizeof(float), cudaMemcpyHostToDevice));
 	CK(cudaMalloc(&dy, (size_t)ny * sizeof(float) + 4));
 	struct fp4s_mat wd = {c->fmt, c->rows, c->k, dd, ds, h.ws2, c->bias ? db : NULL};
-	struct fp4s_gemm_tune tune = {c->bm, c->kernel, c->decode};
+	struct fp4s_gemm_tune tune = {c->bm, c->kernel, c->decode, c->wrows};
 	const size_t wsb = fp4s_cuda_gemm_workspace_bytes(&wd, c->m, &tune);
 	if (c->own_ws)
 		CK(cudaMalloc(&dws, wsb));
@@ -185,7 +197,8 @@ static int run_case(const struct gcase *c, const char *filter)
 			ranges[nrange][0] = c->rows / 2 - 37, ranges[nrange++][1] = 64; /* not tile-aligned */
 			ranges[nrange][0] = c->rows - 64, ranges[nrange++][1] = 64;
 		}
-		double n32 = 0, d32 = 0, nbf = 0, dbf = 0;
+		double n32 = 0, d32 = 0, nbf = 0, dbf = 0, worst = -1, wg = 0, wb = 0;
+		int64_t wt = 0, wr = 0, nbad = 0;
 		for (int ri = 0; ri < nrange && !failed; ri++) {
 			const int64_t r0 = ranges[ri][0], nr = ranges[ri][1];
 			float *ref = (float *)malloc((size_t)(c->m * nr) * sizeof *ref + 4);
@@ -200,6 +213,13 @@ static int run_case(const struct gcase *c, const char *filter)
 						const double a = ref[t * nr + r], b = refb[t * nr + r];
 						n32 += (g - a) * (g - a), d32 += a * a;
 						nbf += (g - b) * (g - b), dbf += b * b;
+						/* where it is worst, and how many are off by more than 1e-3 relative
+						 * to the row's scale: a layout error shows as a pattern */
+						const double ad = fabs(g - b);
+						if (!(ad <= 1e-3 * (fabs(b) + 1e-2)))
+							nbad++;
+						if (!(ad <= worst))
+							worst = ad, wg = g, wb = b, wt = t, wr = r0 + r;
 					}
 			}
 			free(ref), free(refb);
@@ -211,6 +231,8 @@ static int run_case(const struct gcase *c, const char *filter)
 			if (nan_at >= 0)
 				fprintf(stderr, ", NaN at token %lld row %lld", (long long)(nan_at / c->rows),
 				        (long long)(nan_at % c->rows));
+			fprintf(stderr, "; worst at token %lld row %lld: %.6g vs %.6g; %lld of %lld off", (long long)wt,
+			        (long long)wr, wg, wb, (long long)nbad, (long long)c->m * (c->rows <= 192 ? c->rows : 192));
 			fputc('\n', stderr);
 			failed = 1;
 		} else if (getenv("FP4S_TEST_VERBOSE")) {
@@ -242,7 +264,8 @@ int main(int argc, char **argv)
 	const char *filter = argc > 1 ? argv[1] : NULL;
 	cudaDeviceProp p;
 	CK(cudaGetDeviceProperties(&p, 0));
-	printf("device: %s (compute capability %d.%d)\n", p.name, p.major, p.minor);
+	printf("device: %s (compute capability %d.%d); wgmma kernel: %s\n", p.name, p.major, p.minor,
+	       fp4s_cuda_gemm_has_wgmma() ? "yes" : "no");
 
 	const enum fp4s_wformat fmts[] = {FP4S_WF_NVFP4, FP4S_WF_MXFP4};
 	const int ms[] = {16, 17, 64, 512, 1000};
@@ -279,16 +302,51 @@ int main(int argc, char **argv)
 		for (size_t t = 0; t < sizeof v1 / sizeof v1[0]; t++)
 			run_case(&v1[t], filter);
 	}
-	/* both decodes forced (the default is one of them) on both formats, with split-K and without */
+	/* v2 with both decodes forced (the default is one of them) on both formats, with split-K and
+	 * without */
 	for (size_t f = 0; f < 2; f++)
 		for (int dec = 1; dec <= 2; dec++) {
-			const struct gcase d[] = {{fmts[f], 4096, 4096, 512, 1, 0, 1, 0, dec},
-			                          {fmts[f], 2880, 2880, 40, 0, 0, 0, 0, dec},
-			                          {fmts[f], 14336, 4096, 1000, 1, 0, 1, 0, dec},
-			                          {fmts[f], 130, 14336, 70, 1, 64, 1, 0, dec}};
+			const struct gcase d[] = {{fmts[f], 4096, 4096, 512, 1, 0, 1, 2, dec},
+			                          {fmts[f], 2880, 2880, 40, 0, 0, 0, 2, dec},
+			                          {fmts[f], 14336, 4096, 1000, 1, 0, 1, 2, dec},
+			                          {fmts[f], 130, 14336, 70, 1, 64, 1, 2, dec}};
 			for (size_t t = 0; t < sizeof d / sizeof d[0]; t++)
 				run_case(&d[t], filter);
 		}
+	/* wgmma forced. First one block and one K step (descriptor, swizzle, fragment layouts), one
+	 * block and several steps (the ring), then the shapes; token tiles 64 / 128 / 256 forced and
+	 * automatic; rows % 128 != 0; split-K (few blocks) and M not a multiple of the tile */
+	for (size_t f = 0; f < 2; f++) {
+		const struct gcase wgc[] = {
+			{fmts[f], 128, 64, 64, 0, 64, 1, 3},        {fmts[f], 128, 64, 256, 1, 256, 1, 3},
+			{fmts[f], 128, 640, 128, 0, 128, 1, 3},     {fmts[f], 200, 2880, 77, 1, 0, 1, 3},
+			{fmts[f], 4096, 4096, 16, 1, 0, 1, 3},      {fmts[f], 4096, 4096, 64, 0, 0, 0, 3},
+			{fmts[f], 4096, 4096, 512, 1, 0, 1, 3},     {fmts[f], 4096, 14336, 512, 0, 0, 1, 3},
+			{fmts[f], 14336, 4096, 1000, 1, 0, 1, 3},   {fmts[f], 2880, 2880, 1000, 0, 0, 0, 3},
+			{fmts[f], 5760, 2880, 16, 1, 0, 1, 3},      {fmts[f], 2880, 14336, 64, 1, 0, 1, 3},
+			{fmts[f], 2880, 4096, 512, 1, 64, 1, 3},    {fmts[f], 2880, 4096, 512, 1, 128, 1, 3},
+			{fmts[f], 2880, 4096, 512, 1, 256, 1, 3},   {fmts[f], 4100, 2880, 1000, 1, 256, 1, 3},
+			{fmts[f], 5, 4096, 300, 1, 0, 1, 3},        {fmts[f], 300, 2880, 1, 1, 0, 0, 3},
+			/* 256 weight rows per block (four warpgroups) */
+			{fmts[f], 256, 64, 128, 1, 128, 1, 3, 0, 256}, {fmts[f], 4096, 4096, 512, 1, 64, 1, 3, 0, 256},
+			{fmts[f], 14336, 4096, 1000, 0, 128, 1, 3, 0, 256}, {fmts[f], 2880, 14336, 16, 1, 64, 0, 3, 0, 256},
+			{fmts[f], 300, 2880, 200, 1, 0, 1, 3, 0, 256},
+		};
+		for (size_t t = 0; t < sizeof wgc / sizeof wgc[0]; t++) {
+			struct gcase c = wgc[t];
+			if (c.bm == 256 && !fp4s_cuda_gemm_has_wgmma())
+				c.bm = 0; /* 256-token tiles exist only in the wgmma kernel */
+			run_case(&c, filter);
+		}
+	}
+	/* the mma.sync v2 kernel forced on a few of the same shapes (the wgmma kernel is the default
+	 * where it runs) */
+	for (size_t f = 0; f < 2; f++) {
+		const struct gcase v2[] = {{fmts[f], 4096, 4096, 16, 1, 0, 1, 2}, {fmts[f], 2880, 14336, 512, 0, 0, 1, 2},
+		                           {fmts[f], 5760, 2880, 1000, 1, 0, 0, 2}};
+		for (size_t t = 0; t < sizeof v2 / sizeof v2[0]; t++)
+			run_case(&v2[t], filter);
+	}
 	/* BF16 weights through cuBLAS */
 	{
 		const struct gcase bf[] = {{FP4S_WF_BF16, 2880, 2880, 64, 1, 0, 1},
@@ -317,10 +375,18 @@ int main(int argc, char **argv)
 		struct fp4s_gemm_tune bad = {96, 0, 0};
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		bad.bm = 0;
-		bad.kernel = 3;
+		bad.kernel = 4;
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		bad.kernel = 0;
 		bad.decode = 3;
+		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
+		bad.decode = 0;
+		bad.bm = 256; /* the wgmma kernel's tile only */
+		bad.kernel = 2;
+		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
+		bad.bm = 0;
+		bad.kernel = 0;
+		bad.rows = 192;
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, NULL, 0, &bad, 0, &err) == FP4S_EINVAL);
 		CHECK(fp4s_cuda_gemm_ex(&w, d, 16, d + 512, d + 2048, 16, NULL, 0, &err) == FP4S_EINVAL);
 		CK(cudaFree(d));

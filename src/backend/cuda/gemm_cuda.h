@@ -35,11 +35,19 @@ int fp4s_cuda_gemm(const struct fp4s_mat *w, const float *x, int32_t M, float *y
 
 /* Tuning and test knobs; zeros mean automatic. */
 struct fp4s_gemm_tune {
-	int bm;     /* token rows per block tile: 64 or 128 */
+	int bm;     /* token rows per block tile: 64 or 128 (256: the wgmma kernel only) */
 	int kernel; /* 1: v1 (one step of weights in registers; what K % 64 == 32 always gets),
-	             * 2 or 0: v2 (cp.async ring, split-K for small grids) where it applies */
+	             * 2: v2 (cp.async ring, split-K for small grids) where it applies,
+	             * 3: wgmma (Hopper, sm_90a build) where it applies, else as 0,
+	             * 0: wgmma where it applies and measured faster (FP4S_GEMM_WGMMA=0 in the
+	             *    environment turns that off), else v2, else v1 */
 	int decode; /* v2's FP4 -> BF16 decode: 1 = shared byte table, 2 = byte permutes (prmt) */
+	int rows;   /* wgmma: weight rows per block tile, 128 or 256 (256 with 64- or 128-token tiles) */
 };
+
+/* 1 when the Hopper wgmma kernel (tune->kernel 3) can run on the current device: an sm_90a image
+ * in this build and a device of compute capability 9.0; else 0 and kernel 3 runs as kernel 0. */
+int fp4s_cuda_gemm_has_wgmma(void);
 
 /* Bytes of scratch fp4s_cuda_gemm_ex needs for this matmul on the current device: the BF16
  * activations, plus split-K partial sums when the grid is small. tune may be NULL. */

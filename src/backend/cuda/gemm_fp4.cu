@@ -17,6 +17,9 @@
  *     - v1 (K % 64 == 32, or forced): next step's codes held in registers, one step in flight.
  *  3. With split-K: partial sums reduced in fixed order (deterministic), ws2 and bias applied.
  * Measured: bench/results/2026-11-21-gemm.md.
+ * On Hopper with an sm_90a image, gemm_wgmma.cu's warpgroup-MMA kernel replaces step 2 (and
+ * step 1 converts x into its K-permuted order) where wgmma_auto says it is faster, or when asked
+ * for (tune->kernel = 3); FP4S_GEMM_WGMMA=0 in the environment keeps the mma.sync kernels.
  * BF16 weights (lm_head, gpt-oss attention) go to cuBLAS after the same conversion of x. */
 #include <cublas_v2.h>
 #include <dlfcn.h>
@@ -27,9 +30,17 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemm_cuda.h"
+
+/* gemm_wgmma.cu (C++ linkage: a mismatch with the definitions fails at link time) */
+int fp4s_gemm_wgmma_supported(void);
+int fp4s_gemm_wgmma_convert(const float *x, __nv_bfloat16 *xp, int M, int64_t K, cudaStream_t s,
+                            struct fp4s_error *err);
+int fp4s_gemm_wgmma(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out, int partial, int bt,
+                    int rows, int splits, int steps, cudaStream_t s, struct fp4s_error *err);
 
 namespace {
 
@@ -40,6 +51,12 @@ constexpr int FMT_NV = 0, FMT_MX = 1;
 /* v2's decode: 0 = shared byte table, 1 = byte permutes (tune->decode overrides). The permutes
  * measured 2-20 % faster at every shape and M on an H200 (bench/results/2026-11-21-gemm.md). */
 #define FP4S_GEMM_PRMT_DEFAULT 1
+/* wgmma kernel (gemm_wgmma.cu): the smallest M it runs at by default (it measured faster than v2
+ * at every M on an H100, bench/results/2026-11-22-h100-gemm-wgmma.md), and its token tile by M:
+ * 64 up to 64 tokens, 128 up to 128, above that 256 unless 128-token tiles pad less */
+#define FP4S_GEMM_WGMMA_MIN_M 1
+#define FP4S_GEMM_WGMMA_BT64_MAX 64
+#define FP4S_GEMM_WGMMA_BT128_MAX 128
 
 template <int BM>
 struct tile_cfg {
@@ -707,7 +724,70 @@ static int use_ring(const struct fp4s_mat *w, const struct fp4s_gemm_tune *tune)
 	       (w->fmt == FP4S_WF_MXFP4 || (uintptr_t)w->scales % 4 == 0);
 }
 
+/* Whether the wgmma kernel runs: asked for (tune->kernel 3), or automatic (kernel 0) where it
+ * measured faster and FP4S_GEMM_WGMMA is not 0; only where it applies (an sm_90a image on a
+ * compute capability 9.0 device, FP4 weights, K % 64 == 0, 4-byte aligned NVFP4 scales or 2-byte
+ * aligned MXFP4 scales); else v2 / v1 as before. */
+static int wgmma_auto(int32_t M)
+{
+	static int env = -1; /* benign race: every thread computes the same value */
+	if (env < 0) {
+		const char *e = getenv("FP4S_GEMM_WGMMA");
+		env = e && e[0] == '0' ? 0 : 1;
+	}
+	return env && M >= FP4S_GEMM_WGMMA_MIN_M;
+}
+
+static int use_wgmma(const struct fp4s_mat *w, int32_t M, const struct fp4s_gemm_tune *tune)
+{
+	const int kernel = tune ? tune->kernel : 0;
+	if (kernel == 1 || kernel == 2 || (kernel == 0 && !wgmma_auto(M)))
+		return 0;
+	if (w->fmt == FP4S_WF_BF16 || w->cols % BK ||
+	    (uintptr_t)w->scales % (w->fmt == FP4S_WF_NVFP4 ? 4 : 2))
+		return 0;
+	static int supported = -1; /* per process: every device of one build is assumed alike */
+	if (supported < 0)
+		supported = fp4s_gemm_wgmma_supported();
+	return supported;
+}
+
+/* Tiles and split-K for the wgmma kernel: bt tokens x rows weight rows per block (128 rows: two
+ * warpgroups, two blocks per SM up to 128 tokens; 256 rows: four warpgroups, one block). Split K
+ * only while the grid is under one block per SM (partials cost M x N x 8 bytes of traffic per
+ * split), each split >= 8 steps. */
+struct wg_plan {
+	int bt, rows, splits, steps;
+};
+
+static wg_plan plan_wgmma(int M, int64_t N, int64_t K, const struct fp4s_gemm_tune *tune, int sms)
+{
+	int bt = tune ? tune->bm : 0, rows = tune ? tune->rows : 0;
+	if (!rows)
+		rows = 128;
+	if (!bt) {
+		/* 256-token tiles amortize each thread's decode over twice the MMA work: on an H100 they
+		 * ran up to 30 % faster than 128 from M = 256 up, split-K included (M = 512 with 4096
+		 * rows: 64 blocks, two splits), but not where they pad a whole 128 more */
+		bt = M <= FP4S_GEMM_WGMMA_BT64_MAX                               ? 64
+		     : M <= FP4S_GEMM_WGMMA_BT128_MAX || rows == 256             ? 128
+		     : FP4S_CEIL_DIV(M, 256) * 256 > FP4S_CEIL_DIV(M, 128) * 128 ? 128
+		                                                                 : 256;
+	}
+	if (bt == 256)
+		rows = 128; /* 4 warpgroups x 128 accumulators would not fit the registers (forced 256 x 256) */
+	const long long nk = K / BK, blocks = FP4S_CEIL_DIV((long long)M, bt) * FP4S_CEIL_DIV(N, (long long)rows);
+	int splits = 1;
+	while (splits < 8 && blocks * splits * 2 <= sms && nk / (splits * 2) >= 8)
+		splits *= 2;
+	const int steps = (int)FP4S_CEIL_DIV(nk, (long long)splits);
+	splits = (int)FP4S_CEIL_DIV(nk, (long long)steps);
+	return {bt, rows, splits, steps};
+}
+
 static size_t xb_bytes(int32_t M, int64_t K) { return ((size_t)M * (size_t)K * 2 + 255) & ~(size_t)255; }
+
+extern "C" int fp4s_cuda_gemm_has_wgmma(void) { return fp4s_gemm_wgmma_supported(); }
 
 extern "C" size_t fp4s_cuda_gemm_workspace_bytes(const struct fp4s_mat *w, int32_t M,
                                                  const struct fp4s_gemm_tune *tune)
@@ -715,7 +795,11 @@ extern "C" size_t fp4s_cuda_gemm_workspace_bytes(const struct fp4s_mat *w, int32
 	if (!w || M <= 0 || w->cols <= 0 || w->rows <= 0)
 		return 0;
 	size_t b = xb_bytes(M, w->cols);
-	if (use_ring(w, tune)) {
+	if (use_wgmma(w, M, tune)) {
+		const wg_plan pl = plan_wgmma(M, w->rows, w->cols, tune, device_sms());
+		if (pl.splits > 1)
+			b += (size_t)pl.splits * (size_t)M * (size_t)w->rows * sizeof(float);
+	} else if (use_ring(w, tune)) {
 		const ring_plan pl = plan_ring(M, w->rows, w->cols, tune ? tune->bm : 0, device_sms());
 		if (pl.splits > 1)
 			b += (size_t)pl.splits * (size_t)M * (size_t)w->rows * sizeof(float);
@@ -740,12 +824,16 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: missing weight data, scales, x or y");
 	if ((uintptr_t)x % 4 || (uintptr_t)w->data % 16 || (w->fmt == FP4S_WF_NVFP4 && (uintptr_t)w->scales % 2))
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: x, data or scales misaligned");
-	if (tune && ((tune->bm != 0 && tune->bm != 64 && tune->bm != 128) || tune->kernel < 0 || tune->kernel > 2 ||
-	             tune->decode < 0 || tune->decode > 2))
-		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64 or 128), kernel %d (1, 2)",
-		                      tune->bm, tune->kernel);
+	if (tune && ((tune->bm != 0 && tune->bm != 64 && tune->bm != 128 && tune->bm != 256) || tune->kernel < 0 ||
+	             tune->kernel > 3 || tune->decode < 0 || tune->decode > 2 ||
+	             (tune->rows != 0 && tune->rows != 128 && tune->rows != 256)))
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: tile of %d tokens (64, 128, 256) x %d rows (128, 256), "
+		                      "kernel %d (1, 2, 3)", tune->bm, tune->rows, tune->kernel);
 	if (M == 0)
 		return FP4S_OK;
+	const int wgmma = use_wgmma(w, M, tune);
+	if (tune && tune->bm == 256 && !wgmma)
+		return fp4s_error_set(err, FP4S_EINVAL, "gemm: a tile of 256 tokens needs the wgmma kernel");
 	const size_t need = fp4s_cuda_gemm_workspace_bytes(w, M, tune);
 	if (ws && (ws_bytes < need || (uintptr_t)ws % 256))
 		return fp4s_error_set(err, FP4S_EINVAL, "gemm: workspace of %zu bytes (need %zu, 256-aligned)",
@@ -757,7 +845,9 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 	float *part = (float *)((uint8_t *)scratch + xb_bytes(M, w->cols));
 
 	int rc = FP4S_OK;
-	{
+	if (wgmma) {
+		rc = fp4s_gemm_wgmma_convert(x, xb, M, w->cols, s, err);
+	} else {
 		const size_t n = (size_t)M * (size_t)w->cols, groups = n / 8;
 		const unsigned blocks = (unsigned)(groups / 256 + 1 < 8192 ? groups / 256 + 1 : 8192);
 		f32_to_bf16_kernel<<<blocks, 256, 0, s>>>(x, xb, n, (uintptr_t)x % 16 == 0);
@@ -769,6 +859,19 @@ extern "C" int fp4s_cuda_gemm_ex(const struct fp4s_mat *w, const float *x, int32
 		const int sms = device_sms();
 		if (w->fmt == FP4S_WF_BF16) {
 			rc = gemm_bf16_cublas(w, xb, M, y, s, err);
+		} else if (wgmma) {
+			const wg_plan pl = plan_wgmma(M, w->rows, w->cols, tune, sms);
+			rc = fp4s_gemm_wgmma(w, xb, M, pl.splits > 1 ? part : y, pl.splits > 1, pl.bt, pl.rows, pl.splits,
+			                     pl.steps, s, err);
+			if (!rc && pl.splits > 1) {
+				const size_t mn = (size_t)M * (size_t)w->rows;
+				splitk_reduce_kernel<<<(unsigned)(mn / 256 + 1 < 8192 ? mn / 256 + 1 : 8192), 256, 0, s>>>(
+					part, pl.splits, mn, (int)w->rows, w->fmt == FP4S_WF_NVFP4 ? w->ws2 : 1.0f, w->bias, y);
+				const cudaError_t e = cudaGetLastError();
+				if (e != cudaSuccess)
+					rc = fp4s_error_set(err, FP4S_ECUDA, "splitk_reduce_kernel launch failed: %s",
+					                    cudaGetErrorString(e));
+			}
 		} else if (use_ring(w, tune)) {
 			const ring_plan pl = plan_ring(M, w->rows, w->cols, tune ? tune->bm : 0, sms);
 			const int prmt = tune && tune->decode ? tune->decode == 2 : FP4S_GEMM_PRMT_DEFAULT;
