@@ -881,8 +881,19 @@ extern "C" int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t
 	a.xrow = xrow;
 	a.l2pf = GM_L2PF;
 	const int sms = gm_dev[dev].sms;
-	cudaError_t e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem)
-	                   : gm_launch<GM_MXFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem);
+	/* the bulk-copy kernel where it applies (FP4S_GEMV_TMA_GROUPED=0: not for this form) */
+	static int tg = -1;
+	if (tg < 0) {
+		const char *ev = getenv("FP4S_GEMV_TMA_GROUPED");
+		tg = !(ev && !strcmp(ev, "0"));
+	}
+	a.stages = tg && gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, gmax, &a) : 0;
+	cudaError_t e;
+	if (a.stages)
+		e = gm_tma_launch(a, nv, sms, n_groups, s);
+	else
+		e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem)
+		       : gm_launch<GM_MXFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem);
 	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;
 }

@@ -39,6 +39,7 @@
 #define GT_W 8                /* consumer warps */
 #define GT_SMAX 16            /* stages at most */
 #define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
+#define GT_SMEM_GROUPED (200 * 1024) /* the grouped form when two blocks an SM leave no ring */
 #define GT_THREADS ((GT_W + 1) * 32)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -126,10 +127,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 		int kc = 0;
 		bool waited = false;
 		const uint8_t *data = a.data, *scales = a.scales;
-		if (a.idx) { /* the expert comes from the router's output: nothing to copy before it */
+		if (a.idx || a.g_m) { /* the expert comes from the router: nothing to copy before it */
 			pdl_wait();
 			waited = true;
-			const int64_t e = a.idx[blockIdx.z];
+			if (a.g_m && a.g_m[blockIdx.z] == 0)
+				return; /* an unused group (the consumers leave too) */
+			const int64_t e = a.idx ? a.idx[blockIdx.z] : a.g_expert[blockIdx.z];
 			data += e * a.stride_data;
 			scales += e * a.stride_scales;
 		}
@@ -203,10 +206,25 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	/* the consumers */
 	pdl_wait(); /* x and y belong to the kernels before this one */
 	stamp(1);
-	const int M = a.M;
+	int M = a.M, goff = 0; /* tokens of this block (a.M: of the shared-memory layout) */
 	const float *xin = a.x, *bias = a.bias;
 	float *yout = a.y;
 	float post = a.post;
+	if (a.g_m) { /* group blockIdx.z: g_m[z] tokens of expert g_expert[z], rows g_off[z] + i */
+		const int z = blockIdx.z;
+		M = a.g_m[z];
+		if (M == 0)
+			return;
+		const int64_t e = a.g_expert[z];
+		goff = a.g_off[z];
+		if (bias)
+			bias += e * a.rows;
+		if (a.ws2e)
+			post *= a.ws2e[e];
+		if (!a.xrow)
+			xin += (int64_t)goff * a.x_stride;
+		yout += (int64_t)goff * a.rows;
+	}
 	if (a.idx) { /* expert slot blockIdx.z */
 		const int slot = blockIdx.z;
 		const int64_t e = a.idx[slot];
@@ -219,8 +237,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	}
 	const int cs = gm_col_stride(nsteps * 4);
 	uint8_t *xs = sm + (size_t)S * a.tstage;
-	float *red = reinterpret_cast<float *>(xs + (size_t)2 * M * cs); /* [2][warps][M][16] */
-	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, 0, s_ss, a.norm_w != NULL, threadIdx.x);
+	float *red = reinterpret_cast<float *>(xs + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
+	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, a.norm_w != NULL, threadIdx.x);
 	gt_sync();
 	stamp(2);
 	const int g = lane >> 2, t = lane & 3;
@@ -371,7 +389,12 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	 * units too. */
 	const int tscl = K % (nv ? 256 : 512) != 0;
 	const size_t xs = (size_t)2 * M * gm_col_stride((int)((K + 127) / 128 * 4)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
-	if (xs >= budget)
+	/* the grouped form's 8-token activations may leave no room for a ring beside them at two
+	 * blocks an SM: it then takes one block an SM and a larger ring */
+	size_t room = budget;
+	if (a->g_m && xs + 2 * 16 * (size_t)(1024 / 2 + 64 + 4096 / div) > room)
+		room = GT_SMEM_GROUPED;
+	if (xs >= room)
 		return 0;
 	int cand[3], nc = 0;
 	if (want == 1 || (want == 0 && K <= 2048))
@@ -391,7 +414,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		const int rs = flat ? (int)K / 2 : kc / 2 + 64;
 		const int ss = flat || tscl ? (int)spr : kc / div + 16;
 		const int stage = (16 * rs + 16 * ss + 127) / 128 * 128;
-		size_t n = (budget - xs) / (size_t)stage;
+		size_t n = (room - xs) / (size_t)stage;
 		n = n > GT_SMAX ? GT_SMAX : n;
 		if (n < 2)
 			continue;
