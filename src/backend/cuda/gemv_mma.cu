@@ -38,10 +38,11 @@
  * PDL (pdl.cuh). The weight loads and any L2 prefetches are issued before pdl_wait: they depend
  * on no earlier kernel, so in a decode chain they overlap the previous kernel's tail.
  *
- * On compute capability 9.0 and later, gemv_tma.cu takes the single-matrix and one-token expert
- * forms with K unsplit (its weights copied into a shared-memory ring by the bulk copy engine:
+ * On compute capability 9.0 and later, gemv_tma.cu takes the single-matrix and expert forms with
+ * K unsplit where its ring fits (its weights copied into shared memory by the bulk copy engine:
  * 4-27 % faster end to end, bench/results/2026-11-22-h100-session5.md); this kernel keeps the
- * rest (split K, grouped experts, the gate|up pairing, the variants and probes, older GPUs).
+ * rest (split K, groups too large for the ring, the gate|up pairing, the variants and probes,
+ * older GPUs).
  *
  * Where it stands (H100, bench/results/2026-11-21-h100-session3.md and 2026-11-22-h100-session4.md):
  * in graph replay with PDL, 0.8-2.1 TB/s at M = 1 (floor 2.2 large, 1.5 small). Once running it

@@ -6,27 +6,31 @@
  * 64 KB in flight an SM, bounded by registers. In a decode chain that kernel streams at ~2.2-2.6
  * TB/s once running and loses 3-7 us at each end (bench/results/2026-11-22-h100-session4.md):
  * the loads issued before the PDL wait cover only four steps, and the last round of row tiles
- * runs on a fraction of the SMs. Here one producer warp a block copies stages of 16 rows x 1024 K
- * (codes and scales, ~10 KB) into a ring of shared memory with cp.async.bulk, each stage's
- * arrival counted in bytes by an mbarrier; eight consumer warps decode and multiply from shared
- * memory with the same step as gemv_mma.cu (gm_step) and hand the stage back through a second
- * mbarrier. So:
- *  - bytes in flight are bounded by the ring (5-10 stages a block, two blocks an SM), not by
+ * runs on a fraction of the SMs. Here one producer warp a block copies stages of 16 weight rows
+ * (codes and scales) into a ring of shared memory with cp.async.bulk, each stage's arrival
+ * counted in bytes by an mbarrier; eight consumer warps decode and multiply from shared memory
+ * with the same step as gemv_mma.cu (gm_step) and hand the stage back through a second mbarrier.
+ * So:
+ *  - bytes in flight are bounded by the ring (2-16 stages a block, two blocks an SM), not by
  *    registers, and cost no issue slots;
  *  - the first stages of a block's first tile are copied before the PDL wait, while the previous
- *    kernel finishes;
+ *    kernel finishes (not for experts: which expert comes from the router);
  *  - after the first round, each block's producer claims its next tile from a counter, so blocks
- *    on faster SMs take more tiles and the blocks finish together. Which block computes a tile
- *    changes nothing in its arithmetic: results stay bit-identical from run to run.
+ *    on faster SMs take more tiles (single matrices only). Which block computes a tile changes
+ *    nothing in its arithmetic: results stay bit-identical from run to run.
+ * Measured on the H100 (bench/results/2026-11-22-h100-session5.md): decode +8 % llama3-8b, +4 %
+ * gpt-oss-20b, +27 % qwen3-30b-a3b against the register kernel; qwen3's pp512 +9 %.
  *
- * Layout of a stage: row r's 512 code bytes at r * GT_RS (576: rows 2p and 2p + 1, read by one
- * quarter warp, land on different banks), then row r's scale bytes (NVFP4 64, MXFP4 32) at
- * 16 * GT_RS + r * SS. Consumer warp w takes step 8 * stage + w of the tile, lane (g, t) the
- * 16 bytes of chunk t of rows g and g + 8, as in gemv_mma.cu.
+ * A stage (gm_tma_plan) is either 2048 (or 1024) K of each row, a bulk copy a row with padded
+ * rows in shared memory so a quarter warp's rows sit on different banks, or whole rows (K <=
+ * 2048): the tile's codes and its scales as stored, one copy each. Scales go by row slices where
+ * every slice is whole 16-byte units, else the tile's at once (short rows). Consumer warp w takes
+ * steps w * sps .. w * sps + sps - 1 of the stage; lane (g, t) the 16 bytes of chunk t of rows g
+ * and g + 8, as in gemv_mma.cu. A partial last step (K % 128 != 0) gets zero scales past K.
  *
- * Takes one matrix (no experts, no gate|up pairing), K unsplit, M <= 16, NVFP4 with K % 256 == 0
- * or MXFP4 with K % 512 == 0 (every bulk copy a multiple of 16 bytes at 16-byte aligned
- * addresses), and activations that fit beside at least 3 stages. */
+ * Takes M <= 16 tokens, K unsplit (K % 32 == 0), one matrix, one token's expert slots (with the
+ * fused norm, SwiGLU input and combine) or the grouped expert form, where the activations leave
+ * room for at least 2 stages at two blocks an SM. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
