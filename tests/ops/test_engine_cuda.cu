@@ -1,0 +1,226 @@
+/* test_engine_cuda.cu: the scheduler's guarantees on the CUDA backend, on `gen` tiny models of
+ * each family (label gpu). 64 requests with random prompts of 5-120 tokens, greedy, 24 new
+ * tokens each, are compared against the same requests run one at a time:
+ *  - batch invariance: all 64 in flight together, prompts chunked (64 tokens a step) and mixed
+ *    with decode steps;
+ *  - prefix caching: the same 64 again on that engine, their full prompt blocks now cache hits;
+ *  - preemption: a KV pool of a third of what the batch needs, so the newest requests are
+ *    preempted and recomputed; every request must still finish with its full length.
+ * On the GPU these runs take different kernels (a decode step of one token and one of 64, a
+ * prompt whole or in chunks, recomputed or read from cache), and the prompt GEMM rounds its
+ * activations to BF16 (gemm_cuda.h), so logits agree within a tolerance, not bit for bit. So
+ * greedy tokens must agree until any first difference, and a difference is accepted only at a
+ * near tie: the token the other run chose must be the alone run's second choice within TIE nats
+ * of its first. Every logprob of the agreeing prefix must match within TOL. (On the CPU
+ * backend these runs are bit-identical; tests/unit/test_engine.c checks that.) */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern "C" {
+#include "engine/engine.h"
+#include "model/mwrite.h"
+}
+#include "ops_test.h"
+#include "test_util.h"
+
+#define NREQ 64
+#define NGEN 24
+#define TOL 0.05f /* logprob agreement, nats */
+#define TIE 0.05f /* a greedy difference is a near tie when the two logprobs are this close */
+
+struct outs {
+	int32_t tok[NREQ][NGEN];
+	float lp[NREQ][NGEN];     /* the chosen token's logprob */
+	int32_t alt[NREQ][NGEN];  /* the second choice */
+	float altlp[NREQ][NGEN];
+	int32_t n[NREQ];
+	enum fp4s_finish fin[NREQ];
+};
+
+static int32_t prompts[NREQ][128];
+static int32_t plen[NREQ];
+
+/* Runs requests [first, first + count) together; returns 0 or -1. */
+static int run(struct fp4s_engine *e, int first, int count, struct outs *o)
+{
+	struct fp4s_error err = {0};
+	int64_t ids[NREQ];
+	struct fp4s_request r;
+	fp4s_request_defaults(&r);
+	r.sampling.temperature = 0;
+	r.sampling.max_tokens = NGEN;
+	r.sampling.ignore_eos = true;
+	r.sampling.logprobs = true;
+	r.sampling.top_logprobs = 2;
+	for (int i = first; i < first + count; i++) {
+		r.prompt = prompts[i];
+		r.n_prompt = plen[i];
+		if (fp4s_engine_submit(e, &r, &ids[i], &err)) {
+			fprintf(stderr, "submit: %s\n", err.msg);
+			return -1;
+		}
+		o->n[i] = 0;
+		o->fin[i] = FP4S_FINISH_NONE;
+	}
+	for (int guard = 0; fp4s_engine_pending(e) > 0; guard++) {
+		const struct fp4s_event *ev;
+		const int n = fp4s_engine_step(e, &ev, &err);
+		if (n < 0 || guard > 100000) {
+			fprintf(stderr, "step: %s\n", n < 0 ? err.msg : "no progress");
+			return -1;
+		}
+		for (int k = 0; k < n; k++)
+			for (int i = first; i < first + count; i++) {
+				if (ev[k].id != ids[i])
+					continue;
+				if (ev[k].token >= 0 && o->n[i] < NGEN) {
+					const int t = o->n[i]++;
+					o->tok[i][t] = ev[k].token;
+					o->lp[i][t] = ev[k].sample.logprob;
+					const int second = ev[k].sample.n_top > 1 && ev[k].sample.top[0].token == ev[k].token;
+					o->alt[i][t] = ev[k].sample.n_top > 1 ? ev[k].sample.top[second ? 1 : 0].token : -1;
+					o->altlp[i][t] = ev[k].sample.n_top > 1 ? ev[k].sample.top[second ? 1 : 0].logprob : -INFINITY;
+				}
+				if (ev[k].finish)
+					o->fin[i] = ev[k].finish;
+			}
+	}
+	const struct fp4s_event *ev;
+	fp4s_engine_step(e, &ev, &err); /* frees the finished requests */
+	return 0;
+}
+
+/* b against the alone run a: see the header. Counts requests equal throughout and near ties. */
+static void compare(const char *what, const char *preset, const struct outs *a, const struct outs *b)
+{
+	int equal = 0, ties = 0, bad = 0;
+	for (int i = 0; i < NREQ; i++) {
+		if (b->n[i] != NGEN || b->fin[i] != FP4S_FINISH_LENGTH) {
+			fprintf(stderr, "%s %s request %d: %d tokens, finish %d\n", preset, what, i, b->n[i], (int)b->fin[i]);
+			bad++;
+			continue;
+		}
+		int t = 0;
+		for (; t < NGEN && a->tok[i][t] == b->tok[i][t]; t++)
+			if (!(fabsf(a->lp[i][t] - b->lp[i][t]) <= TOL)) {
+				fprintf(stderr, "%s %s request %d step %d: logprob %.4f alone, %.4f here\n", preset, what, i, t,
+				        a->lp[i][t], b->lp[i][t]);
+				bad++;
+				break;
+			}
+		if (t == NGEN) {
+			equal++;
+			continue;
+		}
+		if (t < NGEN && a->tok[i][t] != b->tok[i][t]) {
+			/* the other run's token must be the alone run's runner-up, within TIE */
+			if (a->alt[i][t] == b->tok[i][t] && a->lp[i][t] - a->altlp[i][t] <= TIE) {
+				ties++;
+			} else {
+				fprintf(stderr, "%s %s request %d step %d: token %d alone (logprob %.4f, runner-up %d at %.4f), %d here\n",
+				        preset, what, i, t, a->tok[i][t], a->lp[i][t], a->alt[i][t], a->altlp[i][t], b->tok[i][t]);
+				bad++;
+			}
+		}
+	}
+	printf("%s %s: %d of %d requests equal to their alone run, %d part at a near tie, %d wrong\n", preset, what,
+	       equal, NREQ, ties, bad);
+	CHECK_MSG(bad == 0, "%s %s: %d requests differ beyond the tolerance", preset, what, bad);
+	/* a check that passed only through ties would say little */
+	CHECK_MSG(equal >= NREQ * 3 / 4, "%s %s: only %d of %d requests equal throughout", preset, what, equal, NREQ);
+}
+
+static void test_preset(const char *preset, const char *format)
+{
+	char dir[256];
+	struct fp4s_error err = {0};
+	struct fp4s_write_opts wo = {};
+	wo.seed = 11;
+	snprintf(dir, sizeof dir, "/tmp/fp4s-test-engine-cuda-%d-%s", (int)getpid(), preset);
+	CHECK(fp4s_qformat_parse(format, &wo.format) == 0);
+	if (fp4s_gen(preset, dir, &wo, &err)) {
+		CHECK_MSG(0, "gen %s: %s", preset, err.msg);
+		return;
+	}
+	struct fp4s_engine_opts o = {};
+	o.model = dir;
+	o.backend = "cuda";
+	o.max_seqs = 1;
+	o.max_ctx = 256;
+	struct fp4s_engine *alone = NULL, *batch = NULL, *tight = NULL;
+	if (fp4s_engine_open(&o, &alone, &err)) {
+		CHECK_MSG(0, "open %s: %s", preset, err.msg);
+		return;
+	}
+	const int32_t V = (int32_t)fp4s_engine_model(alone)->cfg.vocab;
+	for (int i = 0; i < NREQ; i++) {
+		plen[i] = 5 + (int32_t)(t_rand_u64() % 116);
+		for (int j = 0; j < plen[i]; j++)
+			prompts[i][j] = 3 + (int32_t)(t_rand_u64() % (uint64_t)(V - 3));
+	}
+	static struct outs a, b;
+	for (int i = 0; i < NREQ; i++)
+		CHECK(run(alone, i, 1, &a) == 0);
+
+	/* 64 in flight, chunked prefill mixed with decode */
+	o.max_seqs = NREQ;
+	o.max_batch_tokens = 64;
+	CHECK(fp4s_engine_open(&o, &batch, &err) == 0);
+	int32_t used, total;
+	int64_t pre, hits, looks;
+	if (batch) {
+		CHECK(run(batch, 0, NREQ, &b) == 0);
+		compare("batched", preset, &a, &b);
+		/* the same requests again: their full prompt blocks are in the cache now */
+		int64_t hits0;
+		fp4s_engine_kv_usage(batch, &used, &total, &pre, &hits0, &looks);
+		CHECK(run(batch, 0, NREQ, &b) == 0);
+		fp4s_engine_kv_usage(batch, &used, &total, &pre, &hits, &looks);
+		printf("%s prefix cache: %lld hits on the second pass\n", preset, (long long)(hits - hits0));
+		CHECK_MSG(hits - hits0 >= NREQ / 2, "%s: %lld prefix-cache hits", preset, (long long)(hits - hits0));
+		compare("prefix-cached", preset, &a, &b);
+		CHECK_EQ_INT(used, 0);
+	}
+
+	/* memory pressure: a third of the blocks the batch needs at its end */
+	int need = 0;
+	for (int i = 0; i < NREQ; i++)
+		need += (plen[i] + NGEN + 15) / 16;
+	o.kv_blocks = need / 3;
+	o.no_prefix_caching = 1;
+	CHECK(fp4s_engine_open(&o, &tight, &err) == 0);
+	if (tight) {
+		CHECK(run(tight, 0, NREQ, &b) == 0);
+		fp4s_engine_kv_usage(tight, &used, &total, &pre, &hits, &looks);
+		printf("%s KV pressure: %d blocks for %d needed, %lld preemptions\n", preset, total, need, (long long)pre);
+		CHECK_MSG(pre > 0, "%s: no preemption with %d blocks", preset, total);
+		compare("preempted", preset, &a, &b);
+		CHECK_EQ_INT(used, 0);
+	}
+	fp4s_engine_close(tight);
+	fp4s_engine_close(batch);
+	fp4s_engine_close(alone);
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+}
+
+int main(int argc, char **argv)
+{
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+		TEST_SKIP("no CUDA device");
+	t_seed_from_env();
+	const char *filter = argc > 1 ? argv[1] : NULL;
+	const char *presets[][2] = {{"tiny-llama3", "nvfp4"}, {"tiny-qwen3", "nvfp4"}, {"tiny-qwen3-moe", "nvfp4"},
+	                            {"tiny-gpt-oss", "mxfp4"}};
+	for (int p = 0; p < 4; p++)
+		if (!filter || strstr(presets[p][0], filter))
+			test_preset(presets[p][0], presets[p][1]);
+	return TEST_DONE();
+}
