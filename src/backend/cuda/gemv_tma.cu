@@ -362,7 +362,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
  * the 8 rows a quarter warp reads sit on different banks: codes KC / 2 + 64 bytes apart, scales
  * KC / 16 or / 32 + 16). FP4S_GEMV_TMA_KC = flat / 1024 / 2048 / 4096 forces one; by default whole
  * rows up to K = 2048 (qwen3-30b-a3b's experts and attention: few, larger copies, +14 % end to end
- * against 2048-K stages) and 2048-K stages above (llama3-8b: 1024 measured 15 % slower, 4096 or
+ * against 2048-K stages) and 2048-K stages above (llama3-8b: 1024 measured 23 % slower, 4096 or
  * whole rows 6 % slower; gpt-oss-20b's K = 2880: whole rows 1 % slower); see
  * bench/results/2026-11-22-h100-session5.md. Stages: as many as fit beside the activations
  * (at least 2). */
