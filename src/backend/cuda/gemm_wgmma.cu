@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/e2m1_bf16.cuh"
 #include "backend/cuda/gemm_cuda.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -84,21 +85,6 @@ __device__ __forceinline__ void cp4(uint32_t dst, const void *src)
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-/* BF16 bits of E2M1 codes, 8 at a time: the same byte-permute decode as gemm_fp4.cu's
- * e2m1x8_to_bf16 (magnitude nibbles are prmt selectors into 8-byte tables of the low and high
- * bytes; signs shifted into place). o[i] = codes of byte i, low nibble in the low half. */
-__device__ __forceinline__ void wg_e2m1x8(uint32_t w, uint32_t (&o)[4])
-{
-	const uint32_t L0 = 0xC0800000u, L1 = 0xC0804000u, H0 = 0x3F3F3F00u, H1 = 0x40404040u;
-	const uint32_t s0 = w & 0x7777u, s1 = (w >> 16) & 0x7777u;
-	const uint32_t l0 = __byte_perm(L0, L1, s0), h0 = __byte_perm(H0, H1, s0);
-	const uint32_t l1 = __byte_perm(L0, L1, s1), h1 = __byte_perm(H0, H1, s1);
-	o[0] = __byte_perm(l0, h0, 0x5140) | ((w & 0x8u) << 12) | ((w & 0x80u) << 24);
-	o[1] = __byte_perm(l0, h0, 0x7362) | ((w & 0x800u) << 4) | ((w & 0x8000u) << 16);
-	o[2] = __byte_perm(l1, h1, 0x5140) | ((w & 0x80000u) >> 4) | ((w & 0x800000u) << 8);
-	o[3] = __byte_perm(l1, h1, 0x7362) | ((w & 0x8000000u) >> 12) | (w & 0x80000000u);
-}
 
 /* A block scale as a BF16 pair; E4M3 and E8M0 values are exact in BF16. */
 template <int FMT>
@@ -297,8 +283,8 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 		for (int h = 0; h < 2; h++) {
 			/* half step h: k16 steps 2h, 2h+1 = bytes 4h..4h+3 of each row's 8 */
 			uint32_t oa[4], ob[4];
-			wg_e2m1x8(h ? qa.y : qa.x, oa);
-			wg_e2m1x8(h ? qb.y : qb.x, ob);
+			e2m1x8_to_bf16(h ? qa.y : qa.x, oa);
+			e2m1x8_to_bf16(h ? qb.y : qb.x, ob);
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				oa[i] = bf16x2_mul(oa[i], sa);

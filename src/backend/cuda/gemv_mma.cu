@@ -235,7 +235,6 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	 * and L2-resident, and it saves a separate norm kernel and its launch. */
 	__shared__ float s_ss[16];
 	__shared__ float s_gate[16 * 16]; /* pair: the gate tile's outputs [token][row] */
-	auto add_ss = [&](int tok, float ssq, bool wide) { gm_add_ss(s_ss, tok, ssq, wide); };
 	if (a.norm_w) {
 		if (threadIdx.x < 16)
 			s_ss[threadIdx.x] = 0.0f;
@@ -253,7 +252,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 					const float4 v = __ldg(reinterpret_cast<const float4 *>(xin + (size_t)tok * a.K) + (it - tok * q4));
 					ssq = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
 				}
-				add_ss(tok, ssq, q4 >= 32);
+				gm_add_ss(s_ss, tok, ssq, q4 >= 32);
 			}
 		}
 	}
@@ -262,13 +261,8 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	__syncthreads();
 	stamp(2);
 
-	/* this lane's B column per token group: token 4gg + g/2, part g%2 (unused tokens read token 0) */
 	const uint8_t *xcol[NG];
-#pragma unroll
-	for (int gg = 0; gg < NG; gg++) {
-		const int col = 8 * gg + g < 2 * M ? 8 * gg + g : (g & 1);
-		xcol[gg] = sm + (size_t)col * cs;
-	}
+	gm_xcols<NG>(xcol, sm, cs, M, g);
 	float acc[NG][4];
 #pragma unroll
 	for (int gg = 0; gg < NG; gg++)
@@ -378,30 +372,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		if (!last)
 			return;
 		__threadfence();
-		/* recomputed rather than kept live through the main loop (a register spill there) */
-		const int nt_ = (int)((((a.rows + 15) >> 4) - blockIdx.x + gridDim.x - 1) / gridDim.x);
-		for (int i = threadIdx.x >> 4; i < nt_; i += W * 2) {
-			const int64_t row = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * 16 + (threadIdx.x & 15);
-			if (row >= a.rows)
-				continue;
-			/* loads in groups of 4 (in flight together), sums in slot order */
-			float acc = 0.0f;
-			unsigned j = 0;
-			for (; j + 4 <= gridDim.z; j += 4) {
-				float o[4];
-#pragma unroll
-				for (int u = 0; u < 4; u++)
-					o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
-#pragma unroll
-				for (int u = 0; u < 4; u++)
-					acc += a.cw[j + u] * o[u];
-			}
-			for (; j < gridDim.z; j++)
-				acc += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
-			a.ch[row] = a.ch[row] + acc;
-		}
-		if (threadIdx.x == 0)
-			a.cnt[blockIdx.x] = 0; /* ready for the next launch */
+		gm_combine_rows<W * 32>(a);
 	}
 }
 

@@ -329,6 +329,51 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 	}
 }
 
+/* This lane's B column per token group: token 4gg + g/2, part g%2 (unused tokens read token 0),
+ * in the staged activations at xs, columns cs bytes apart. */
+template <int NG>
+static __device__ __forceinline__ void gm_xcols(const uint8_t *(&xcol)[NG], const uint8_t *xs, int cs, int M, int g)
+{
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++) {
+		const int col = 8 * gg + g < 2 * M ? 8 * gg + g : (g & 1);
+		xcol[gg] = xs + (size_t)col * cs;
+	}
+}
+
+/* The MoE combine of a one-token expert launch, by the last of the slots' blocks that share
+ * blockIdx.x (they covered the same row tiles, blockIdx.x + i * gridDim.x): h[row] += sum over
+ * slots of cw[slot] * y[slot][row], slots summed in order as moe.cu's combine kernel, by NT
+ * threads; then the counter is left at 0 for the next launch. The tile count is recomputed
+ * here rather than kept live through the main loop (that cost a register spill). */
+template <int NT>
+static __device__ __forceinline__ void gm_combine_rows(const gm_args &a)
+{
+	const int nt = (int)((((a.rows + 15) >> 4) - blockIdx.x + gridDim.x - 1) / gridDim.x);
+	for (int i = threadIdx.x >> 4; i < nt; i += NT / 16) {
+		const int64_t row = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * 16 + (threadIdx.x & 15);
+		if (row >= a.rows)
+			continue;
+		/* loads in groups of 4 (in flight together), sums in slot order */
+		float acc = 0.0f;
+		unsigned j = 0;
+		for (; j + 4 <= gridDim.z; j += 4) {
+			float o[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				acc += a.cw[j + u] * o[u];
+		}
+		for (; j < gridDim.z; j++)
+			acc += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
+		a.ch[row] = a.ch[row] + acc;
+	}
+	if (threadIdx.x == 0)
+		a.cnt[blockIdx.x] = 0; /* ready for the next launch */
+}
+
 /* One 128-element step of a lane: its 16 code bytes of rows g (wqa) and g + 8 (wqb) at chunk lc,
  * their scale bytes cai / cbi (NVFP4: two E4M3; MXFP4: one E8M0, 0x100 = a zero scale), decoded
  * to BF16 pairs and multiplied by the staged activations of each token group into acc. */

@@ -33,12 +33,11 @@
  * room for at least 2 stages at two blocks an SM. */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/pdl.cuh"
-
-#include <stdlib.h>
-#include <string.h>
 
 #define GT_W 8                /* consumer warps */
 #define GT_SMAX 16            /* stages at most */
@@ -246,11 +245,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	stamp(2);
 	const int g = lane >> 2, t = lane & 3;
 	const uint8_t *xcol[NG];
-#pragma unroll
-	for (int gg = 0; gg < NG; gg++) {
-		const int col = 8 * gg + g < 2 * M ? 8 * gg + g : (g & 1);
-		xcol[gg] = xs + (size_t)col * cs;
-	}
+	gm_xcols<NG>(xcol, xs, cs, M, g);
 	float acc[NG][4];
 #pragma unroll
 	for (int gg = 0; gg < NG; gg++)
@@ -331,28 +326,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 		if (!last)
 			return;
 		__threadfence();
-		const int nt = (int)((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x);
-		for (int it = threadIdx.x >> 4; it < nt; it += GT_W * 2) {
-				const int64_t row = ((int64_t)blockIdx.x + (int64_t)it * gridDim.x) * 16 + (threadIdx.x & 15);
-				if (row >= a.rows)
-					continue;
-				float acc2 = 0.0f;
-				unsigned j = 0;
-				for (; j + 4 <= gridDim.z; j += 4) {
-					float o[4];
-#pragma unroll
-					for (int q = 0; q < 4; q++)
-						o[q] = __ldcg(a.y + (size_t)(j + q) * a.rows + row);
-#pragma unroll
-					for (int q = 0; q < 4; q++)
-						acc2 += a.cw[j + q] * o[q];
-				}
-				for (; j < gridDim.z; j++)
-					acc2 += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
-				a.ch[row] = a.ch[row] + acc2;
-			}
-		if (threadIdx.x == 0)
-			a.cnt[blockIdx.x] = 0; /* ready for the next launch */
+		gm_combine_rows<GT_W * 32>(a);
 	}
 #endif
 }
