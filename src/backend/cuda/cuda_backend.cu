@@ -487,6 +487,7 @@ struct cu_moe {
 	float *x1;     /* norm_moe_add: the normalized token, where the gate|up GEMV declines the norm */
 	unsigned *cnt; /* norm_moe_add: the fused router's block counter (left zero by each launch) */
 	int32_t *gpos, *gsrc, *gexp, *goff, *gm; /* batches: the slots grouped by expert */
+	void *xbn;                               /* batches on the GEMM: BF16 activations */
 	int64_t cap_n;
 	struct cu_moe *next; /* all layers' records, freed with the backend */
 };
@@ -1095,8 +1096,11 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 				return rc;
 			const int64_t nz = fp4s_cuda_moe_group_count((int32_t)(n * K), (int32_t)E, 1);
 			cudaFree(m->gpos), cudaFree(m->gsrc), cudaFree(m->gexp), cudaFree(m->goff), cudaFree(m->gm);
+			cudaFree(m->xbn);
 			m->gpos = m->gsrc = m->gexp = m->goff = m->gm = NULL;
-			if ((rc = dev_alloc(c, (void **)&m->gpos, (size_t)(n * K) * 4, err)) ||
+			m->xbn = NULL;
+			if ((rc = dev_alloc(c, &m->xbn, fp4s_moe_gemm_scratch_bytes((int32_t)(n * K), H, I), err)) ||
+			    (rc = dev_alloc(c, (void **)&m->gpos, (size_t)(n * K) * 4, err)) ||
 			    (rc = dev_alloc(c, (void **)&m->gsrc, (size_t)(n * K) * 4, err)) ||
 			    (rc = dev_alloc(c, (void **)&m->gexp, (size_t)nz * 4, err)) ||
 			    (rc = dev_alloc(c, (void **)&m->goff, (size_t)nz * 4, err)) ||
@@ -1112,8 +1116,20 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 	                              p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, idx, w,
 	                              c->s, err)))
 		return rc;
+	/* prompts and large batches: slots grouped by expert in tiles of the tensor-core GEMM, each
+	 * expert read once per tile of up to 256 tokens (moe_gemm.cu) */
+	const int bt = n > 1 && E <= 4096 ? fp4s_moe_gemm_tile(&m->gu, &m->down, slots, (int32_t)E) : 0;
+	if (bt > 0) {
+		const int32_t nz = fp4s_cuda_moe_group_count(slots, (int32_t)E, bt);
+		if ((rc = fp4s_cuda_moe_group(idx, slots, (int32_t)K, (int32_t)E, bt, m->gpos, m->gsrc, m->gexp, m->goff,
+		                              m->gm, c->s, err)) ||
+		    (rc = fp4s_moe_gemm(&m->gu, &m->down, m->gexp, m->goff, m->gm, nz, bt, x, m->gsrc, slots, m->interleaved,
+		                        p->swiglu_alpha, p->swiglu_limit, h, m->xbn, o, c->s, err)))
+			return rc;
+		return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
+	}
 	/* batches: slots grouped by expert, so each expert's weights are read once per group of up to
-	 * 8 tokens rather than once per token (decode of many sequences, prompts) */
+	 * 8 tokens rather than once per token (decode of many sequences) */
 	const int gmax = n > 1 && E <= 4096 && fp4s_gemv_mma_allowed() ? fp4s_gemv_mma_group_max(&m->gu, &m->down) : 0;
 	if (gmax > 0) {
 		const int32_t nz = fp4s_cuda_moe_group_count(slots, (int32_t)E, gmax);
@@ -1346,6 +1362,7 @@ static void cu_destroy(struct fp4s_backend *be)
 			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on),
 				cudaFree(m->lgn);
 			cudaFree(m->gpos), cudaFree(m->gsrc), cudaFree(m->gexp), cudaFree(m->goff), cudaFree(m->gm);
+			cudaFree(m->xbn);
 			free(m);
 		}
 		cu_graph_reset(be);

@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/e2m1_bf16.cuh"
 #include "backend/cuda/gemm_cuda.h"
+#include "backend/cuda/moe_cuda.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FP4S_WGMMA_DEVICE 1
@@ -68,6 +69,16 @@ struct wg_cfg {
 	static_assert(ACT % 1024 == 0, "swizzle atoms are 8 rows x 128 bytes");
 	static_assert((BT * 8) % THREADS == 0, "whole activation chunks per thread");
 	static_assert(WGS * BT <= 512, "accumulators beyond 128 registers per thread at 512 threads");
+};
+
+/* The grouped form (MoE): group z holds m[z] <= BT tokens (0: unused) of expert exp[z], rows
+ * off[z].. of the activations and the output; expert e's codes, scales and bias start
+ * e * wstride, e * sstride bytes and e * N floats on, its NVFP4 scale is ws2e[e] (NULL: ws2).
+ * m == NULL: the plain GEMM. */
+struct wg_groups {
+	const int32_t *exp, *off, *m;
+	long long wstride, sstride;
+	const float *ws2e;
 };
 
 /* Device helpers exist only where the kernel is real (unused functions are errors elsewhere). */
@@ -181,7 +192,8 @@ template <int BT, int WGS, int STAGES, int FMT>
 __global__ void __launch_bounds__((wg_cfg<BT, WGS, STAGES>::THREADS), (wg_cfg<BT, WGS, STAGES>::MINB))
 gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restrict__ wq,
                   const uint8_t *__restrict__ wsc, float ws2, const float *__restrict__ bias,
-                  float *__restrict__ y, float *__restrict__ part, int M, int N, int K, int steps_per_split)
+                  float *__restrict__ y, float *__restrict__ part, int M, int N, int K, int steps_per_split,
+                  wg_groups grp)
 {
 #if FP4S_WGMMA_DEVICE
 	using C = wg_cfg<BT, WGS, STAGES>;
@@ -190,7 +202,26 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 	uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 	const int tid = threadIdx.x, lane = tid & 31;
 	const int wg = tid >> 7, g = ((tid >> 5) & 3) * 16 + (lane >> 2), c = lane & 3;
-	const int n0 = blockIdx.x * C::ROWS, m0 = blockIdx.y * BT;
+	const int n0 = blockIdx.x * C::ROWS;
+	int m0 = blockIdx.y * BT;
+	if (grp.m) {
+		/* grouped experts: blockIdx.y is group z, its M tokens are rows off.. of xp and y, and
+		 * its weights expert e's slice of the stacked projection. Unused groups (m = 0) leave
+		 * before any barrier, as a whole block. */
+		const int z = blockIdx.y, e = grp.exp[z];
+		M = grp.m[z];
+		if (M <= 0)
+			return;
+		xp += (size_t)grp.off[z] * K;
+		y += (size_t)grp.off[z] * N;
+		wq += (size_t)e * grp.wstride;
+		wsc += (size_t)e * grp.sstride;
+		if (bias)
+			bias += (size_t)e * N;
+		if (grp.ws2e)
+			ws2 = grp.ws2e[e];
+		m0 = 0;
+	}
 	const int kt0 = blockIdx.z * steps_per_split;
 	const int nk = min(steps_per_split, K / WG_BK - kt0);
 
@@ -358,7 +389,25 @@ int launch(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out,
 	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, C::ROWS), (unsigned)FP4S_CEIL_DIV(M, BT), (unsigned)splits);
 	gemm_wgmma_kernel<BT, WGS, STAGES, FMT><<<grid, C::THREADS, C::SMEM, s>>>(
 		xp, (const uint8_t *)w->data, w->scales, FMT == WG_NV ? w->ws2 : 1.0f, w->bias, out,
-		partial ? out : nullptr, M, (int)w->rows, (int)w->cols, steps);
+		partial ? out : nullptr, M, (int)w->rows, (int)w->cols, steps, wg_groups{});
+	FP4S_CUDA_TRY(err, cudaGetLastError());
+	return FP4S_OK;
+}
+
+/* the grouped form: one block row per group (nz of them), whole K per block */
+template <int BT, int FMT>
+int launch_grouped(const struct fp4s_stacked *w, const wg_groups &grp, int nz, const __nv_bfloat16 *xp, float *out,
+                   cudaStream_t s, struct fp4s_error *err)
+{
+	constexpr int WGS = 2, STAGES = BT == 256 ? 4 : BT == 128 ? 5 : 6;
+	using C = wg_cfg<BT, WGS, STAGES>;
+	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_wgmma_kernel<BT, WGS, STAGES, FMT>,
+	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+	const dim3 grid((unsigned)FP4S_CEIL_DIV(w->rows, C::ROWS), (unsigned)nz, 1);
+	const int steps = (int)(w->cols / WG_BK);
+	gemm_wgmma_kernel<BT, WGS, STAGES, FMT><<<grid, C::THREADS, C::SMEM, s>>>(
+		xp, (const uint8_t *)w->data, w->scales, FMT == WG_NV ? w->ws2 : 1.0f, w->bias, out, nullptr, 0,
+		(int)w->rows, (int)w->cols, steps, grp);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
@@ -417,4 +466,19 @@ int fp4s_gemm_wgmma(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, fl
 {
 	return w->fmt == FP4S_WF_NVFP4 ? launch_fmt<WG_NV>(w, xp, M, out, partial, bt, rows, splits, steps, s, err)
 	                               : launch_fmt<WG_MX>(w, xp, M, out, partial, bt, rows, splits, steps, s, err);
+}
+
+int fp4s_gemm_wgmma_grouped(const struct fp4s_stacked *w, const int32_t *g_expert, const int32_t *g_off,
+                            const int32_t *g_m, int32_t n_groups, int bt, const __nv_bfloat16 *xp, float *y,
+                            cudaStream_t s, struct fp4s_error *err)
+{
+	const wg_groups grp = {g_expert, g_off, g_m, (long long)w->stride_data, (long long)w->stride_scales,
+	                       w->fmt == FP4S_WF_NVFP4 ? w->ws2e : nullptr};
+	if (w->fmt == FP4S_WF_NVFP4)
+		return bt == 256   ? launch_grouped<256, WG_NV>(w, grp, n_groups, xp, y, s, err)
+		       : bt == 128 ? launch_grouped<128, WG_NV>(w, grp, n_groups, xp, y, s, err)
+		                   : launch_grouped<64, WG_NV>(w, grp, n_groups, xp, y, s, err);
+	return bt == 256   ? launch_grouped<256, WG_MX>(w, grp, n_groups, xp, y, s, err)
+	       : bt == 128 ? launch_grouped<128, WG_MX>(w, grp, n_groups, xp, y, s, err)
+	                   : launch_grouped<64, WG_MX>(w, grp, n_groups, xp, y, s, err);
 }

@@ -70,6 +70,18 @@ int fp4s_cuda_moe_group(const int32_t *idx, int32_t nslots, int32_t K, int32_t E
                         int32_t *src, int32_t *g_expert, int32_t *g_off, int32_t *g_m, cudaStream_t s,
                         struct fp4s_error *err);
 
+/* Prompts and large batches on the Hopper wgmma GEMM (moe_gemm.cu). fp4s_moe_gemm_tile: the
+ * token tile (64, 128, 256) to group by for n_slots slots over E experts, 0 where the grouped
+ * GEMV should run instead. fp4s_moe_gemm, after fp4s_cuda_moe_group with gmax = that tile:
+ * h[row] = gate|up of x[src[row]], then o[row] = down of SwiGLU(h[row]), rows in expert order
+ * (n_slots of them); xb: fp4s_moe_gemm_scratch_bytes of device scratch. */
+int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, int32_t n_slots, int32_t E);
+size_t fp4s_moe_gemm_scratch_bytes(int32_t n_slots, int64_t hidden, int64_t inter);
+int fp4s_moe_gemm(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, const int32_t *g_expert,
+                  const int32_t *g_off, const int32_t *g_m, int32_t n_groups, int bt, const float *x,
+                  const int32_t *src, int32_t n_slots, int interleaved, float alpha, float limit, float *h,
+                  void *xb, float *o, cudaStream_t s, struct fp4s_error *err);
+
 #ifdef __cplusplus
 }
 #endif
