@@ -353,15 +353,17 @@ int main(int argc, char **argv)
 	    !getenv("FP4S_MOE_GEMM")) {
 		struct fp4s_stacked gu = {FP4S_WF_MXFP4, 5760, 2880, (void *)256, (uint8_t *)256, NULL, 0, 0, 1.0f, NULL, 0};
 		struct fp4s_stacked dn = {FP4S_WF_MXFP4, 2880, 2880, (void *)256, (uint8_t *)256, NULL, 0, 0, 1.0f, NULL, 0};
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32) == 128); /* 64 an expert: 80 -> 128 */
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 32768, 32) == 256);
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 1024, 32) == 64);
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 64, 32) == 0); /* 2 an expert: the grouped GEMV */
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32, 1) == 128); /* 64 an expert: 80 -> 128 */
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 32768, 32, 1) == 256);
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 1024, 32, 1) == 64);
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 64, 32, 1) == 0); /* 2 an expert: the grouped GEMV */
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 64, 32, 2) == 64); /* unless asked for everywhere */
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 32768, 32, 0) == 0);
 		dn.cols = 2848;                                    /* K % 64 != 0 */
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32) == 0);
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32, 1) == 0);
 		dn.cols = 2880;
 		dn.fmt = FP4S_WF_BF16;
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32) == 0);
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32, 1) == 0);
 		dn.fmt = FP4S_WF_MXFP4;
 		struct fp4s_error err = {0};
 		CHECK(fp4s_moe_gemm(&gu, &dn, NULL, NULL, NULL, 1, 96, NULL, NULL, 1, 1, 1.0f, 1.0f, NULL, NULL, NULL, 0,

@@ -1073,9 +1073,10 @@ static int expert_down(struct cuda_impl *c, struct cu_moe *m, const struct fp4s_
 	return fp4s_cuda_moe_combine(o, w, NULL, n, p->top_k, H, accumulate, y, c->s, err);
 }
 
-static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, const float *x, int64_t n,
+static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
                          int accumulate, float *y, struct fp4s_error *err)
 {
+	struct cuda_impl *c = impl_of(be);
 	struct cu_moe *m = (struct cu_moe *)p->dev;
 	const int64_t K = p->top_k, I = p->inter, H = p->hidden, E = p->n_experts;
 	int32_t *idx = m->idx1;
@@ -1117,8 +1118,10 @@ static int moe_on_device(struct cuda_impl *c, const struct fp4s_moe_params *p, c
 	                              c->s, err)))
 		return rc;
 	/* prompts and large batches: slots grouped by expert in tiles of the tensor-core GEMM, each
-	 * expert read once per tile of up to 256 tokens (moe_gemm.cu) */
-	const int bt = n > 1 && E <= 4096 ? fp4s_moe_gemm_tile(&m->gu, &m->down, slots, (int32_t)E) : 0;
+	 * expert read once per tile of up to 256 tokens (moe_gemm.cu). As for the dense GEMM: never
+	 * where the backend must keep activations exact (gemm_min_tokens 0), every batch at 1. */
+	const int gmode = be->gemm_min_tokens <= 0 ? 0 : be->gemm_min_tokens == 1 ? 2 : 1;
+	const int bt = n > 1 && E <= 4096 ? fp4s_moe_gemm_tile(&m->gu, &m->down, slots, (int32_t)E, gmode) : 0;
 	if (bt > 0) {
 		const int32_t nz = fp4s_cuda_moe_group_count(slots, (int32_t)E, bt);
 		if ((rc = fp4s_cuda_moe_group(idx, slots, (int32_t)K, (int32_t)E, bt, m->gpos, m->gsrc, m->gexp, m->goff,
@@ -1211,7 +1214,7 @@ static int cu_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, 
 {
 	if (!p->dev)
 		return FP4S_EUNSUPPORTED;
-	return moe_on_device(impl_of(be), p, x, n, 1, h, err);
+	return moe_on_device(be, p, x, n, 1, h, err);
 }
 
 static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
@@ -1219,7 +1222,7 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
 {
 	struct cuda_impl *c = impl_of(be);
 	if (p->dev)
-		return moe_on_device(c, p, x, n, 0, y, err);
+		return moe_on_device(be, p, x, n, 0, y, err);
 	const int32_t E = p->n_experts, K = p->top_k;
 	const int64_t H = p->hidden, I = p->inter;
 	if (K <= 0 || K > E || K > 64 || E > 4096)

@@ -72,10 +72,12 @@ int fp4s_cuda_moe_group(const int32_t *idx, int32_t nslots, int32_t K, int32_t E
 
 /* Prompts and large batches on the Hopper wgmma GEMM (moe_gemm.cu). fp4s_moe_gemm_tile: the
  * token tile (64, 128, 256) to group by for n_slots slots over E experts, 0 where the grouped
- * GEMV should run instead. fp4s_moe_gemm, after fp4s_cuda_moe_group with gmax = that tile:
+ * GEMV should run instead (mode 0: always 0; 1: by the average tokens an expert; 2: wherever
+ * the shapes allow). fp4s_moe_gemm, after fp4s_cuda_moe_group with gmax = that tile:
  * h[row] = gate|up of x[src[row]], then o[row] = down of SwiGLU(h[row]), rows in expert order
  * (n_slots of them); xb: fp4s_moe_gemm_scratch_bytes of device scratch. */
-int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, int32_t n_slots, int32_t E);
+int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, int32_t n_slots, int32_t E,
+                       int mode);
 size_t fp4s_moe_gemm_scratch_bytes(int32_t n_slots, int64_t hidden, int64_t inter);
 int fp4s_moe_gemm(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, const int32_t *g_expert,
                   const int32_t *g_off, const int32_t *g_m, int32_t n_groups, int bt, const float *x,

@@ -129,9 +129,10 @@ int projection_ok(const struct fp4s_stacked *w)
  * tokens an expert) ran twice as fast here as on the grouped GEMV, whose groups of 8 re-read an
  * expert for each further 8 tokens (bench/results/2026-11-22-h100-moe-gemm.md).
  * FP4S_MOE_GEMM_MIN (the average it needs) and FP4S_MOE_GEMM_BT override the rule,
- * FP4S_MOE_GEMM=0 turns the path off. */
+ * FP4S_MOE_GEMM=0 turns the path off. mode 0: never, 1: that rule, 2: wherever the shapes allow
+ * (the backend's gemm_min_tokens 0, default, 1). */
 extern "C" int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, int32_t n_slots,
-                                  int32_t E)
+                                  int32_t E, int mode)
 {
 	static int on = -1, min_avg, bt_env; /* benign race: every thread computes the same values */
 	if (on < 0) {
@@ -139,10 +140,10 @@ extern "C" int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp
 		bt_env = env_int("FP4S_MOE_GEMM_BT", 0);
 		on = env_int("FP4S_MOE_GEMM", 1) != 0 && fp4s_gemm_wgmma_supported();
 	}
-	if (!on || E < 1 || !projection_ok(gu) || !projection_ok(down) || gu->rows != 2 * down->cols)
+	if (!on || mode == 0 || E < 1 || !projection_ok(gu) || !projection_ok(down) || gu->rows != 2 * down->cols)
 		return 0;
 	const double avg = (double)n_slots / E;
-	if (avg < min_avg)
+	if (mode == 1 && avg < min_avg)
 		return 0;
 	if (bt_env == 64 || bt_env == 128 || bt_env == 256)
 		return bt_env;
