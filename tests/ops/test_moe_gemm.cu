@@ -356,8 +356,8 @@ int main(int argc, char **argv)
 		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32, 1) == 128); /* 64 an expert: 80 -> 128 */
 		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 32768, 32, 1) == 256);
 		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 1024, 32, 1) == 64);
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 64, 32, 1) == 0); /* 2 an expert: the grouped GEMV */
-		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 64, 32, 2) == 64); /* unless asked for everywhere */
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 8, 32, 1) == 64); /* a quarter of a token an expert */
+		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 64, 32, 2) == 64);
 		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 32768, 32, 0) == 0);
 		dn.cols = 2848;                                    /* K % 64 != 0 */
 		CHECK(fp4s_moe_gemm_tile(&gu, &dn, 2048, 32, 1) == 0);

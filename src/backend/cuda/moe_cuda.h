@@ -72,8 +72,8 @@ int fp4s_cuda_moe_group(const int32_t *idx, int32_t nslots, int32_t K, int32_t E
 
 /* Prompts and large batches on the Hopper wgmma GEMM (moe_gemm.cu). fp4s_moe_gemm_tile: the
  * token tile (64, 128, 256) to group by for n_slots slots over E experts, 0 where the grouped
- * GEMV should run instead (mode 0: always 0; 1: by the average tokens an expert; 2: wherever
- * the shapes allow). fp4s_moe_gemm, after fp4s_cuda_moe_group with gmax = that tile:
+ * GEMV should run instead (mode 0: always 0; 1: the default rule; 2: wherever the shapes
+ * allow). fp4s_moe_gemm, after fp4s_cuda_moe_group with gmax = that tile:
  * h[row] = gate|up of x[src[row]], then o[row] = down of SwiGLU(h[row]), rows in expert order
  * (n_slots of them); xb: fp4s_moe_gemm_scratch_bytes of device scratch. */
 int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, int32_t n_slots, int32_t E,

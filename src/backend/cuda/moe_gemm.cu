@@ -124,11 +124,11 @@ int projection_ok(const struct fp4s_stacked *w)
 } // namespace
 
 /* The token tile (64, 128 or 256) for a batch of n_slots slots over E experts, or 0 where the
- * grouped GEMV should run: no sm_90a kernel, formats or shapes it does not take, or fewer than
- * 4 tokens an expert on average. Decode steps of many streams count: 64 gpt-oss streams (8
- * tokens an expert) ran twice as fast here as on the grouped GEMV, whose groups of 8 re-read an
- * expert for each further 8 tokens (bench/results/2026-11-22-h100-moe-gemm.md).
- * FP4S_MOE_GEMM_MIN (the average it needs) and FP4S_MOE_GEMM_BT override the rule,
+ * grouped GEMV should run: no sm_90a kernel, or formats or shapes the GEMM does not take. Every
+ * batch of two tokens or more takes the GEMM: on an H100 it beat the grouped GEMV (groups of up
+ * to 8 tokens) from 4 streams (half a token an expert) to 64 and on every prompt
+ * (bench/results/2026-11-22-h100-moe-gemm.md). FP4S_MOE_GEMM_MIN (an average of tokens an
+ * expert below which the grouped GEMV runs; default 0) and FP4S_MOE_GEMM_BT override the rule,
  * FP4S_MOE_GEMM=0 turns the path off. mode 0: never, 1: that rule, 2: wherever the shapes allow
  * (the backend's gemm_min_tokens 0, default, 1). */
 extern "C" int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, int32_t n_slots,
@@ -136,7 +136,7 @@ extern "C" int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp
 {
 	static int on = -1, min_avg, bt_env; /* benign race: every thread computes the same values */
 	if (on < 0) {
-		min_avg = env_int("FP4S_MOE_GEMM_MIN", 4);
+		min_avg = env_int("FP4S_MOE_GEMM_MIN", 0);
 		bt_env = env_int("FP4S_MOE_GEMM_BT", 0);
 		on = env_int("FP4S_MOE_GEMM", 1) != 0 && fp4s_gemm_wgmma_supported();
 	}
