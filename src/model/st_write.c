@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void fp4s_st_writer_init(struct fp4s_st_writer *w, const char *dir, uint64_t max_shard_bytes)
@@ -103,6 +105,34 @@ static int write_index(struct fp4s_st_writer *w, struct fp4s_error *err)
 	return FP4S_OK;
 }
 
+/* The shards are sized with ftruncate (sparse), so a filesystem without room for them fails
+ * only once the pwrites reach the end of its space, minutes into a large checkpoint (61 GB for
+ * gpt-oss-120b). Checks the room first: free space plus what the shards of the same names hold
+ * now (they are truncated). Where statvfs cannot tell, the writes decide. */
+static int check_room(const struct fp4s_st_writer *w, struct fp4s_error *err)
+{
+	struct statvfs fs;
+	if (statvfs(w->dir, &fs))
+		return FP4S_OK;
+	uint64_t room = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize;
+	for (int32_t s = 0; s < w->nshards; s++) {
+		char *name = shard_name(s, w->nshards), path[4200];
+		struct stat st;
+		if (!name)
+			return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
+		snprintf(path, sizeof path, "%s/%s", w->dir, name);
+		free(name);
+		if (!stat(path, &st) && S_ISREG(st.st_mode))
+			room += (uint64_t)st.st_blocks * 512u;
+	}
+	if (w->total_bytes > room)
+		return fp4s_error_set(err, FP4S_EIO,
+		                      "%s: %.2f GB of tensors to write but only %.2f GB free on its "
+		                      "filesystem",
+		                      w->dir, (double)w->total_bytes / 1e9, (double)room / 1e9);
+	return FP4S_OK;
+}
+
 int fp4s_st_writer_begin(struct fp4s_st_writer *w, struct fp4s_error *err)
 {
 	/* Greedy sharding in declaration order keeps each layer's tensors together. */
@@ -119,6 +149,9 @@ int fp4s_st_writer_begin(struct fp4s_st_writer *w, struct fp4s_error *err)
 		w->total_bytes += w->t[i].nbytes;
 	}
 	w->nshards = shard + 1;
+	int rc0 = check_room(w, err);
+	if (rc0)
+		return rc0;
 	w->fds = malloc((size_t)w->nshards * sizeof *w->fds);
 	if (!w->fds)
 		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
