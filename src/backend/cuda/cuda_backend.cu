@@ -23,6 +23,16 @@
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 
+/* The growable buffers of MoE batches (n > 1), one set for all layers: the layers run one after
+ * another on the backend's stream, and graphs capture only one-token steps, which use each
+ * layer's fixed buffers. A set per layer cost 36 x 755 MB on gpt-oss-120b at 4096 tokens, more
+ * than its 62 GB of weights left on an 80 GB GPU. Order: enum moe_buf. */
+enum moe_buf { MB_IDX, MB_W, MB_H, MB_A, MB_O, MB_LG, MB_XB, MB_GPOS, MB_GSRC, MB_GEXP, MB_GOFF, MB_GM, MB_COUNT };
+struct cu_moe_bufs {
+	void *p[MB_COUNT];
+	size_t bytes[MB_COUNT];
+};
+
 struct cuda_impl {
 	int dev;
 	cudaStream_t s;
@@ -55,6 +65,7 @@ struct cuda_impl {
 	int64_t workn_floats;
 	int32_t splits1;
 	struct cu_moe *moes;
+	struct cu_moe_bufs moeb;
 };
 
 static struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
@@ -481,14 +492,14 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 struct cu_moe {
 	struct fp4s_stacked gu, down;
 	int interleaved;
-	/* one-token buffers (fixed: graphs hold them) and growable ones for larger batches */
+	/* one-token buffers (fixed: graphs hold them) and, for larger batches, views of the
+	 * backend's shared growable set (moe_batch_bufs) */
 	int32_t *idx1, *idxn;
 	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
 	float *x1;     /* norm_moe_add: the normalized token, where the gate|up GEMV declines the norm */
 	unsigned *cnt; /* norm_moe_add: the fused router's block counter (left zero by each launch) */
 	int32_t *gpos, *gsrc, *gexp, *goff, *gm; /* batches: the slots grouped by expert */
 	void *xbn;                               /* batches on the GEMM: BF16 activations */
-	int64_t cap_n;
 	struct cu_moe *next; /* all layers' records, freed with the backend */
 };
 
@@ -1073,6 +1084,40 @@ static int expert_down(struct cuda_impl *c, struct cu_moe *m, const struct fp4s_
 	return fp4s_cuda_moe_combine(o, w, NULL, n, p->top_k, H, accumulate, y, c->s, err);
 }
 
+/* Grows the shared batch buffers to n tokens where needed and points m's batch fields at them. */
+static int moe_batch_bufs(struct cuda_impl *c, struct cu_moe *m, const struct fp4s_moe_params *p, int64_t n,
+                          struct fp4s_error *err)
+{
+	const int64_t K = p->top_k, I = p->inter, H = p->hidden, E = p->n_experts, nk = n * K;
+	const int64_t nz = fp4s_cuda_moe_group_count((int32_t)nk, (int32_t)E, 1);
+	size_t need[MB_COUNT];
+	need[MB_IDX] = need[MB_W] = need[MB_GPOS] = need[MB_GSRC] = (size_t)nk * 4;
+	need[MB_H] = (size_t)(nk * 2 * I) * 4;
+	need[MB_A] = (size_t)(nk * I) * 4;
+	need[MB_O] = (size_t)(nk * H) * 4;
+	need[MB_LG] = (size_t)(n * E) * 4;
+	need[MB_XB] = fp4s_moe_gemm_scratch_bytes((int32_t)nk, H, I);
+	need[MB_GEXP] = need[MB_GOFF] = need[MB_GM] = (size_t)nz * 4;
+	struct cu_moe_bufs *b = &c->moeb;
+	for (int i = 0; i < MB_COUNT; i++) {
+		if (need[i] <= b->bytes[i])
+			continue;
+		cudaFree(b->p[i]);
+		b->p[i] = NULL;
+		b->bytes[i] = 0;
+		int rc = dev_alloc(c, &b->p[i], need[i], err);
+		if (rc)
+			return rc;
+		b->bytes[i] = need[i];
+	}
+	m->idxn = (int32_t *)b->p[MB_IDX], m->wn = (float *)b->p[MB_W], m->hn = (float *)b->p[MB_H];
+	m->an = (float *)b->p[MB_A], m->on = (float *)b->p[MB_O], m->lgn = (float *)b->p[MB_LG];
+	m->xbn = b->p[MB_XB];
+	m->gpos = (int32_t *)b->p[MB_GPOS], m->gsrc = (int32_t *)b->p[MB_GSRC], m->gexp = (int32_t *)b->p[MB_GEXP];
+	m->goff = (int32_t *)b->p[MB_GOFF], m->gm = (int32_t *)b->p[MB_GM];
+	return FP4S_OK;
+}
+
 static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
                          int accumulate, float *y, struct fp4s_error *err)
 {
@@ -1083,32 +1128,9 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 	float *w = m->w1, *h = m->h1, *a = m->a1, *o = m->o1, *lg = m->lg1;
 	int rc;
 	if (n > 1) {
-		/* larger batches: growable buffers (one-token steps keep theirs fixed for graphs) */
-		if (n > m->cap_n) {
-			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on), cudaFree(m->lgn);
-			m->idxn = NULL, m->wn = m->hn = m->an = m->on = m->lgn = NULL;
-			m->cap_n = 0;
-			if ((rc = dev_alloc(c, (void **)&m->idxn, (size_t)(n * K) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->wn, (size_t)(n * K) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->hn, (size_t)(n * K * 2 * I) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->an, (size_t)(n * K * I) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->on, (size_t)(n * K * H) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->lgn, (size_t)(n * E) * 4, err)))
-				return rc;
-			const int64_t nz = fp4s_cuda_moe_group_count((int32_t)(n * K), (int32_t)E, 1);
-			cudaFree(m->gpos), cudaFree(m->gsrc), cudaFree(m->gexp), cudaFree(m->goff), cudaFree(m->gm);
-			cudaFree(m->xbn);
-			m->gpos = m->gsrc = m->gexp = m->goff = m->gm = NULL;
-			m->xbn = NULL;
-			if ((rc = dev_alloc(c, &m->xbn, fp4s_moe_gemm_scratch_bytes((int32_t)(n * K), H, I), err)) ||
-			    (rc = dev_alloc(c, (void **)&m->gpos, (size_t)(n * K) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->gsrc, (size_t)(n * K) * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->gexp, (size_t)nz * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->goff, (size_t)nz * 4, err)) ||
-			    (rc = dev_alloc(c, (void **)&m->gm, (size_t)nz * 4, err)))
-				return rc;
-			m->cap_n = n;
-		}
+		/* larger batches: the shared growable buffers (one-token steps keep theirs fixed for graphs) */
+		if ((rc = moe_batch_bufs(c, m, p, n, err)))
+			return rc;
 		idx = m->idxn, w = m->wn, h = m->hn, a = m->an, o = m->on, lg = m->lgn;
 	}
 	const int32_t slots = (int32_t)(n * K);
@@ -1362,12 +1384,10 @@ static void cu_destroy(struct fp4s_backend *be)
 		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
 		for (struct cu_moe *m = c->moes, *nx; m; m = nx) {
 			nx = m->next;
-			cudaFree(m->idxn), cudaFree(m->wn), cudaFree(m->hn), cudaFree(m->an), cudaFree(m->on),
-				cudaFree(m->lgn);
-			cudaFree(m->gpos), cudaFree(m->gsrc), cudaFree(m->gexp), cudaFree(m->goff), cudaFree(m->gm);
-			cudaFree(m->xbn);
-			free(m);
+			free(m); /* its batch buffers are views of c->moeb */
 		}
+		for (int i = 0; i < MB_COUNT; i++)
+			cudaFree(c->moeb.p[i]);
 		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);
