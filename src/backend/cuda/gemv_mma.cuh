@@ -75,6 +75,8 @@ struct gm_args {
 	int tflat;    /* whole rows, and one copy each for the tile's codes and scales */
 	int tscl;     /* each stage holds the whole tile's scales (K's per-row slices not 16-byte units) */
 	unsigned *claim;
+	int tsu;    /* gemv_tma.cu: staging rounds in flight where x is plain (2 or 4) */
+	int tevict; /* gemv_tma.cu: weight copies marked evict-first in L2 */
 };
 
 static __device__ __forceinline__ unsigned long long gm_now(void)
@@ -250,16 +252,18 @@ static __device__ __forceinline__ void gm_add_ss(float *s_ss, int tok, float ssq
  * applied in the epilogue: 1 / rms commutes with the dot product). Items (8 elements of one
  * token) go in batches of GM_SU rounds: every load of a batch is issued before the first is
  * used, so staging costs one L2 round trip a batch rather than one a round. */
-template <int NT>
+template <int NT, int SU = GM_SU, bool PLAIN = false>
 static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, int cs, int M, int k0, int k1,
                                                 int nch, const float *xin, int goff, float *s_ss, bool ss, int tid)
 {
+	/* PLAIN: the caller knows x is neither normalized nor SwiGLU's input, so only x's two float4
+	 * an item are live and SU rounds of loads can be in flight at once */
 	const int per_tok = nch * 4, total = M * per_tok;
-	for (int base = 0; base < total; base += GM_SU * NT) {
-		float4 raw[GM_SU][4]; /* x (2) and norm weight (2), or the 4 of SwiGLU's input */
-		int tk[GM_SU], ke_[GM_SU];
+	for (int base = 0; base < total; base += SU * NT) {
+		float4 raw[SU][4]; /* x (2) and norm weight (2), or the 4 of SwiGLU's input */
+		int tk[SU], ke_[SU];
 #pragma unroll
-		for (int u = 0; u < GM_SU; u++) {
+		for (int u = 0; u < SU; u++) {
 			const int it = base + u * NT + tid;
 			tk[u] = -1;
 			ke_[u] = k1;
@@ -271,11 +275,11 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 			if (ke_[u] >= k1)
 				continue;
 			const float4 *src;
-			if (a.act == 0) {
+			if (PLAIN || a.act == 0) {
 				const float *xr = a.xrow ? xin + (size_t)a.xrow[goff + tok] * a.x_stride : xin + (size_t)tok * a.K;
 				src = reinterpret_cast<const float4 *>(xr + ke_[u]);
 				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
-				if (a.norm_w) {
+				if (!PLAIN && a.norm_w) {
 					src = reinterpret_cast<const float4 *>(a.norm_w + ke_[u]);
 					raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
 				}
@@ -291,14 +295,14 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 			}
 		}
 #pragma unroll
-		for (int u = 0; u < GM_SU; u++) {
+		for (int u = 0; u < SU; u++) {
 			const int tok = tk[u];
 			float ssq = 0.0f;
 			if (tok >= 0) {
 				uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
 				if (ke_[u] < k1) {
 					float4 p = raw[u][0], q = raw[u][1];
-					if (a.act == 0 && a.norm_w) {
+					if (!PLAIN && a.act == 0 && a.norm_w) {
 						const float c = a.zero_centred ? 1.0f : 0.0f;
 						const float4 r = raw[u][2], t4 = raw[u][3];
 						if (ss)
@@ -306,7 +310,7 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 							      q.y * q.y + q.z * q.z + q.w * q.w;
 						p = make_float4(p.x * (c + r.x), p.y * (c + r.y), p.z * (c + r.z), p.w * (c + r.w));
 						q = make_float4(q.x * (c + t4.x), q.y * (c + t4.y), q.z * (c + t4.z), q.w * (c + t4.w));
-					} else if (a.act) {
+					} else if (!PLAIN && a.act) {
 						float xe[8];
 						gm_act8(raw[u], a.act, a.alpha, a.limit, xe);
 						p = make_float4(xe[0], xe[1], xe[2], xe[3]);
@@ -323,7 +327,7 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 				*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok) * cs + off) = hi;
 				*reinterpret_cast<uint4 *>(sm + (size_t)(2 * tok + 1) * cs + off) = lo;
 			}
-			if (ss)
+			if (!PLAIN && ss)
 				gm_add_ss(s_ss, tok, ssq, per_tok >= 32);
 		}
 	}

@@ -21,6 +21,15 @@
  * Measured on the H100 (bench/results/2026-11-22-h100-session5.md): decode +8 % llama3-8b, +4 %
  * gpt-oss-20b, +27 % qwen3-30b-a3b against the register kernel; qwen3's pp512 +9 %.
  *
+ * What a launch's fixed cost is made of (bench/results/2026-11-22-h100-l2prefetch.md): the phases
+ * between streams (the PDL wait, staging x, a kernel between two matmuls) are bound by L2 latency,
+ * not DRAM. So the weight copies are marked evict-first in L2 (a step streams 5 GB through it,
+ * which otherwise pushes out the activations, norm weights and outputs the next phase reads:
+ * +2 % llama3-8b decode), and plain x is staged four rounds of loads at a time (the down
+ * projection's 7 rounds took 4 L2 round trips: staging 4.7 -> 3.2 us). Prefetching weights into
+ * L2 in those phases, the next matmul's or a block's own, made decode 1-7 % slower: the extra
+ * misses delay the L2 hits those phases wait for (measured, not kept).
+ *
  * A stage (gm_tma_plan) is either 2048 (or 1024) K of each row, a bulk copy a row with padded
  * rows in shared memory so a quarter warp's rows sit on different banks, or whole rows (K <=
  * 2048): the tile's codes and its scales as stored, one copy each. Scales go by row slices where
@@ -43,6 +52,8 @@
 #define GT_SMAX 16            /* stages at most */
 #define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
 #define GT_THREADS ((GT_W + 1) * 32)
+#define GT_SU 4               /* staging rounds in flight for plain x (FP4S_GEMV_TMA_SU=2: as the
+                                 * register kernel) */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ uint32_t gt_sa(const void *p)
@@ -82,6 +93,16 @@ static __device__ __forceinline__ void gt_copy(void *dst, const void *src, unsig
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
 	                 gt_sa(dst)),
 	             "l"(src), "r"(bytes), "r"(gt_sa(b))
+	             : "memory");
+}
+
+/* the same, the lines marked first to go from L2 (weights are read once a step) */
+static __device__ __forceinline__ void gt_copy_ef(void *dst, const void *src, unsigned bytes, uint64_t *b,
+                                                  uint64_t pol)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+	             "[%3], %4;" ::"r"(gt_sa(dst)),
+	             "l"(src), "r"(bytes), "r"(gt_sa(b)), "l"(pol)
 	             : "memory");
 }
 
@@ -138,6 +159,15 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 			data += e * a.stride_data;
 			scales += e * a.stride_scales;
 		}
+		uint64_t pol = 0; /* evict-first for the weights (FP4S_GEMV_TMA_EVICT=0: the default policy) */
+		if (a.tevict)
+			asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		auto copy = [&](void *dst, const void *src, unsigned bytes, uint64_t *b) {
+			if (a.tevict)
+				gt_copy_ef(dst, src, bytes, b, pol);
+			else
+				gt_copy(dst, src, bytes, b);
+		};
 		for (unsigned n = 0;; n++) {
 			const int i = (int)(n % (unsigned)S);
 			if (n >= (unsigned)S)
@@ -163,16 +193,16 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 			__syncwarp();
 			if (a.tflat) { /* whole rows: the tile's codes and scales are two contiguous runs */
 				if (lane == 0)
-					gt_copy(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
+					copy(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
 				else if (lane == 1)
-					gt_copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
+					copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
 			} else if (lane < nr) {
-				gt_copy(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i]);
+				copy(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i]);
 			} else if (a.tscl) {
 				if (lane == 16)
-					gt_copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
+					copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
 			} else if (lane >= 16 && lane - 16 < nr) {
-				gt_copy(st + 16 * a.trs + (lane - 16) * a.tss,
+				copy(st + 16 * a.trs + (lane - 16) * a.tss,
 				        scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
 				        sb, &full[i]);
 			}
@@ -240,7 +270,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	const int cs = gm_col_stride(nsteps * 4);
 	uint8_t *xs = sm + (size_t)S * a.tstage;
 	float *red = reinterpret_cast<float *>(xs + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
-	gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, a.norm_w != NULL, threadIdx.x);
+	if (a.tsu == 4 && !a.norm_w && !a.act)
+		gm_stage<GT_W * 32, 4, true>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, false, threadIdx.x);
+	else
+		gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, a.norm_w != NULL, threadIdx.x);
 	gt_sync();
 	stamp(2);
 	const int g = lane >> 2, t = lane & 3;
@@ -342,6 +375,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
+	static int tsu, tevict; /* FP4S_GEMV_TMA_SU, _EVICT (see gm_args) */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -355,7 +389,12 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		e = getenv("FP4S_GEMV_TMA_SMEM");
 		const int kb = e ? atoi(e) : 0;
 		budget = kb >= 32 && kb <= GT_SMEM_CAP / 1024 ? (size_t)kb * 1024 : GM_SMEM_MAX;
+		e = getenv("FP4S_GEMV_TMA_SU");
+		tsu = e ? atoi(e) : GT_SU;
+		e = getenv("FP4S_GEMV_TMA_EVICT");
+		tevict = !(e && atoi(e) == 0);
 	}
+	a->tsu = tsu, a->tevict = tevict;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
