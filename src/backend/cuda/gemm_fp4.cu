@@ -762,17 +762,8 @@ static wg_plan plan_wgmma(int M, int64_t N, int64_t K, const struct fp4s_gemm_tu
 	if (bt == 256)
 		rows = 128; /* 4 warpgroups x 128 accumulators would not fit the registers (forced 256 x 256) */
 	const long long nk = K / BK, blocks = FP4S_CEIL_DIV((long long)M, bt) * FP4S_CEIL_DIV(N, (long long)rows);
-	/* FP4S_GEMM_WGMMA_FILL=1 (experiment): split until the blocks fill every slot of the SMs (two
-	 * a SM for 128 rows and <= 128 tokens), for the small M of batched decode steps, where a block
-	 * streams weights bound by its ring's latency rather than by the MMAs */
-	static int fill = -1; /* benign race */
-	if (fill < 0) {
-		const char *e = getenv("FP4S_GEMM_WGMMA_FILL");
-		fill = e && e[0] == '1';
-	}
-	const long long slots = fill && rows == 128 && bt <= 128 ? 2LL * sms : sms;
 	int splits = 1;
-	while (splits < 8 && blocks * splits * 2 <= slots && nk / (splits * 2) >= 8)
+	while (splits < 8 && blocks * splits * 2 <= sms && nk / (splits * 2) >= 8)
 		splits *= 2;
 	const int steps = (int)FP4S_CEIL_DIV(nk, (long long)splits);
 	splits = (int)FP4S_CEIL_DIV(nk, (long long)steps);
