@@ -35,7 +35,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -395,24 +394,12 @@ int launch(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *out,
 	return FP4S_OK;
 }
 
-/* FP4S_GEMM_WGMMA_DEEP=1 (experiment): deeper rings for the 64- and 128-token tiles (10 and 8
- * steps, one block an SM), so a block keeps more weight bytes in flight at small M */
-int deep_rings(void)
-{
-	static int v = -1; /* benign race */
-	if (v < 0) {
-		const char *e = getenv("FP4S_GEMM_WGMMA_DEEP");
-		v = e && e[0] == '1';
-	}
-	return v;
-}
-
 /* the grouped form: one block row per group (nz of them), whole K per block */
-template <int BT, int FMT, int STAGES>
+template <int BT, int FMT>
 int launch_grouped(const struct fp4s_stacked *w, const wg_groups &grp, int nz, const __nv_bfloat16 *xp, float *out,
                    cudaStream_t s, struct fp4s_error *err)
 {
-	constexpr int WGS = 2;
+	constexpr int WGS = 2, STAGES = BT == 256 ? 4 : BT == 128 ? 5 : 6;
 	using C = wg_cfg<BT, WGS, STAGES>;
 	FP4S_CUDA_TRY(err, cudaFuncSetAttribute(gemm_wgmma_kernel<BT, WGS, STAGES, FMT>,
 	                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
@@ -467,9 +454,6 @@ int launch_fmt(const struct fp4s_mat *w, const __nv_bfloat16 *xp, int M, float *
 	if (rows == 256)
 		return bt == 128 ? launch<128, 4, 5, FMT>(w, xp, M, out, partial, splits, steps, s, err)
 		                 : launch<64, 4, 6, FMT>(w, xp, M, out, partial, splits, steps, s, err);
-	if (deep_rings() && bt != 256)
-		return bt == 128 ? launch<128, 2, 8, FMT>(w, xp, M, out, partial, splits, steps, s, err)
-		                 : launch<64, 2, 10, FMT>(w, xp, M, out, partial, splits, steps, s, err);
 	return bt == 256   ? launch<256, 2, 4, FMT>(w, xp, M, out, partial, splits, steps, s, err)
 	       : bt == 128 ? launch<128, 2, 5, FMT>(w, xp, M, out, partial, splits, steps, s, err)
 	                   : launch<64, 2, 6, FMT>(w, xp, M, out, partial, splits, steps, s, err);
@@ -490,16 +474,11 @@ int fp4s_gemm_wgmma_grouped(const struct fp4s_stacked *w, const int32_t *g_exper
 {
 	const wg_groups grp = {g_expert, g_off, g_m, (long long)w->stride_data, (long long)w->stride_scales,
 	                       w->fmt == FP4S_WF_NVFP4 ? w->ws2e : nullptr};
-	const int d = deep_rings();
 	if (w->fmt == FP4S_WF_NVFP4)
-		return bt == 256   ? launch_grouped<256, WG_NV, 4>(w, grp, n_groups, xp, y, s, err)
-		       : bt == 128 ? (d ? launch_grouped<128, WG_NV, 8>(w, grp, n_groups, xp, y, s, err)
-		                        : launch_grouped<128, WG_NV, 5>(w, grp, n_groups, xp, y, s, err))
-		       : d ? launch_grouped<64, WG_NV, 10>(w, grp, n_groups, xp, y, s, err)
-		           : launch_grouped<64, WG_NV, 6>(w, grp, n_groups, xp, y, s, err);
-	return bt == 256   ? launch_grouped<256, WG_MX, 4>(w, grp, n_groups, xp, y, s, err)
-	       : bt == 128 ? (d ? launch_grouped<128, WG_MX, 8>(w, grp, n_groups, xp, y, s, err)
-	                        : launch_grouped<128, WG_MX, 5>(w, grp, n_groups, xp, y, s, err))
-	       : d ? launch_grouped<64, WG_MX, 10>(w, grp, n_groups, xp, y, s, err)
-	           : launch_grouped<64, WG_MX, 6>(w, grp, n_groups, xp, y, s, err);
+		return bt == 256   ? launch_grouped<256, WG_NV>(w, grp, n_groups, xp, y, s, err)
+		       : bt == 128 ? launch_grouped<128, WG_NV>(w, grp, n_groups, xp, y, s, err)
+		                   : launch_grouped<64, WG_NV>(w, grp, n_groups, xp, y, s, err);
+	return bt == 256   ? launch_grouped<256, WG_MX>(w, grp, n_groups, xp, y, s, err)
+	       : bt == 128 ? launch_grouped<128, WG_MX>(w, grp, n_groups, xp, y, s, err)
+	                   : launch_grouped<64, WG_MX>(w, grp, n_groups, xp, y, s, err);
 }
