@@ -1,0 +1,80 @@
+/* cuda_impl.h: the CUDA backend's private state and the helpers its files share
+ * (cuda_backend.cu: the backend and its ops; cuda_moe.cu: the MoE ops). Not an API. */
+#ifndef FP4S_CUDA_IMPL_H
+#define FP4S_CUDA_IMPL_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "util/status.h"
+
+struct cu_moe; /* cuda_moe.cu */
+
+/* The growable buffers of MoE batches (n > 1), one set for all layers: the layers run one after
+ * another on the backend's stream, and graphs capture only one-token steps, which use each
+ * layer's fixed buffers. A set per layer cost 36 x 755 MB on gpt-oss-120b at 4096 tokens, more
+ * than its 62 GB of weights left on an 80 GB GPU. Order: enum moe_buf. */
+enum moe_buf { MB_IDX, MB_W, MB_H, MB_A, MB_O, MB_LG, MB_XB, MB_GPOS, MB_GSRC, MB_GEXP, MB_GOFF, MB_GM, MB_COUNT };
+struct cu_moe_bufs {
+	void *p[MB_COUNT];
+	size_t bytes[MB_COUNT];
+};
+
+struct cuda_impl {
+	int dev;
+	cudaStream_t s;
+	void **allocs; /* weights and scratch owned by the backend */
+	int32_t n_allocs, cap_allocs;
+	void *kc, *vc; /* FP32, BF16 or E4M3 bytes, [layer][block][FP4S_KV_BLOCK][kv_width] */
+	enum fp4s_kv_dtype kv_dtype;
+	int32_t n_layers, kv_width, n_blocks, max_seqs, max_ctx;
+	int32_t *d_table; /* [max_seqs][table_stride] block table, copied at every step's begin */
+	int32_t table_stride;
+	int32_t *d_tok, *d_pos, *d_seq;
+	int32_t batch_cap;
+	float *moe_logits, *moe_h1, *moe_h2, *moe_a, *moe_o;
+	int64_t moe_cap_tokens, moe_cap_inter, moe_cap_hidden;
+	int32_t moe_cap_experts;
+	float *host_logits;
+	struct {
+		int key;
+		cudaGraphExec_t exec;
+	} graphs[8];
+	int32_t n_graphs;
+	int32_t *d_argmax;
+	int32_t sm_count;
+	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
+	void *pf_work;        /* prompt attention's tile list (attention_prefill.cu) */
+	int64_t pf_work_bytes;
+	int pf_plan_valid;    /* pf_work holds this step's tiles (made by layer 0) */
+	int pf_step;          /* this step has a prompt chunk: the flash kernel takes its attention */
+	int one_per_seq;      /* no two tokens of this step share a sequence (decode) */
+	int64_t workn_floats;
+	int32_t splits1;
+	struct cu_moe *moes;
+	struct cu_moe_bufs moeb;
+};
+
+static inline struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
+
+/* one 256-thread block per 256 elements, at most 4096 blocks (grid-stride loops) */
+static inline int grid1(int64_t n) { return (int)(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096); }
+
+/* cuda_backend.cu */
+int cu_track(struct cuda_impl *c, void *p, struct fp4s_error *err); /* freed with the backend */
+int cu_dev_alloc(struct cuda_impl *c, void **p, size_t bytes, struct fp4s_error *err);
+size_t cu_mat_data_bytes(const struct fp4s_mat *m, size_t *scale_b);
+int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes, struct fp4s_error *err);
+int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *y,
+              struct fp4s_error *err);
+void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows, int64_t width, float eps,
+                enum fp4s_norm_kind kind, float *y);
+void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n, int64_t inter, float *out);
+
+/* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
+void cu_moe_install(struct fp4s_backend *be);
+void cu_moe_free(struct cuda_impl *c);
+
+#endif
