@@ -2,7 +2,10 @@
  * step must read (performance.md §3.1: weights incl. scales, the lm_head, the KV cache at the
  * current depth), the achieved GB/s and its share of the measured copy ceiling. Like llama-bench:
  * pp = a prompt of N tokens in one forward; tg = N tokens decoded one at a time after the prompt
- * (and after --ctx tokens of context when asked). Medians over --reps runs after a warm-up. */
+ * (and after --ctx tokens of context when asked). Medians over --reps runs after a warm-up.
+ * --batch B (like llama-batched-bench's parallel sequences): B sequences, each prefilled with
+ * its own prompt, then decoded together, one token each per forward; the tg figure is then the
+ * aggregate (B tokens per step), the decode steps of a server with B streams. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,19 +64,20 @@ int cmd_bench(int argc, char **argv)
 		{"gen", required_argument, 0, 'n'},     {"ctx", required_argument, 0, 'c'},
 		{"reps", required_argument, 0, 'r'},    {"backend", required_argument, 0, 'b'},
 		{"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-		{"kv-cache-dtype", required_argument, 0, 'k'},
+		{"kv-cache-dtype", required_argument, 0, 'k'}, {"batch", required_argument, 0, 'B'},
 		{0, 0, 0, 0}};
 	static const char usage[] =
 		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend auto|cuda|cpu] [--json]\n"
-		"                      [--kv-cache-dtype auto|fp32|bf16|fp8]\n"
+		"                      [--kv-cache-dtype auto|fp32|bf16|fp8] [--batch B]\n"
 		"  -p N      prompt tokens for the prefill figure (default 512; 0 skips)\n"
 		"  -n N      tokens decoded one at a time (default 128; 0 skips)\n"
 		"  --ctx N   context already in the cache before decoding (default 0)\n"
-		"  --reps R  repetitions, median reported (default 3)\n";
+		"  --reps R  repetitions, median reported (default 3)\n"
+		"  --batch B sequences decoded together (default 1): tg is then B tokens a step\n";
 	struct fp4s_engine_opts eo = {0};
-	int32_t pp = 512, tg = 128, ctx = 0, reps = 3, json = 0, c;
+	int32_t pp = 512, tg = 128, ctx = 0, reps = 3, json = 0, nb = 1, c;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "m:p:n:c:r:b:k:jh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:n:c:r:b:k:B:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': eo.model = optarg; break;
 		case 'p': pp = atoi(optarg); break;
@@ -82,20 +86,21 @@ int cmd_bench(int argc, char **argv)
 		case 'r': reps = atoi(optarg); break;
 		case 'b': eo.backend = optarg; break;
 		case 'k': eo.kv_cache_dtype = optarg; break;
+		case 'B': nb = atoi(optarg); break;
 		case 'j': json = 1; break;
 		case 'h': printf("%s", usage); return 0;
 		default: fprintf(stderr, "%s", usage); return 2;
 		}
 	}
 	if (!eo.model || pp < 0 || tg < 0 || ctx < 0 || reps < 1 || reps > 100 || pp > 65536 ||
-	    tg > 65536 || ctx > 1 << 20) {
+	    tg > 65536 || ctx > 1 << 20 || nb < 1 || nb > 1024) {
 		fprintf(stderr, "%s", usage);
 		return 2;
 	}
 	const int32_t prompt_len = pp > ctx ? pp : ctx;
-	eo.max_seqs = 1;
+	eo.max_seqs = nb;
 	eo.max_ctx = prompt_len + tg + 1;
-	eo.max_batch_tokens = prompt_len > 0 ? prompt_len : 1;
+	eo.max_batch_tokens = prompt_len > nb ? prompt_len : nb;
 	struct fp4s_error err = {0};
 	struct fp4s_engine *e;
 	double t0 = now_s();
@@ -116,12 +121,16 @@ int cmd_bench(int argc, char **argv)
 	}
 	struct fp4s_fwd *f = fp4s_engine_fwd(e);
 	const int32_t V = (int32_t)m->cfg.vocab;
+	/* positions 0..max_ctx-1 of every sequence's tokens, then the decode step's B-token batch */
 	int32_t *tok = malloc((size_t)eo.max_ctx * sizeof *tok), *pos = malloc((size_t)eo.max_ctx * sizeof *pos);
 	int32_t *seq = calloc((size_t)eo.max_ctx, sizeof *seq);
+	int32_t *btok = malloc((size_t)nb * sizeof *btok), *bpos = malloc((size_t)nb * sizeof *bpos);
+	int32_t *bseq = malloc((size_t)nb * sizeof *bseq), *brow = malloc((size_t)nb * sizeof *brow);
+	int32_t *bnext = malloc((size_t)nb * sizeof *bnext);
 	float *logits = malloc((size_t)V * sizeof *logits);
 	double *t_pp = calloc((size_t)reps, sizeof *t_pp), *t_tg = calloc((size_t)reps * (size_t)(tg + 1), sizeof *t_tg);
 	int rc = 0;
-	if (!tok || !pos || !seq || !logits || !t_pp || !t_tg) {
+	if (!tok || !pos || !seq || !logits || !t_pp || !t_tg || !btok || !bpos || !bseq || !brow || !bnext) {
 		fprintf(stderr, "fp4serve bench: out of memory\n");
 		rc = 1;
 		goto done;
@@ -131,11 +140,14 @@ int cmd_bench(int argc, char **argv)
 		tok[i] = rand() % V;
 		pos[i] = i;
 	}
-	/* warm-up + reps; the prompt fills the cache the decode then reads */
+	/* warm-up + reps; the prompts fill the cache the decode then reads (the pp figure is sequence
+	 * 0's prompt alone; the others are prefilled the same way, untimed) */
 	int32_t ntg = 0;
 	for (int r = -1; r < reps; r++) {
-		if (prompt_len > 0) {
+		for (int32_t q = 0; prompt_len > 0 && q < nb; q++) {
 			int32_t row = prompt_len - 1;
+			for (int32_t i = 0; i < prompt_len; i++)
+				seq[i] = q;
 			struct fp4s_batch b = {prompt_len, tok, pos, seq, NULL, 0};
 			double a = now_s();
 			if (fp4s_fwd_run(f, &b, &row, 1, logits, &err)) {
@@ -143,15 +155,20 @@ int cmd_bench(int argc, char **argv)
 				rc = 1;
 				goto done;
 			}
-			if (r >= 0)
+			if (r >= 0 && q == 0)
 				t_pp[r] = now_s() - a;
 		}
 		for (int32_t i = 0; i < tg; i++) {
-			int32_t p = prompt_len + i, row = 0, s = 0, next;
-			struct fp4s_batch b = {1, &tok[p], &p, &s, NULL, 0};
+			for (int32_t q = 0; q < nb; q++) {
+				btok[q] = tok[(prompt_len + i + 7 * q) % eo.max_ctx];
+				bpos[q] = prompt_len + i;
+				bseq[q] = q;
+				brow[q] = q;
+			}
+			struct fp4s_batch b = {nb, btok, bpos, bseq, NULL, 0};
 			double a = now_s();
 			/* greedy decode: the argmax is taken where the logits are (on the GPU) */
-			if (fp4s_fwd_run_argmax(f, &b, &row, 1, &next, &err)) {
+			if (fp4s_fwd_run_argmax(f, &b, brow, nb, bnext, &err)) {
 				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
 				rc = 1;
 				goto done;
@@ -167,18 +184,21 @@ int cmd_bench(int argc, char **argv)
 		const double kv = fp4s_kv_bytes(&m->cfg, prompt_len + tg / 2) *
 		                  fp4s_kv_dtype_bytes(fp4s_engine_kv_dtype(e)) / 2.0;
 		const double bytes = st.bytes_per_token + kv;
-		const double gbs = tg_s > 0 ? bytes / tg_s / 1e9 : 0;
+		/* batches: B tokens a step; the bytes a step reads are not modelled (B KV caches, and for
+		 * MoE the union of the experts the B tokens route to), so no GB/s is claimed */
+		const double gbs = tg_s > 0 && nb == 1 ? bytes / tg_s / 1e9 : 0;
+		const double tg_tps = tg_s > 0 ? nb / tg_s : 0;
 		const char *be = fp4s_engine_backend_name(e);
 		if (json) {
 			printf("{\"model\":\"%s\",\"backend\":\"%s\",\"arch\":\"%s\",\"load_s\":%.3f,"
-			       "\"prompt_tokens\":%d,\"pp_tok_s\":%.2f,\"ctx\":%d,\"gen_tokens\":%d,"
+			       "\"prompt_tokens\":%d,\"pp_tok_s\":%.2f,\"ctx\":%d,\"gen_tokens\":%d,\"batch\":%d,"
 			       "\"tg_tok_s\":%.3f,\"tg_ms_median\":%.3f,\"bytes_per_token\":%.0f,"
 			       "\"gb_s\":%.2f,\"copy_ceiling_gb_s\":%.1f,\"pct_of_ceiling\":%.1f,"
 			       "\"roofline_tok_s\":%.2f,\"reps\":%d}\n",
 			       eo.model, be, fp4s_arch_name(m->cfg.arch), load_s, prompt_len,
-			       pp_s > 0 ? prompt_len / pp_s : 0, ctx, tg, tg_s > 0 ? 1 / tg_s : 0, tg_s * 1e3,
+			       pp_s > 0 ? prompt_len / pp_s : 0, ctx, tg, nb, tg_tps, tg_s * 1e3,
 			       bytes, gbs, ceiling, ceiling > 0 ? 100 * gbs / ceiling : 0,
-			       ceiling > 0 ? ceiling * 1e9 / bytes : 0, reps);
+			       ceiling > 0 && nb == 1 ? ceiling * 1e9 / bytes : 0, reps);
 		} else {
 			printf("model      %s (%s, %s backend, loaded in %.2f s)\n", eo.model,
 			       fp4s_arch_name(m->cfg.arch), be, load_s);
@@ -186,20 +206,27 @@ int cmd_bench(int argc, char **argv)
 			       strcmp(be, "cpu") ? "device" : "host memcpy");
 			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)\n",
 			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2);
-			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", "ms/token", "GB/s",
+			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", nb > 1 ? "ms/step" : "ms/token", "GB/s",
 			       "% ceil");
 			if (pp > 0)
 				printf("%-10s %10d %12.2f %12.3f %10s %8s\n", "pp", prompt_len, prompt_len / pp_s,
 				       1e3 * pp_s / prompt_len, "-", "-");
-			if (tg > 0)
+			if (tg > 0 && nb == 1)
 				printf("%-10s %10d %12.3f %12.3f %10.2f %7.1f%%\n", ctx ? "tg@ctx" : "tg", tg,
 				       1 / tg_s, 1e3 * tg_s, gbs, ceiling > 0 ? 100 * gbs / ceiling : 0);
-			if (tg > 0 && ceiling > 0)
+			if (tg > 0 && nb > 1) {
+				/* "tg x64": 64 sequences, tok/s summed over them, ms per step */
+				char name[32];
+				snprintf(name, sizeof name, "%s x%d", ctx ? "tg@ctx" : "tg", nb);
+				printf("%-10s %10d %12.3f %12.3f %10s %8s\n", name, tg, tg_tps, 1e3 * tg_s, "-", "-");
+			}
+			if (tg > 0 && ceiling > 0 && nb == 1)
 				printf("roofline   %.2f tok/s at the ceiling\n", ceiling * 1e9 / bytes);
 		}
 	}
 done:
 	free(tok), free(pos), free(seq), free(logits), free(t_pp), free(t_tg);
+	free(btok), free(bpos), free(bseq), free(brow), free(bnext);
 	fp4s_engine_close(e);
 	return rc;
 }

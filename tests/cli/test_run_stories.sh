@@ -27,6 +27,10 @@ check "shuffled words score much worse" 'awk -v a="$p1" -v b="$p2" "BEGIN{exit !
 
 "$bin" bench -m "$dir/stories260K.bin" -p 64 -n 32 --reps 2 --json > "$tmp/bench.json"
 check "bench --json" 'grep -q "\"tg_tok_s\":[0-9]" "$tmp/bench.json" && grep -q "\"pp_tok_s\":[0-9]" "$tmp/bench.json"'
+"$bin" bench -m "$dir/stories260K.bin" -p 16 -n 8 --reps 1 --batch 4 --json > "$tmp/bench4.json"
+check "bench --batch 4" 'grep -q "\"batch\":4," "$tmp/bench4.json" && grep -q "\"tg_tok_s\":[1-9]" "$tmp/bench4.json"'
+"$bin" bench -m "$dir/stories260K.bin" --batch 0 > /dev/null 2>&1
+check "bench --batch 0: exit 2" '[ $? = 2 ]'
 
 "$bin" run -m "$dir/stories260K.bin" --temperature 1.5 --top-p 2 -p hi > /dev/null 2> "$tmp/bad.txt"
 check "bad flag value: exit 2 with a message" '[ $? = 2 ] && grep -q "top-p" "$tmp/bad.txt"'
