@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-e2e.sh OUT [BUILD]: end-to-end figures on a GPU machine for real-geometry models made by
 # `fp4serve gen` (random weights): start-up to first token, `fp4serve bench` (pp512; decode at
-# short context and at 4096), and the server under load (64 and 200 streaming clients on
+# short context and at 4096; 64 sequences decoded together), and the server under load (64 and 200 streaming clients on
 # loopback). Logs to OUT. BUILD is a build folder with fp4serve (default build).
 set -u
 out=${1:?usage: bench/gpu-e2e.sh OUT [BUILD]}
@@ -18,6 +18,7 @@ for m in $models; do
   { time "$bin" run -m "$dir" -p "Hello" -n 1 --temperature 0 > /dev/null 2>&1; } 2>&1 | tee -a "$out/e2e.txt"
   "$bin" bench -m "$dir" -p 512 -n 128 --reps 3 2>&1 | tail -5 | tee -a "$out/e2e.txt"
   "$bin" bench -m "$dir" -p 0 --ctx 4096 -n 64 --reps 2 2>&1 | tail -3 | tee -a "$out/e2e.txt"
+  "$bin" bench -m "$dir" -p 512 -n 64 --reps 2 --batch 64 2>&1 | grep "^tg" | tee -a "$out/e2e.txt"
 done
 if [ "${FP4S_E2E_SERVER:-1}" = 1 ]; then
   dir=${FP4S_E2E_SERVE_MODEL:-/tmp/fp4s-llama3-8b-nvfp4}
