@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-e2e.sh OUT [BUILD]: end-to-end figures on a GPU machine for real-geometry models made by
 # `fp4serve gen` (random weights): start-up to first token, `fp4serve bench` (pp512; decode at
-# short context and at 4096; 64 sequences decoded together), and the server under load (64 and 200 streaming clients on
-# loopback). Logs to OUT. BUILD is a build folder with fp4serve (default build).
+# short context and at 4096; 64 sequences decoded together), and the server under load (64 and
+# 200 streaming clients on loopback). Logs to OUT. BUILD is a build folder with fp4serve (default
+# build).
 set -u
 out=${1:?usage: bench/gpu-e2e.sh OUT [BUILD]}
 b=${2:-build}
