@@ -1,8 +1,12 @@
 /* e2m1_bf16.cuh: eight E2M1 codes (a 32-bit word, code i in bits 4i..4i+3) to BF16 with byte
- * permutes, shared by the prefill GEMMs (gemm_fp4.cu, gemm_wgmma.cu). */
+ * permutes, and a block scale to a BF16 pair: the decode shared by the prefill GEMMs
+ * (gemm_fp4.cu, gemm_wgmma.cu). */
 #ifndef FP4S_E2M1_BF16_CUH
 #define FP4S_E2M1_BF16_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 /* No shared table (whose random indices cost ~3-4 way bank conflicts): a word's 8 magnitudes
@@ -20,6 +24,23 @@ static __device__ __forceinline__ void e2m1x8_to_bf16(uint32_t w, uint32_t (&o)[
 	o[1] = __byte_perm(l0, h0, 0x7362) | ((w & 0x800u) << 4) | ((w & 0x8000u) << 16);
 	o[2] = __byte_perm(l1, h1, 0x5140) | ((w & 0x80000u) >> 4) | ((w & 0x800000u) << 8);
 	o[3] = __byte_perm(l1, h1, 0x7362) | ((w & 0x8000000u) >> 12) | (w & 0x80000000u);
+}
+
+/* A block scale as a BF16 pair (both halves equal); FMT 0: an NVFP4 E4M3 byte, 1: an MXFP4 E8M0
+ * byte. E4M3 and E8M0 values are exact in BF16. */
+template <int FMT>
+static __device__ __forceinline__ uint32_t scale_bf16x2(uint32_t s)
+{
+	uint32_t b;
+	if (FMT == 0) {
+		__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)s, __NV_E4M3);
+		__nv_bfloat16 v = __float2bfloat16_rn(__half2float(__half(h)));
+		b = *reinterpret_cast<uint16_t *>(&v);
+	} else {
+		/* 2^(e-127): the exponent field itself; e = 0 is the subnormal 2^-127 */
+		b = s ? (s & 0xFF) << 7 : 0x0040;
+	}
+	return b | (b << 16);
 }
 
 #endif

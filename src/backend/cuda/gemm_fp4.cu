@@ -107,22 +107,6 @@ __device__ __forceinline__ uint32_t e2m1_bf16_bits(uint32_t c)
 	return v | ((c & 8) << 12);
 }
 
-/* A block scale as a BF16 pair (both halves equal). E4M3 and E8M0 values are exact in BF16. */
-template <int FMT>
-__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t s)
-{
-	uint32_t b;
-	if (FMT == FMT_NV) {
-		__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)s, __NV_E4M3);
-		__nv_bfloat16 v = __float2bfloat16_rn(__half2float(__half(h)));
-		b = *reinterpret_cast<uint16_t *>(&v);
-	} else {
-		/* 2^(e-127): the exponent field itself; e = 0 is the subnormal 2^-127 */
-		b = s ? (s & 0xFF) << 7 : 0x0040;
-	}
-	return b | (b << 16);
-}
-
 /* Decodes one thread's 32 codes (one weight row, 32 consecutive k) into 4 swizzled chunks. */
 template <int FMT>
 __device__ __forceinline__ void store_w(uint8_t *sw, const uint32_t *lut, int r, int half, uint4 q, uint32_t s)

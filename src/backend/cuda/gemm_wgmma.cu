@@ -97,21 +97,6 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-/* A block scale as a BF16 pair; E4M3 and E8M0 values are exact in BF16. */
-template <int FMT>
-__device__ __forceinline__ uint32_t wg_scale2(uint32_t s)
-{
-	uint32_t b;
-	if (FMT == WG_NV) {
-		__half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)s, __NV_E4M3);
-		__nv_bfloat16 v = __float2bfloat16_rn(__half2float(__half(h)));
-		b = *reinterpret_cast<uint16_t *>(&v);
-	} else {
-		b = s ? (s & 0xFF) << 7 : 0x0040; /* 2^(e-127); e = 0 is the subnormal 2^-127 */
-	}
-	return b | (b << 16);
-}
-
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
 {
 	__nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&a), *reinterpret_cast<__nv_bfloat162 *>(&b));
@@ -302,11 +287,11 @@ gemm_wgmma_kernel(const __nv_bfloat16 *__restrict__ xp, const uint8_t *__restric
 		const uint8_t *ss = s_rd + rslot * C::SCALES;
 		uint32_t sa, sb;
 		if (FMT == WG_NV) {
-			sa = wg_scale2<FMT>(ss[c]); /* logical k 16c..16c+15: NVFP4 block c */
-			sb = wg_scale2<FMT>(ss[8 * 4 + c]);
+			sa = scale_bf16x2<FMT>(ss[c]); /* logical k 16c..16c+15: NVFP4 block c */
+			sb = scale_bf16x2<FMT>(ss[8 * 4 + c]);
 		} else {
-			sa = wg_scale2<FMT>(ss[((mxa + 2 * kt) & 3) + (c >> 1)]); /* MXFP4 block c/2 */
-			sb = wg_scale2<FMT>(ss[8 * 4 + ((mxb + 2 * kt) & 3) + (c >> 1)]);
+			sa = scale_bf16x2<FMT>(ss[((mxa + 2 * kt) & 3) + (c >> 1)]); /* MXFP4 block c/2 */
+			sb = scale_bf16x2<FMT>(ss[8 * 4 + ((mxb + 2 * kt) & 3) + (c >> 1)]);
 		}
 		const uint64_t desc = wg_desc(sbase + rslot * C::ACT);
 		rslot = rslot + 1 == STAGES ? 0 : rslot + 1;
