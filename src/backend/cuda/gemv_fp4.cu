@@ -55,6 +55,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
+#include "backend/cuda/ld_stream.cuh"
 #include "numerics/numerics.h"
 
 enum gemv_fmt { G_NVFP4 = 0, G_MXFP4 = 1, G_BF16 = 2, G_F16 = 3, G_F32 = 4 };
@@ -79,33 +80,6 @@ struct gemv_args {
 	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
 	int pfdist; /* L2 prefetch distance in chunk rounds, 0 = none */
 };
-
-/* Streaming loads: read once, so keep them out of L1 (x lives there). volatile keeps them where
- * the source puts them: without it the compiler sank the next chunk's prefetch to the end of the
- * loop body (shorter live ranges), so every iteration waited a full DRAM latency (measured: 1.3-1.5
- * TB/s at M = 1, 2026-11-21). */
-static __device__ __forceinline__ uint4 ld_stream16(const void *p)
-{
-	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-	    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-	    : "l"(p));
-	return v;
-}
-
-static __device__ __forceinline__ uint32_t ld_stream_u16(const void *p)
-{
-	unsigned short v;
-	asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-	return v;
-}
-
-static __device__ __forceinline__ uint32_t ld_stream_u8(const void *p)
-{
-	uint32_t v;
-	asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
-	return v;
-}
 
 static __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
 {

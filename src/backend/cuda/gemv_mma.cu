@@ -174,14 +174,14 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	aim();
 	auto load = [&](int i) {
 		if (l_r0 < a.rows && l_sit < nvalid) {
-			qa[i] = gm_ld16(pa);
-			qb[i] = gm_ld16(pb);
+			qa[i] = ld_stream16(pa);
+			qb[i] = ld_stream16(pb);
 			if (F == GM_NVFP4) {
-				ca[i] = gm_ld_u16(qsa);
-				cb[i] = gm_ld_u16(qsb);
+				ca[i] = ld_stream_u16(qsa);
+				cb[i] = ld_stream_u16(qsb);
 			} else {
-				ca[i] = gm_ld_u8(qsa);
-				cb[i] = gm_ld_u8(qsb);
+				ca[i] = ld_stream_u8(qsa);
+				cb[i] = ld_stream_u8(qsb);
 			}
 		} else {
 			qa[i] = qb[i] = make_uint4(0, 0, 0, 0);

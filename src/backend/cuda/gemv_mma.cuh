@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/cuda/ld_stream.cuh"
+
 #define GM_WARPS_MAX 8          /* warps per block of the largest variant */
 #define GM_SMEM_MAX (112 * 1024) /* activation staging per block: two blocks an SM still fit */
 #define GM_NV_C 112             /* NVFP4 scale exponent offset (see header comment) */
@@ -84,29 +86,6 @@ static __device__ __forceinline__ unsigned long long gm_now(void)
 	unsigned long long t;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
-}
-
-static __device__ __forceinline__ uint4 gm_ld16(const void *p)
-{
-	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-	             : "l"(p));
-	return v;
-}
-
-static __device__ __forceinline__ uint32_t gm_ld_u16(const void *p)
-{
-	unsigned short v;
-	asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-	return v;
-}
-
-static __device__ __forceinline__ uint32_t gm_ld_u8(const void *p)
-{
-	uint32_t v;
-	asm volatile("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
-	return v;
 }
 
 /* One bulk prefetch of [p, p + bytes) into L2 (16-byte aligned, a multiple of 16 bytes): DRAM
