@@ -522,6 +522,17 @@ static size_t gm_smem(int M, int kb, int w)
 	return (size_t)2 * M * gm_col_stride(kb / 32) + (size_t)2 * w * M * 16 * sizeof(float);
 }
 
+/* The kernel the plan chose: the bulk-copy one where gm_tma_plan gave a.stages, else the register
+ * kernel of the format. */
+static cudaError_t gm_launch_planned(const gm_args &a, int nv, int64_t tiles, int ks, int nz, int sms, int var,
+                                     cudaStream_t s)
+{
+	if (a.stages)
+		return gm_tma_launch(a, nv, sms, nz, s);
+	return nv ? gm_launch<GM_NVFP4>(a, tiles, ks, nz, sms, var, s, gm_smem)
+	          : gm_launch<GM_MXFP4>(a, tiles, ks, nz, sms, var, s, gm_smem);
+}
+
 /* The BF16 scale offset C and the epilogue factors (see the header comment); nonzero when MXFP4
  * scales span more than BF16 can hold exactly (or were not measured). */
 static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, int *pexp, float *post)
@@ -652,15 +663,9 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		a.stages = tma && gm_dev[dev].cc >= 9 && ks == 1 && !pair && !probe && !a.l2pf && variant == 0
 		                   ? gm_tma_plan(nv, K, m, &a)
 		                   : 0;
-		cudaError_t e;
-		if (a.stages) {
+		if (a.stages)
 			a.claim = tma == 2 ? gm_dev[dev].cnt + GM_CNT : NULL;
-			e = gm_tma_launch(a, nv, sms, 1, s);
-		} else {
-			e = nv ? gm_launch<GM_NVFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem)
-			       : gm_launch<GM_MXFP4>(a, tiles, ks, 1, sms, variant, s, gm_smem);
-		}
-		FP4S_CUDA_TRY(err, e);
+		FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, ks, 1, sms, variant, s));
 	}
 	return FP4S_OK;
 }
@@ -735,13 +740,7 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
 	const int sms = gm_dev[dev].sms;
 	/* the bulk-copy kernel where it applies, its tiles strided (the combine relies on it) */
 	a.stages = gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, 1, &a) : 0;
-	cudaError_t e;
-	if (a.stages)
-		e = gm_tma_launch(a, nv, sms, n_slots, s);
-	else
-		e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem)
-		       : gm_launch<GM_MXFP4>(a, tiles, 1, n_slots, sms, 0, s, gm_smem);
-	FP4S_CUDA_TRY(err, e);
+	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_slots, sms, 0, s));
 	return FP4S_OK;
 }
 
@@ -860,13 +859,7 @@ extern "C" int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t
 		tg = !(ev && !strcmp(ev, "0"));
 	}
 	a.stages = tg && gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, gmax, &a) : 0;
-	cudaError_t e;
-	if (a.stages)
-		e = gm_tma_launch(a, nv, sms, n_groups, s);
-	else
-		e = nv ? gm_launch<GM_NVFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem)
-		       : gm_launch<GM_MXFP4>(a, tiles, 1, n_groups, sms, 0, s, gm_smem);
-	FP4S_CUDA_TRY(err, e);
+	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_groups, sms, 0, s));
 	return FP4S_OK;
 }
 
