@@ -298,22 +298,6 @@ static void cpu_swiglu(struct fp4s_backend *be, const float *gate, const float *
 	fp4s_cpu_swiglu(gate, up, n * inter, out);
 }
 
-/* Picks the k largest of v[n] into idx (descending; ties to the lower index). */
-static void topk(const float *v, int32_t n, int32_t k, int32_t *idx)
-{
-	for (int32_t j = 0; j < k; j++) {
-		int32_t best = -1;
-		for (int32_t e = 0; e < n; e++) {
-			int taken = 0;
-			for (int32_t q = 0; q < j; q++)
-				taken |= idx[q] == e;
-			if (!taken && (best < 0 || v[e] > v[best]))
-				best = e;
-		}
-		idx[j] = best;
-	}
-}
-
 static int cpu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x,
                    int64_t n, float *y, struct fp4s_error *err)
 {
@@ -336,29 +320,7 @@ static int cpu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, con
 	for (int64_t t = 0; t < n; t++) {
 		const float *l = logits + t * E;
 		float w[64];
-		if (p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK) {
-			float m = -INFINITY, s = 0;
-			for (int32_t e = 0; e < E; e++)
-				m = fmaxf(m, l[e]);
-			for (int32_t e = 0; e < E; e++)
-				s += prob[e] = expf(l[e] - m);
-			for (int32_t e = 0; e < E; e++)
-				prob[e] /= s;
-			topk(prob, E, K, idx);
-			float sum = 0;
-			for (int32_t j = 0; j < K; j++)
-				sum += w[j] = prob[idx[j]];
-			if (p->norm_topk)
-				for (int32_t j = 0; j < K; j++)
-					w[j] /= sum;
-		} else {
-			topk(l, E, K, idx);
-			float m = l[idx[0]], s = 0;
-			for (int32_t j = 0; j < K; j++)
-				s += w[j] = expf(l[idx[j]] - m);
-			for (int32_t j = 0; j < K; j++)
-				w[j] /= s;
-		}
+		fp4s_cpu_moe_route(l, E, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK, p->norm_topk, prob, idx, w);
 		float *yt = y + t * H;
 		memset(yt, 0, (size_t)H * sizeof *yt);
 		for (int32_t j = 0; j < K; j++) {

@@ -232,3 +232,47 @@ void fp4s_cpu_swiglu_oai(const float *gu, int64_t n, float alpha, float limit, f
 		out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
 	}
 }
+
+/* Picks the k largest of v[n] into idx (descending; ties to the lower index). */
+static void topk(const float *v, int32_t n, int32_t k, int32_t *idx)
+{
+	for (int32_t j = 0; j < k; j++) {
+		int32_t best = -1;
+		for (int32_t e = 0; e < n; e++) {
+			int taken = 0;
+			for (int32_t q = 0; q < j; q++)
+				taken |= idx[q] == e;
+			if (!taken && (best < 0 || v[e] > v[best]))
+				best = e;
+		}
+		idx[j] = best;
+	}
+}
+
+void fp4s_cpu_moe_route(const float *logits, int32_t E, int32_t K, int softmax_first, int norm, float *prob,
+                        int32_t *idx, float *w)
+{
+	if (softmax_first) {
+		float m = -INFINITY, s = 0;
+		for (int32_t e = 0; e < E; e++)
+			m = fmaxf(m, logits[e]);
+		for (int32_t e = 0; e < E; e++)
+			s += prob[e] = expf(logits[e] - m);
+		for (int32_t e = 0; e < E; e++)
+			prob[e] /= s;
+		topk(prob, E, K, idx);
+		float sum = 0;
+		for (int32_t j = 0; j < K; j++)
+			sum += w[j] = prob[idx[j]];
+		if (norm)
+			for (int32_t j = 0; j < K; j++)
+				w[j] /= sum;
+	} else {
+		topk(logits, E, K, idx);
+		float m = logits[idx[0]], s = 0;
+		for (int32_t j = 0; j < K; j++)
+			s += w[j] = expf(logits[idx[j]] - m);
+		for (int32_t j = 0; j < K; j++)
+			w[j] /= s;
+	}
+}

@@ -63,6 +63,12 @@ void fp4s_cpu_swiglu(const float *gate, const float *up, int64_t n, float *out);
 /* gpt-oss: gu is [2n] interleaved (gate at even, up at odd indices); out[n] =
  * min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1). */
 void fp4s_cpu_swiglu_oai(const float *gu, int64_t n, float alpha, float limit, float *out);
+/* MoE routing of one token: its K experts (K <= E) from logits[E] into idx (descending; ties to
+ * the lower id) and their weights into w. softmax_first (Qwen3-MoE): softmax over all E, top-k,
+ * the k renormalized when norm; else (gpt-oss): top-k of the logits, softmax over the k.
+ * prob: scratch of E floats (softmax_first only). */
+void fp4s_cpu_moe_route(const float *logits, int32_t E, int32_t K, int softmax_first, int norm, float *prob,
+                        int32_t *idx, float *w);
 
 #ifdef __cplusplus
 }

@@ -178,22 +178,6 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 	return FP4S_OK;
 }
 
-/* Picks the k largest of v[n] into idx (descending; ties to the lower index), as the CPU does. */
-static void topk(const float *v, int32_t n, int32_t k, int32_t *idx)
-{
-	for (int32_t j = 0; j < k; j++) {
-		int32_t best = -1;
-		for (int32_t e = 0; e < n; e++) {
-			int taken = 0;
-			for (int32_t q = 0; q < j; q++)
-				taken |= idx[q] == e;
-			if (!taken && (best < 0 || v[e] > v[best]))
-				best = e;
-		}
-		idx[j] = best;
-	}
-}
-
 static int moe_reserve(struct cuda_impl *c, int64_t n, int32_t E, int64_t I, int64_t H,
                        struct fp4s_error *err)
 {
@@ -412,55 +396,36 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
 	if (rc || (rc = cu_matmul(be, x, n, &p->router, c->moe_logits, err)) ||
 	    (rc = cu_read(be, c->host_logits, c->moe_logits, n * E * (int64_t)sizeof(float), err)))
 		return rc;
-	for (int64_t t = 0; t < n; t++) {
-		const float *l = c->host_logits + t * E;
+	float *prob = (float *)malloc((size_t)E * sizeof(float));
+	if (!prob)
+		return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
+	for (int64_t t = 0; t < n && !rc; t++) {
 		int32_t idx[64];
 		float w[64];
-		if (p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK) {
-			float m = -INFINITY, s = 0;
-			float *prob = (float *)malloc((size_t)E * sizeof(float));
-			if (!prob)
-				return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
-			for (int32_t e = 0; e < E; e++)
-				m = fmaxf(m, l[e]);
-			for (int32_t e = 0; e < E; e++)
-				s += prob[e] = expf(l[e] - m);
-			for (int32_t e = 0; e < E; e++)
-				prob[e] /= s;
-			topk(prob, E, K, idx);
-			float sum = 0;
-			for (int32_t j = 0; j < K; j++)
-				sum += w[j] = prob[idx[j]];
-			if (p->norm_topk)
-				for (int32_t j = 0; j < K; j++)
-					w[j] /= sum;
-			free(prob);
-		} else {
-			topk(l, E, K, idx);
-			float m = l[idx[0]], s = 0;
-			for (int32_t j = 0; j < K; j++)
-				s += w[j] = expf(l[idx[j]] - m);
-			for (int32_t j = 0; j < K; j++)
-				w[j] /= s;
-		}
-		for (int32_t j = 0; j < K; j++) {
+		/* the CPU's routing itself, so both backends pick the same experts from the same logits */
+		fp4s_cpu_moe_route(c->host_logits + t * E, E, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK, p->norm_topk,
+		                   prob, idx, w);
+		for (int32_t j = 0; j < K && !rc; j++) {
 			const struct fp4s_expert *ex = &p->experts[idx[j]];
 			if (p->oai_swiglu) {
 				if ((rc = cu_matmul(be, x + t * H, 1, &ex->gate_up, c->moe_h1, err)))
-					return rc;
+					break;
 				pdl_launch(swiglu_oai_kernel, dim3(grid1(I)), 256, 0, c->s, c->moe_h1, I, p->swiglu_alpha,
 					p->swiglu_limit, c->moe_a);
 			} else {
 				if ((rc = cu_matmul(be, x + t * H, 1, &ex->gate, c->moe_h1, err)) ||
 				    (rc = cu_matmul(be, x + t * H, 1, &ex->up, c->moe_h2, err)))
-					return rc;
+					break;
 				cu_swiglu(be, c->moe_h1, c->moe_h2, 1, I, c->moe_a);
 			}
 			if ((rc = cu_matmul(be, c->moe_a, 1, &ex->down, c->moe_o, err)))
-				return rc;
+				break;
 			pdl_launch(axpy_kernel, dim3(grid1(H)), 256, 0, c->s, y + t * H, c->moe_o, w[j], H, j == 0);
 		}
 	}
+	free(prob);
+	if (rc)
+		return rc;
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
