@@ -16,6 +16,7 @@
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/kv_fp8.cuh"
@@ -209,7 +210,7 @@ static __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, 
 {
 	pdl_enter();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		out[i] = silu_mul(g[i], u[i]);
 }
 
 /* Argmax in two stages, ties to the lowest index as on the CPU: ARGMAX_PARTS blocks per row each

@@ -14,15 +14,14 @@
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 /* the host-routed path's per-token SwiGLU (gpt-oss) and weighted sum */
 static __global__ void swiglu_oai_kernel(const float *gu, int64_t n, float alpha, float limit, float *out)
 {
 	pdl_enter();
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-		const float g = fminf(gu[2 * i], limit), u = fminf(fmaxf(gu[2 * i + 1], -limit), limit);
-		out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
-	}
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		out[i] = swiglu_oai(gu[2 * i], gu[2 * i + 1], alpha, limit);
 }
 
 static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n, int first)

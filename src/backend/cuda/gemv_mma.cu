@@ -68,6 +68,7 @@
 #include "backend/cuda/pdl.cuh"
 
 #include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 /* W warps a block, D steps in flight a lane; the default is W = 8, D = 4 (two blocks an SM) */
 template <int F, int NG, int W, int D>
@@ -350,7 +351,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 						continue;
 					}
 					const float gv = s_gate[tok * 16 + r];
-					out = gv / (1.0f + expf(-gv)) * out; /* as swiglu_kernel */
+					out = silu_mul(gv, out); /* as swiglu_kernel */
 					yout[(size_t)tok * (a.rows / 2) + (row - a.rows / 2)] = out;
 					continue;
 				}

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/ld_stream.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 #define GM_WARPS_MAX 8          /* warps per block of the largest variant */
 #define GM_SMEM_MAX (112 * 1024) /* activation staging per block: two blocks an SM still fit */
@@ -186,15 +187,13 @@ static __device__ __forceinline__ void gm_act8(const float4 r[4], int act, float
 		const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
 #pragma unroll
 		for (int i = 0; i < 8; i++)
-			xe[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+			xe[i] = silu_mul(g[i], u[i]);
 	} else { /* r: (gate, up) pairs of ke..ke + 8 */
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const float4 q = r[i];
-			const float ga = fminf(q.x, limit), ua = fminf(fmaxf(q.y, -limit), limit);
-			const float gb = fminf(q.z, limit), ub = fminf(fmaxf(q.w, -limit), limit);
-			xe[2 * i] = ga / (1.0f + expf(-alpha * ga)) * (ua + 1.0f);
-			xe[2 * i + 1] = gb / (1.0f + expf(-alpha * gb)) * (ub + 1.0f);
+			xe[2 * i] = swiglu_oai(q.x, q.y, alpha, limit);
+			xe[2 * i + 1] = swiglu_oai(q.z, q.w, alpha, limit);
 		}
 	}
 }

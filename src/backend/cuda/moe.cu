@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
 
@@ -347,13 +348,10 @@ static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter
 	const float *hs = h + (int64_t)slot * 2 * inter;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inter; i += (int64_t)gridDim.x * blockDim.x) {
 		float out;
-		if (interleaved) { /* gpt-oss: gate at even rows, up at odd; clamped SwiGLU */
-			const float g = fminf(hs[2 * i], limit), u = fminf(fmaxf(hs[2 * i + 1], -limit), limit);
-			out = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
-		} else { /* gate half, then up half */
-			const float g = hs[i];
-			out = g / (1.0f + expf(-g)) * hs[inter + i];
-		}
+		if (interleaved) /* gpt-oss: gate at even rows, up at odd; clamped SwiGLU */
+			out = swiglu_oai(hs[2 * i], hs[2 * i + 1], alpha, limit);
+		else /* gate half, then up half */
+			out = silu_mul(hs[i], hs[inter + i]);
 		a[(int64_t)slot * inter + i] = out;
 	}
 }

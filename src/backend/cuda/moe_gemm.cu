@@ -23,6 +23,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/swiglu.cuh"
 
 /* gemm_wgmma.cu (C++ linkage: a mismatch with the definitions fails at link time) */
 int fp4s_gemm_wgmma_supported(void);
@@ -59,18 +60,8 @@ __global__ void gather_bf16_kernel(const float *__restrict__ x, const int32_t *_
 	}
 }
 
-/* out[row] = SwiGLU(h[row]) in BF16, K (= inter) permuted. The SwiGLU is moe.cu's moe_act, term
- * for term, so this path and the act + matmul path round the same FP32 values. */
-__device__ __forceinline__ float swiglu(float g, float u, int interleaved, float alpha, float limit)
-{
-	if (interleaved) {
-		g = fminf(g, limit);
-		u = fminf(fmaxf(u, -limit), limit);
-		return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
-	}
-	return g / (1.0f + expf(-g)) * u;
-}
-
+/* out[row] = SwiGLU(h[row]) in BF16, K (= inter) permuted (swiglu.cuh: the FP32 values moe.cu's
+ * moe_act computes) */
 __global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int interleaved, float alpha,
                                 float limit, size_t nchunks, __nv_bfloat16 *__restrict__ out)
 {
@@ -87,13 +78,13 @@ __global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int 
 			float a0, a1;
 			if (interleaved) { /* gate at even rows, up at odd: g0 u0 g1 u1 */
 				const float4 v = *reinterpret_cast<const float4 *>(hr + 2 * k);
-				a0 = swiglu(v.x, v.y, 1, alpha, limit);
-				a1 = swiglu(v.z, v.w, 1, alpha, limit);
+				a0 = swiglu_oai(v.x, v.y, alpha, limit);
+				a1 = swiglu_oai(v.z, v.w, alpha, limit);
 			} else {
 				const float2 g = *reinterpret_cast<const float2 *>(hr + k);
 				const float2 u = *reinterpret_cast<const float2 *>(hr + inter + k);
-				a0 = swiglu(g.x, u.x, 0, alpha, limit);
-				a1 = swiglu(g.y, u.y, 0, alpha, limit);
+				a0 = silu_mul(g.x, u.x);
+				a1 = silu_mul(g.y, u.y);
 			}
 			o[c] = pack_bf16(a0, a1);
 		}
