@@ -41,6 +41,7 @@
 #include "backend/cuda/e2m1_bf16.cuh"
 #include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/wgmma_act.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FP4S_WGMMA_DEVICE 1
@@ -347,21 +348,8 @@ __global__ void wg_x_to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *
                                     int vec)
 {
 	const size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nchunks; i += stride) {
-		const float *src = x + (i >> 3) * 64 + (i & 7) * 2;
-		uint32_t o[4];
-#pragma unroll
-		for (int c = 0; c < 4; c++) {
-			float2 v;
-			if (vec)
-				v = *reinterpret_cast<const float2 *>(src + 16 * c);
-			else
-				v = make_float2(src[16 * c], src[16 * c + 1]);
-			__nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
-			o[c] = *reinterpret_cast<uint32_t *>(&b);
-		}
-		reinterpret_cast<uint4 *>(out)[i] = make_uint4(o[0], o[1], o[2], o[3]);
-	}
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nchunks; i += stride)
+		reinterpret_cast<uint4 *>(out)[i] = wg_chunk(x + wg_chunk_k(i), vec);
 }
 
 template <int BT, int WGS, int STAGES, int FMT>

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/swiglu.cuh"
+#include "backend/cuda/wgmma_act.cuh"
 
 /* gemm_wgmma.cu (C++ linkage: a mismatch with the definitions fails at link time) */
 int fp4s_gemm_wgmma_supported(void);
@@ -33,14 +34,6 @@ int fp4s_gemm_wgmma_grouped(const struct fp4s_stacked *w, const int32_t *g_exper
 
 namespace {
 
-/* One 16-byte output chunk (8 BF16) of a row: chunk q of 64-block b holds logical k = b * 64 +
- * 16 c + 2 q + e at position 8 q + 2 c + e (c = 0..3, e = 0..1). */
-__device__ __forceinline__ uint32_t pack_bf16(float a, float b)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-	return *reinterpret_cast<uint32_t *>(&v);
-}
-
 /* out[row] = x[src[row]] (src NULL: x[row]) in BF16, K permuted; K % 64 == 0 */
 __global__ void gather_bf16_kernel(const float *__restrict__ x, const int32_t *__restrict__ src, int64_t K,
                                    size_t nchunks, __nv_bfloat16 *__restrict__ out)
@@ -49,14 +42,7 @@ __global__ void gather_bf16_kernel(const float *__restrict__ x, const int32_t *_
 	const size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nchunks; i += stride) {
 		const int64_t r = (int64_t)(i / (size_t)cpr), j = (int64_t)(i % (size_t)cpr);
-		const float *p = x + (src ? (int64_t)src[r] : r) * K + (j >> 3) * 64 + (j & 7) * 2;
-		uint32_t o[4];
-#pragma unroll
-		for (int c = 0; c < 4; c++) {
-			const float2 v = *reinterpret_cast<const float2 *>(p + 16 * c);
-			o[c] = pack_bf16(v.x, v.y);
-		}
-		reinterpret_cast<uint4 *>(out)[i] = make_uint4(o[0], o[1], o[2], o[3]);
+		reinterpret_cast<uint4 *>(out)[i] = wg_chunk(x + (src ? (int64_t)src[r] : r) * K + wg_chunk_k((size_t)j), 1);
 	}
 }
 
@@ -70,7 +56,7 @@ __global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int 
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nchunks; i += stride) {
 		const int64_t r = (int64_t)(i / (size_t)cpr), j = (int64_t)(i % (size_t)cpr);
 		const float *hr = h + r * 2 * inter;
-		const int64_t k0 = (j >> 3) * 64 + (j & 7) * 2;
+		const int64_t k0 = (int64_t)wg_chunk_k((size_t)j);
 		uint32_t o[4];
 #pragma unroll
 		for (int c = 0; c < 4; c++) {
@@ -86,7 +72,7 @@ __global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int 
 				a0 = silu_mul(g.x, u.x);
 				a1 = silu_mul(g.y, u.y);
 			}
-			o[c] = pack_bf16(a0, a1);
+			o[c] = wg_pack_bf16(a0, a1);
 		}
 		reinterpret_cast<uint4 *>(out)[i] = make_uint4(o[0], o[1], o[2], o[3]);
 	}
