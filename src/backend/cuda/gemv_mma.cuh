@@ -97,13 +97,6 @@ static __device__ __forceinline__ void gm_l2_prefetch(const void *p, uint32_t by
 	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #else
 	(void)p, (void)bytes;
-/* gemv_tma.cu (compute capability >= 9.0): the ring's geometry for an M-token matmul with K
- * columns into a (returns the stage count, 0 where that kernel does not take it), its launch,
- * and its shared-memory limits (once per device, outside capture). */
-int gm_tma_plan(int nv, int64_t K, int M, gm_args *a);
-cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s);
-cudaError_t gm_tma_attrs(void);
-
 #endif
 }
 
