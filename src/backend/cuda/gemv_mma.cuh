@@ -80,6 +80,8 @@ struct gm_args {
 	unsigned *claim;
 	int tsu;    /* gemv_tma.cu: staging rounds in flight where x is plain (2 or 4) */
 	int tevict; /* gemv_tma.cu: weight copies marked evict-first in L2 */
+	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
+	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };
 
 static __device__ __forceinline__ unsigned long long gm_now(void)

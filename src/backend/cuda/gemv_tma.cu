@@ -270,7 +270,9 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 	const int cs = gm_col_stride(nsteps * 4);
 	uint8_t *xs = sm + (size_t)S * a.tstage;
 	float *red = reinterpret_cast<float *>(xs + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
-	if (a.tsu == 4 && !a.norm_w && !a.act)
+	if (a.tprobe == 2)
+		;
+	else if (a.tsu == 4 && !a.norm_w && !a.act)
 		gm_stage<GT_W * 32, 4, true>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, false, threadIdx.x);
 	else
 		gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, a.norm_w != NULL, threadIdx.x);
@@ -308,7 +310,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 				cai = sc[g * a.tss + ch];
 				cbi = sc[(g + 8) * a.tss + ch];
 			}
-			gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
+			if (!a.tprobe)
+				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
+			else
+				acc[0][0] += __uint_as_float(wqa.x ^ wqb.y ^ cai ^ cbi); /* keep the loads */
 		}
 		__syncwarp();
 		if (lane == 0)
@@ -375,7 +380,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int tsu, tevict; /* FP4S_GEMV_TMA_SU, _EVICT (see gm_args) */
+	static int tsu, tevict, tprobe; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE (see gm_args) */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -393,8 +398,10 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tsu = e ? atoi(e) : GT_SU;
 		e = getenv("FP4S_GEMV_TMA_EVICT");
 		tevict = !(e && atoi(e) == 0);
+		e = getenv("FP4S_GEMV_TMA_PROBE");
+		tprobe = e ? atoi(e) : 0;
 	}
-	a->tsu = tsu, a->tevict = tevict;
+	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
