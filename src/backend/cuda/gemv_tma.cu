@@ -380,7 +380,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int tsu, tevict, tprobe; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE (see gm_args) */
+	static int tsu, tevict, tprobe, tscl_env; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL (see gm_args) */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -400,6 +400,8 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tevict = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_PROBE");
 		tprobe = e ? atoi(e) : 0;
+		e = getenv("FP4S_GEMV_TMA_TSCL"); /* diagnostics: every stage takes its tile's scales in one copy */
+		tscl_env = e && atoi(e) == 1;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
@@ -410,7 +412,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	/* row slices: scales by slices where each is whole 16-byte units, else the tile's at once
 	 * (tscl: short rows only). Any whole-tile scale run of a ragged last tile must be whole
 	 * units too. */
-	const int tscl = K % (nv ? 256 : 512) != 0;
+	const int tscl = K % (nv ? 256 : 512) != 0 || tscl_env;
 	const size_t xs = (size_t)2 * M * gm_col_stride((int)((K + 127) / 128 * 4)) + (size_t)2 * GT_W * M * 16 * sizeof(float);
 	/* (the grouped form with gpt-oss-20b's 8 tokens at K = 2880 leaves no ring beside the
 	 * activations at two blocks an SM; at one block an SM it measured 21 % slower on pp512 than
