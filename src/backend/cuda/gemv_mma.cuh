@@ -5,6 +5,7 @@
 #ifndef FP4S_GEMV_MMA_CUH
 #define FP4S_GEMV_MMA_CUH
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -80,6 +81,11 @@ struct gm_args {
 	unsigned *claim;
 	int tsu;    /* gemv_tma.cu: staging rounds in flight where x is plain (2 or 4) */
 	int tevict; /* gemv_tma.cu: weight copies marked evict-first in L2 */
+	/* gemv_tma.cu: a stage's codes and scales as two 2D tensor copies (ttensor), boxes of 16 rows of
+	 * trs / tss bytes, i.e. with the padding the per-row copies leave (read from the next stage's
+	 * bytes, or zero past the row) */
+	int ttensor;
+	CUtensorMap tm_codes, tm_scales;
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };

@@ -41,6 +41,7 @@
  * fused norm, SwiGLU input and combine) or the grouped expert form, where the activations leave
  * room for at least 2 stages at two blocks an SM. */
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,16 @@ static __device__ __forceinline__ void gt_copy_ef(void *dst, const void *src, un
 	             : "memory");
 }
 
+/* the 2D tensor form: the box at (x, y) of the map (kernel parameter space) */
+static __device__ __forceinline__ void gt_copy_2d(void *dst, const CUtensorMap *map, int x, int y, uint64_t *b,
+                                                  uint64_t pol)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+	             "[%1, {%2, %3}], [%4], %5;" ::"r"(gt_sa(dst)),
+	             "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(gt_sa(b)), "l"(pol)
+	             : "memory");
+}
+
 /* the consumer warps only (the producer never joins) */
 static __device__ __forceinline__ void gt_sync(void)
 {
@@ -114,7 +125,7 @@ static __device__ __forceinline__ void gt_sync(void)
 #endif
 
 template <int F, int NG>
-static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm_args a)
+static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __grid_constant__ gm_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
@@ -162,6 +173,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 		uint64_t pol = 0; /* evict-first for the weights (FP4S_GEMV_TMA_EVICT=0: the default policy) */
 		if (a.tevict)
 			asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		else
+			asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
 		auto copy = [&](void *dst, const void *src, unsigned bytes, uint64_t *b) {
 			if (a.tevict)
 				gt_copy_ef(dst, src, bytes, b, pol);
@@ -186,25 +199,40 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 			uint8_t *st = sm + (size_t)i * a.tstage;
 			/* scales: the stage's slice of each row, or (tscl) the whole tile's, one run */
 			const unsigned sbytes = a.tscl ? (unsigned)(nr * spr) : (unsigned)nr * sb;
-			if (lane == 0) {
-				hdr[i] = (int)tile;
-				gt_expect(&full[i], (unsigned)nr * cb + sbytes);
-			}
-			__syncwarp();
-			if (a.tflat) { /* whole rows: the tile's codes and scales are two contiguous runs */
-				if (lane == 0)
-					copy(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
-				else if (lane == 1)
-					copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
-			} else if (lane < nr) {
-				copy(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i]);
-			} else if (a.tscl) {
-				if (lane == 16)
-					copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
-			} else if (lane >= 16 && lane - 16 < nr) {
-				copy(st + 16 * a.trs + (lane - 16) * a.tss,
-				        scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
-				        sb, &full[i]);
+			if (a.ttensor) {
+				/* two tensor copies by one lane: the boxes' full bytes arrive (rows past the
+				 * matrix and bytes past the row as zeros) */
+				if (lane == 0) {
+					hdr[i] = (int)tile;
+					gt_expect(&full[i], 16u * (unsigned)(a.trs + a.tss));
+					gt_copy_2d(st, &a.tm_codes, kc * (KC / 16), (int)r0, &full[i], pol);
+					gt_copy_2d(st + 16 * a.trs, &a.tm_scales, kc * (F == GM_NVFP4 ? KC / 16 : KC / 32), (int)r0,
+					           &full[i], pol);
+				}
+				__syncwarp();
+			} else {
+				if (lane == 0) {
+					hdr[i] = (int)tile;
+					gt_expect(&full[i], (unsigned)nr * cb + sbytes);
+				}
+				__syncwarp();
+				if (a.tflat) { /* whole rows: the tile's codes and scales are two contiguous runs */
+					if (lane == 0)
+						copy(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
+					else if (lane == 1)
+						copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
+				} else if (lane < nr) {
+					copy(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb,
+					     &full[i]);
+				} else if (a.tscl) {
+					if (lane == 16)
+						copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
+				} else if (lane >= 16 && lane - 16 < nr) {
+					copy(st + 16 * a.trs + (lane - 16) * a.tss,
+					     scales + (size_t)(r0 + lane - 16) * spr +
+					             (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
+					     sb, &full[i]);
+				}
 			}
 			if (++kc < nkc)
 				continue;
@@ -369,6 +397,76 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
 #endif
 }
 
+/* ---- the 2D tensor form's maps ---- */
+
+typedef CUresult (*gt_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+#define GT_MAPS 1024 /* cached matrices (a model's decode matmuls, and room to spare) */
+
+/* a's two tensor maps (codes as 8-byte units, boxes of 16 rows x trs bytes; scales as bytes,
+ * 16 rows x tss), from a cache keyed by everything they encode (weights do not move, so a decode
+ * step finds them there); 0 where the driver's encoder is not reachable or refuses them. */
+static int gt_maps(gm_args *a, int nv, int64_t K)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static gt_encode_fn enc;
+	static int tried;
+	static struct {
+		const void *data, *scales;
+		int64_t rows, K;
+		int trs, tss, nv;
+		CUtensorMap c, s;
+	} cache[GT_MAPS];
+	const int64_t spr = K / (nv ? 16 : 32);
+	if (K / 16 < a->trs / 8 || spr < a->tss || (K / 2) % 16 || spr % 16)
+		return 0;
+	pthread_mutex_lock(&lock);
+	if (!tried) {
+		tried = 1;
+		void *fn = NULL;
+		cudaDriverEntryPointQueryResult q;
+		if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+		            cudaSuccess &&
+		    q == cudaDriverEntryPointSuccess)
+			enc = (gt_encode_fn)fn;
+	}
+	int ok = 0;
+	const size_t h = ((uintptr_t)a->data >> 8) % GT_MAPS;
+	for (size_t j = 0; j < 8 && enc; j++) {
+		auto &e = cache[(h + j) % GT_MAPS];
+		if (e.data == a->data && e.scales == a->scales && e.rows == a->rows && e.K == K && e.trs == a->trs &&
+		    e.tss == a->tss && e.nv == nv) {
+			a->tm_codes = e.c, a->tm_scales = e.s;
+			ok = 1;
+			break;
+		}
+		if (e.data && j < 7)
+			continue;
+		/* an empty entry, or the last of the probe (replaced) */
+		const cuuint64_t cd[2] = {(cuuint64_t)K / 16, (cuuint64_t)a->rows}, cs[1] = {(cuuint64_t)K / 2};
+		const cuuint64_t sd[2] = {(cuuint64_t)spr, (cuuint64_t)a->rows}, ss[1] = {(cuuint64_t)spr};
+		const cuuint32_t cb[2] = {(cuuint32_t)a->trs / 8, 16}, sbx[2] = {(cuuint32_t)a->tss, 16}, one[2] = {1, 1};
+		if (enc(&e.c, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, (void *)a->data, cd, cs, cb, one,
+		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+		        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS ||
+		    enc(&e.s, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)a->scales, sd, ss, sbx, one,
+		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+		        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+			e.data = NULL;
+			break;
+		}
+		e.data = a->data, e.scales = a->scales, e.rows = a->rows, e.K = K, e.trs = a->trs, e.tss = a->tss;
+		e.nv = nv;
+		a->tm_codes = e.c, a->tm_scales = e.s;
+		ok = 1;
+		break;
+	}
+	pthread_mutex_unlock(&lock);
+	return ok;
+}
+
 /* The ring for this matmul. A stage is either whole rows (flat: the tile's codes and scales as
  * stored, one copy each) or KC = 1024 / 2048 / 4096 K of each row (a copy a row, with padding so
  * the 8 rows a quarter warp reads sit on different banks: codes KC / 2 + 64 bytes apart, scales
@@ -380,7 +478,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const gm
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int tsu, tevict, tprobe, tscl_env; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL (see gm_args) */
+	static int tsu, tevict, tprobe, tscl_env, ttensor; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL, _TENSOR */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -402,6 +500,8 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tprobe = e ? atoi(e) : 0;
 		e = getenv("FP4S_GEMV_TMA_TSCL"); /* diagnostics: every stage takes its tile's scales in one copy */
 		tscl_env = e && atoi(e) == 1;
+		e = getenv("FP4S_GEMV_TMA_TENSOR");
+		ttensor = !(e && atoi(e) == 0);
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
@@ -445,6 +545,8 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		a->tkc = flat ? (int)K : kc;
 		a->tsps = flat ? (int)(((K + 127) / 128 + GT_W - 1) / GT_W) : kc / 1024;
 		a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat, a->tscl = tscl;
+		/* 2D tensor copies for one matrix's K-sliced stages (FP4S_GEMV_TMA_TENSOR=0: a copy a row) */
+		a->ttensor = ttensor && !flat && !tscl && !a->idx && !a->g_m && gt_maps(a, nv, K);
 		return (int)n;
 	}
 	return 0;
