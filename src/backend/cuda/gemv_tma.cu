@@ -30,6 +30,13 @@
  * L2 in those phases, the next matmul's or a block's own, made decode 1-7 % slower: the extra
  * misses delay the L2 hits those phases wait for (measured, not kept).
  *
+ * Copies: one matrix of >= 20 MB takes each stage as two 2D tensor copies (cp.async.bulk.tensor,
+ * the codes and the scales, maps made once per matrix and cached), issued by one lane; the rest a
+ * bulk copy a row (up to 32 a stage). The per-row copies' producer work, on a warp that shares the
+ * SM's issue slots with 16 consumer warps, held the stream at 2.2 TB/s once running, 3.1 with
+ * the consumers idle; the tensor copies run at 2.7 but start ~1.5 us later, which pays above
+ * ~21 MB (bench/results/2026-11-22-h100-stream.md: llama3-8b decode +2 %).
+ *
  * A stage (gm_tma_plan) is either 2048 (or 1024) K of each row, a bulk copy a row with padded
  * rows in shared memory so a quarter warp's rows sit on different banks, or whole rows (K <=
  * 2048): the tile's codes and its scales as stored, one copy each. Scales go by row slices where
@@ -408,6 +415,10 @@ typedef CUresult (*gt_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 #define GT_MAPS 1024 /* cached matrices (a model's decode matmuls, and room to spare) */
+/* The tensor copies stream faster (2.66-2.71 TB/s against 2.21-2.26 once running, K = 4096) but
+ * start later (~5.0 against ~3.4 us fixed a launch): they pay from ~21 MB of weights
+ * (bench/results/2026-11-22-h100-stream.md), so smaller matrices keep a copy a row. */
+#define GT_TENSOR_MIN ((int64_t)20 << 20)
 static int gt_l2p = 3;  /* FP4S_GEMV_TMA_L2P (set by gm_tma_plan before any map is made) */
 
 /* a's two tensor maps (codes as 8-byte units, boxes of 16 rows x trs bytes; scales as bytes,
@@ -506,7 +517,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		e = getenv("FP4S_GEMV_TMA_TSCL"); /* diagnostics: every stage takes its tile's scales in one copy */
 		tscl_env = e && atoi(e) == 1;
 		e = getenv("FP4S_GEMV_TMA_TENSOR");
-		ttensor = e && atoi(e) >= 0 && atoi(e) <= 2 ? atoi(e) : 1;
+		ttensor = e && atoi(e) >= 0 && atoi(e) <= 2 ? atoi(e) : 3;
 		e = getenv("FP4S_GEMV_TMA_L2P"); /* the maps' L2 promotion: 0 none, 1 64 B, 2 128 B, 3 256 B */
 		gt_l2p = e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 3;
 	}
@@ -552,8 +563,10 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		a->tkc = flat ? (int)K : kc;
 		a->tsps = flat ? (int)(((K + 127) / 128 + GT_W - 1) / GT_W) : kc / 1024;
 		a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat, a->tscl = tscl;
-		/* 2D tensor copies for one matrix's K-sliced stages (FP4S_GEMV_TMA_TENSOR=0: a copy a row) */
-		a->ttensor = ttensor && !flat && !tscl && !a->idx && !a->g_m && gt_maps(a, nv, K) ? ttensor : 0;
+		/* 2D tensor copies for one matrix's K-sliced stages where it holds >= GT_TENSOR_MIN bytes
+		 * (FP4S_GEMV_TMA_TENSOR: 0 never, 1 always, 2 after each block's first tile) */
+		const int tt = ttensor == 3 ? (a->rows * K / 2 >= GT_TENSOR_MIN ? 1 : 0) : ttensor;
+		a->ttensor = tt && !flat && !tscl && !a->idx && !a->g_m && gt_maps(a, nv, K) ? tt : 0;
 		return (int)n;
 	}
 	return 0;
