@@ -1,7 +1,8 @@
 // stream_bench.cu: where the decode matmul's time goes, fixed cost against streaming rate.
 //
 // Build: part of the CMake build when nvcc exists (target stream_bench). Run: ./stream_bench
-// (NVFP4, M = 1, the default kernel: on Hopper gemv_tma.cu's bulk-copy kernel). Set
+// (NVFP4, M = 1, the default kernel: on Hopper gemv_tma.cu's bulk-copy kernel; FP4S_BENCH_MX=1:
+// MXFP4). Set
 // FP4S_GEMV_TMA_PROBE=1 (consumers skip the MMA steps) or =2 (and the staging of x) to time the
 // copy pipeline alone (results are then garbage).
 //
@@ -38,7 +39,8 @@ static __global__ void fill_kernel(uint8_t *p, size_t n, uint64_t seed, int scal
 		x ^= x >> 31;
 		x *= 0xBF58476D1CE4E5B9ull;
 		x ^= x >> 29;
-		p[i] = scales ? (uint8_t)(0x20 + (x & 0x1F)) : (uint8_t)x; /* E4M3 2^-3 .. 1.94; any code */
+		/* scales 1: E4M3 2^-3 .. 1.94; 2: E8M0 2^-12 .. 2^-3; codes: any byte */
+		p[i] = scales == 1 ? (uint8_t)(0x20 + (x & 0x1F)) : scales == 2 ? (uint8_t)(115 + x % 10) : (uint8_t)x;
 	}
 }
 
@@ -46,9 +48,10 @@ int main(void)
 {
 	cudaDeviceProp p;
 	CK(cudaGetDeviceProperties(&p, 0));
-	const char *pr = getenv("FP4S_GEMV_TMA_PROBE");
-	printf("device: %s, %d SMs; NVFP4 M = 1; FP4S_GEMV_TMA_PROBE=%s\n", p.name, p.multiProcessorCount,
-	       pr ? pr : "0");
+	const char *pr = getenv("FP4S_GEMV_TMA_PROBE"), *mxe = getenv("FP4S_BENCH_MX");
+	const int mx = mxe && atoi(mxe) == 1;
+	printf("device: %s, %d SMs; %s M = 1; FP4S_GEMV_TMA_PROBE=%s\n", p.name, p.multiProcessorCount,
+	       mx ? "MXFP4" : "NVFP4", pr ? pr : "0");
 	fp4s_error err = {};
 	if (fp4s_gemv_mma_setup(0, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
@@ -65,7 +68,7 @@ int main(void)
 	std::vector<double> xs, ts;
 	for (auto &sh : shapes) {
 		const int64_t rows = sh[0], k = sh[1];
-		const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / 16, mb = db + sb;
+		const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16), mb = db + sb;
 		const int copies = (int)std::max<size_t>(2, 150000000 / mb + 1);
 		std::vector<fp4s_mat> w((size_t)copies);
 		for (int c = 0; c < copies; c++) {
@@ -73,8 +76,12 @@ int main(void)
 			CK(cudaMalloc(&d, db));
 			CK(cudaMalloc(&sc, sb));
 			fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
-			fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, 1);
-			w[(size_t)c] = fp4s_mat{FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
+			fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
+			w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
+			if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
+				fprintf(stderr, "%s\n", err.msg);
+				return 1;
+			}
 		}
 		CK(cudaDeviceSynchronize());
 		auto enqueue = [&](int n) {
