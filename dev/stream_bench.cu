@@ -44,6 +44,57 @@ static __global__ void fill_kernel(uint8_t *p, size_t n, uint64_t seed, int scal
 	}
 }
 
+/* Where a launch's time goes: the same 40 launches in a graph with each block's %globaltimer at
+ * entry, after the PDL wait, with x staged and done (gemv_mma.h's stamps); medians over the
+ * launches of the first / last block's readings, us after the previous launch's last block. */
+template <typename E>
+static void timeline(E &enqueue, int blocks_hint)
+{
+	const int slots = 40, blocks = 1024;
+	(void)blocks_hint;
+	unsigned long long *dst;
+	CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
+	CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
+	fp4s_gemv_mma_stamps(dst, slots, blocks);
+	enqueue(slots);
+	fp4s_gemv_mma_stamps(NULL, 0, 0);
+	CK(cudaDeviceSynchronize());
+	std::vector<unsigned long long> h((size_t)slots * blocks * 4);
+	CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
+	CK(cudaFree(dst));
+	std::vector<float> v[6];
+	unsigned long long prev = 0;
+	for (int i = 0; i < slots; i++) {
+		unsigned long long w0 = ~0ull, w1 = 0, s1 = 0, d0 = ~0ull, d1 = 0;
+		std::vector<float> sd;
+		for (int b = 0; b < blocks; b++) {
+			const unsigned long long *t = &h[((size_t)i * blocks + b) * 4];
+			if (!t[3])
+				continue;
+			w0 = std::min(w0, t[1]), w1 = std::max(w1, t[1]), s1 = std::max(s1, t[2]);
+			d0 = std::min(d0, t[3]), d1 = std::max(d1, t[3]);
+			sd.push_back((float)(t[2] - t[1]) * 1e-3f);
+		}
+		if (sd.empty())
+			continue;
+		if (prev) {
+			auto rel = [&](unsigned long long x) { return (float)((long long)(x - prev)) * 1e-3f; };
+			std::sort(sd.begin(), sd.end());
+			v[0].push_back(rel(w0)), v[1].push_back(rel(w1)), v[2].push_back(sd[sd.size() / 2]);
+			v[3].push_back(rel(s1)), v[4].push_back(rel(d0)), v[5].push_back(rel(d1));
+		}
+		prev = d1;
+	}
+	float m[6];
+	for (int j = 0; j < 6; j++) {
+		std::sort(v[j].begin(), v[j].end());
+		m[j] = v[j].empty() ? 0.0f : v[j][v[j].size() / 2];
+	}
+	printf("   timeline (us after the previous launch's last block): wait done first %.2f last %.2f, staging "
+	       "%.2f a block, last staged %.2f, first block done %.2f, last %.2f\n",
+	       m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
 int main(void)
 {
 	cudaDeviceProp p;
@@ -119,6 +170,8 @@ int main(void)
 		       mb / (us * 1e-6) / 1e12);
 		if (k == 4096)
 			xs.push_back(mb / 1e6), ts.push_back(us);
+		if ((rows == 4096 && k == 4096) || rows == 28672)
+			timeline(enqueue, rows * k / 16 / 4096 + 1);
 		CK(cudaGraphExecDestroy(ge));
 		CK(cudaGraphDestroy(g));
 		for (auto &m : w) {
