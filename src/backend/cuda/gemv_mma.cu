@@ -396,8 +396,6 @@ static pthread_mutex_t gm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	float *ws;
 	unsigned *cnt;
-	float *tws;     /* gemv_tma.cu's half-tile sums (GM_SPLIT_MAX x 512) and their counters */
-	unsigned *tcnt;
 	int sms;
 	int cc; /* compute capability major */
 	int ready;
@@ -458,12 +456,6 @@ static int gm_setup(cudaStream_t s, int *dev_out, struct fp4s_error *err, int *r
 				e = cudaMalloc((void **)&gm_dev[dev].cnt, (size_t)(GM_CNT + 2) * sizeof(unsigned));
 			if (e == cudaSuccess)
 				e = cudaMemset(gm_dev[dev].cnt, 0, (size_t)(GM_CNT + 2) * sizeof(unsigned));
-			if (e == cudaSuccess)
-				e = cudaMalloc((void **)&gm_dev[dev].tws, (size_t)GM_SPLIT_MAX * 512 * sizeof(float));
-			if (e == cudaSuccess)
-				e = cudaMalloc((void **)&gm_dev[dev].tcnt, (size_t)GM_SPLIT_MAX * sizeof(unsigned));
-			if (e == cudaSuccess)
-				e = cudaMemset(gm_dev[dev].tcnt, 0, (size_t)GM_SPLIT_MAX * sizeof(unsigned));
 			if (e != cudaSuccess) {
 				*rc = fp4s_error_set(err, FP4S_ECUDA, "gemv setup: %s", cudaGetErrorString(e));
 			} else {
@@ -672,10 +664,8 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		a.stages = tma && gm_dev[dev].cc >= 9 && ks == 1 && !pair && !probe && !a.l2pf && variant == 0
 		                   ? gm_tma_plan(nv, K, m, &a)
 		                   : 0;
-		if (a.stages) {
+		if (a.stages)
 			a.claim = tma == 2 ? gm_dev[dev].cnt + GM_CNT : NULL;
-			a.tws = gm_dev[dev].tws, a.tcnt = gm_dev[dev].tcnt; /* (split tail: gm_tma_launch decides) */
-		}
 		FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, ks, 1, sms, variant, s));
 	}
 	return FP4S_OK;

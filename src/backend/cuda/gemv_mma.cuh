@@ -23,7 +23,6 @@
 #define GM_CNT (1 << 18)        /* split-K tile counters */
 #define GM_SU 2                 /* staging rounds whose loads are issued together */
 #define GM_L2PF 0               /* default L2 prefetch distance in tiles (0: measured slower) */
-#define GM_SPLIT_MAX 2048       /* gemv_tma.cu: split tiles at most (one a block of a launch) */
 
 enum { GM_NVFP4 = 0, GM_MXFP4 = 1 };
 
@@ -80,12 +79,6 @@ struct gm_args {
 	int tflat;    /* whole rows, and one copy each for the tile's codes and scales */
 	int tscl;     /* each stage holds the whole tile's scales (K's per-row slices not 16-byte units) */
 	unsigned *claim;
-	/* gemv_tma.cu: the last tsplit row tiles are taken as two halves of their stages each (one
-	 * matrix, claimed tiles); tws: GM_SPLIT_MAX x 2 x 256 floats of half sums, tcnt: GM_SPLIT_MAX
-	 * counters (zero between launches) */
-	int tsplit;
-	float *tws;
-	unsigned *tcnt;
 	int tsu;    /* gemv_tma.cu: staging rounds in flight where x is plain (2 or 4) */
 	int tevict; /* gemv_tma.cu: weight copies marked evict-first in L2 */
 	/* gemv_tma.cu: a stage's codes and scales as two 2D tensor copies (ttensor 1; 2: after the

@@ -124,25 +124,6 @@ static __device__ __forceinline__ void gt_copy_2d(void *dst, const CUtensorMap *
 	             : "memory");
 }
 
-/* Work item it of a matmul with T row tiles of nkc stages whose last R tiles are split (tsplit):
- * items [0, T - R) are whole tiles, then each split tile is two items, its first and its second
- * half of stages (half 0 / 1; -1: whole). Halving the last round's items halves the ragged end's
- * granularity: blocks claim an item ~2 items before they finish it (the ring), so whole tiles
- * left the last blocks 6-7 us behind the first on the H100 (28672x4096). */
-static __device__ __forceinline__ void gt_item(int64_t it, int64_t T, int R, int nkc, int64_t &tile, int &k0,
-                                               int &k1, int &half)
-{
-	const int64_t f = T - R;
-	if (it < f) {
-		tile = it, k0 = 0, k1 = nkc, half = -1;
-		return;
-	}
-	const int64_t j = it - f;
-	tile = f + (j >> 1), half = (int)(j & 1);
-	k0 = half ? nkc / 2 : 0;
-	k1 = half ? nkc : nkc / 2;
-}
-
 /* the consumer warps only (the producer never joins) */
 static __device__ __forceinline__ void gt_sync(void)
 {
@@ -183,10 +164,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		/* The producer: stage n goes to slot n % S once the consumers have handed back its
 		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
 		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
-		const int64_t items = tiles + a.tsplit;
-		int64_t item = blockIdx.x, tile;
-		int kc, k1, half;
-		gt_item(item, tiles, a.tsplit, nkc, tile, kc, k1, half);
+		int64_t tile = blockIdx.x;
+		int kc = 0;
 		bool waited = false;
 		const uint8_t *data = a.data, *scales = a.scales;
 		if (a.idx || a.g_m) { /* the expert comes from the router: nothing to copy before it */
@@ -217,7 +196,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			const int i = (int)(n % (unsigned)S);
 			if (n >= (unsigned)S)
 				gt_wait(&empty[i], (n / S - 1) & 1);
-			if (item >= items) {
+			if (tile >= tiles) {
 				if (lane == 0) {
 					hdr[i] = -1;
 					gt_arrive(&full[i]);
@@ -235,7 +214,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				/* two tensor copies by one lane: the boxes' full bytes arrive (rows past the
 				 * matrix and bytes past the row as zeros) */
 				if (lane == 0) {
-					hdr[i] = (int)item;
+					hdr[i] = (int)tile;
 					gt_expect(&full[i], 16u * (unsigned)(a.trs + a.tss));
 					gt_copy_2d(st, &a.tm_codes, kc * (KC / 16), (int)r0, &full[i], pol);
 					gt_copy_2d(st + 16 * a.trs, &a.tm_scales, kc * (F == GM_NVFP4 ? KC / 16 : KC / 32), (int)r0,
@@ -244,7 +223,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				__syncwarp();
 			} else {
 				if (lane == 0) {
-					hdr[i] = (int)item;
+					hdr[i] = (int)tile;
 					gt_expect(&full[i], (unsigned)nr * cb + sbytes);
 				}
 				__syncwarp();
@@ -266,8 +245,9 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 					     sb, &full[i]);
 				}
 			}
-			if (++kc < k1)
+			if (++kc < nkc)
 				continue;
+			kc = 0;
 			if (!waited) {
 				pdl_wait(); /* the claim counter belongs to the kernels before this one */
 				waited = true;
@@ -276,11 +256,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				unsigned c = 0;
 				if (lane == 0)
 					c = atomicAdd(&a.claim[0], 1u);
-				item = (int64_t)gridDim.x + __shfl_sync(0xFFFFFFFFu, c, 0);
+				tile = (int64_t)gridDim.x + __shfl_sync(0xFFFFFFFFu, c, 0);
 			} else {
-				item += gridDim.x;
+				tile += gridDim.x;
 			}
-			gt_item(item, tiles, a.tsplit, nkc, tile, kc, k1, half);
 		}
 		if (!waited)
 			pdl_wait();
@@ -345,16 +324,13 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 #pragma unroll
 	for (int gg = 0; gg < NG; gg++)
 		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
-	int kc = -1, k1 = 0, half = -1, tile_it = 0; /* kc < 0: the next stage starts an item */
-	int64_t tile = 0;
+	int kc = 0, tile_it = 0;
 	for (unsigned n = 0;; n++) {
 		const int i = (int)(n % (unsigned)S);
 		gt_wait(&full[i], (n / S) & 1);
-		const int item = hdr[i];
-		if (item < 0)
+		const int tile = hdr[i];
+		if (tile < 0)
 			break;
-		if (kc < 0)
-			gt_item(item, tiles, a.tsplit, nkc, tile, kc, k1, half);
 		const uint8_t *st = sm + (size_t)i * a.tstage, *sc = st + 16 * a.trs;
 		for (int j = 0; j < sps; j++) {
 			const int u = warp * sps + j, s = kc * GT_W * sps + u; /* step in the stage, in the row */
@@ -381,11 +357,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		__syncwarp();
 		if (lane == 0)
 			gt_arrive(&empty[i]); /* this warp is done with the slot */
-		if (++kc < k1)
+		if (++kc < nkc)
 			continue;
-		/* end of an item: warps' partials -> red[parity][warp][token][row], one barrier, then one
+		/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier, then one
 		 * thread per (token, row) sums the warps in order (as gemv_mma.cu) */
-		kc = -1;
+		kc = 0;
 		float *rp = red + (size_t)(tile_it & 1) * GT_W * M * 16;
 		tile_it++;
 #pragma unroll
@@ -400,31 +376,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		gt_sync();
 		const int tok = threadIdx.x >> 4, r = threadIdx.x & 15;
 		const int64_t row = (int64_t)tile * 16 + r;
-		float v = 0.0f;
-		if (tok < M)
+		if (tok < M && row < a.rows) {
+			float v = 0.0f;
 			for (int w = 0; w < GT_W; w++)
 				v += rp[(w * M + tok) * 16 + r];
-		if (half >= 0) {
-			/* half a split tile: its sum goes to the workspace; the second half to finish adds the
-			 * two in half order (the same bits whichever finishes first) and writes the rows */
-			__shared__ int s_last;
-			const int64_t lt = tile - (tiles - a.tsplit);
-			if (tok < M)
-				a.tws[(lt * 2 + half) * 256 + tok * 16 + r] = v;
-			__threadfence();
-			gt_sync();
-			if (threadIdx.x == 0)
-				s_last = atomicAdd(&a.tcnt[lt], 1u) == 1u;
-			gt_sync();
-			if (!s_last)
-				continue;
-			__threadfence();
-			if (tok < M)
-				v = __ldcg(&a.tws[lt * 512 + tok * 16 + r]) + __ldcg(&a.tws[lt * 512 + 256 + tok * 16 + r]);
-			if (threadIdx.x == 0)
-				a.tcnt[lt] = 0; /* ready for the next launch */
-		}
-		if (tok < M && row < a.rows) {
 			float out = ldexpf(v, a.pexp) * post;
 			if (a.norm_w)
 				out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
@@ -631,21 +586,9 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaS
 	/* every SM full; expert slots (blockIdx.z) share the blocks */
 	int64_t bx = ((int64_t)per_sm * sms + nz - 1) / nz;
 	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
-	/* the last round's tiles in halves (see gt_item): one matrix, claimed tiles of >= 2 stages
-	 * (FP4S_GEMV_TMA_SPLIT=0: whole tiles) */
-	static int split = -1;
-	if (split < 0) {
-		const char *e = getenv("FP4S_GEMV_TMA_SPLIT");
-		split = !(e && atoi(e) == 0);
-	}
-	gm_args b = a;
-	b.tsplit = 0;
-	if (split && a.tws && a.tcnt && a.claim && !a.idx && !a.g_m && !a.tflat && (a.K + a.tkc - 1) / a.tkc >= 2 &&
-	    bx <= GM_SPLIT_MAX)
-		b.tsplit = (int)(tiles < bx ? tiles : bx);
 	struct pdl_launch l;
 	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1),
-	                          gemv_tma_kernel<F, NG>, b);
+	                          gemv_tma_kernel<F, NG>, a);
 }
 
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
