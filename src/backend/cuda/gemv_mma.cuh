@@ -80,7 +80,6 @@ struct gm_args {
 	int tscl;     /* each stage holds the whole tile's scales (K's per-row slices not 16-byte units) */
 	unsigned *claim;
 	int tsu;    /* gemv_tma.cu: staging rounds in flight where x is plain (2 or 4) */
-	int tprew;  /* gemv_tma.cu: stages copied before the PDL wait at most (0: the whole ring) */
 	int tevict; /* gemv_tma.cu: weight copies marked evict-first in L2 */
 	/* gemv_tma.cu: a stage's codes and scales as two 2D tensor copies (ttensor 1; 2: after the
 	 * block's first tile), boxes of 16 rows of trs / tss bytes, i.e. with the padding the per-row

@@ -194,10 +194,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		};
 		for (unsigned n = 0;; n++) {
 			const int i = (int)(n % (unsigned)S);
-			if (!waited && a.tprew && n >= (unsigned)a.tprew) { /* FP4S_GEMV_TMA_PREW (A/B) */
-				pdl_wait();
-				waited = true;
-			}
 			if (n >= (unsigned)S)
 				gt_wait(&empty[i], (n / S - 1) & 1);
 			if (tile >= tiles) {
@@ -498,8 +494,7 @@ static int gt_maps(gm_args *a, int nv, int64_t K)
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int tsu, tevict, tprobe, tscl_env, ttensor, tprew; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
-	                                                            * _TENSOR, _PREW */
+	static int tsu, tevict, tprobe, tscl_env, ttensor; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL, _TENSOR */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -521,14 +516,12 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tprobe = e ? atoi(e) : 0;
 		e = getenv("FP4S_GEMV_TMA_TSCL"); /* diagnostics: every stage takes its tile's scales in one copy */
 		tscl_env = e && atoi(e) == 1;
-		e = getenv("FP4S_GEMV_TMA_PREW");
-		tprew = e ? atoi(e) : 0;
 		e = getenv("FP4S_GEMV_TMA_TENSOR");
 		ttensor = e && atoi(e) >= 0 && atoi(e) <= 2 ? atoi(e) : 3;
 		e = getenv("FP4S_GEMV_TMA_L2P"); /* the maps' L2 promotion: 0 none, 1 64 B, 2 128 B, 3 256 B */
 		gt_l2p = e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 3;
 	}
-	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe, a->tprew = tprew;
+	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
