@@ -32,16 +32,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention_cuda.h"
 #include "numerics/numerics.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
+#include "dev_util.h"
 
 static double copy_ceiling_gbs(void)
 {

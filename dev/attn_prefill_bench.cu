@@ -35,16 +35,7 @@
 #include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/attention_prefill_cuda.h"
 #include "numerics/numerics.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
+#include "dev_util.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint64_t rnd(void)

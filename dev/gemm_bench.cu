@@ -32,16 +32,8 @@
 #include "backend/cuda/gemm_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
+#include "dev_util.h"
 
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 #define CB(call)                                                                              \
 	do {                                                                                  \
 		cublasStatus_t s_ = (call);                                                   \

@@ -34,6 +34,7 @@
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/pdl.cuh"
 #include "numerics/numerics.h"
+#include "dev_util.h"
 
 /* model.h has no extern "C" block: its fp4s_wformat_name is not callable from C++. */
 static const char *fmtname(enum fp4s_wformat f)
@@ -41,16 +42,6 @@ static const char *fmtname(enum fp4s_wformat f)
 	return f == FP4S_WF_NVFP4 ? "nvfp4" : f == FP4S_WF_MXFP4 ? "mxfp4" : f == FP4S_WF_BF16 ? "bf16"
 	     : f == FP4S_WF_F16 ? "f16" : f == FP4S_WF_F32 ? "f32" : "?";
 }
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 struct stats {
 	float median, min, max;

@@ -22,16 +22,7 @@
 #include "backend/cuda/quant_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
+#include "dev_util.h"
 
 struct stats {
 	float median, min, max;

@@ -21,16 +21,7 @@
 
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
-
-#define CK(call)                                                                              \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,         \
-			        cudaGetErrorString(e_));                                      \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
+#include "dev_util.h"
 
 static __global__ void fill_kernel(uint8_t *p, size_t n, uint64_t seed, int scales)
 {
@@ -48,10 +39,9 @@ static __global__ void fill_kernel(uint8_t *p, size_t n, uint64_t seed, int scal
  * entry, after the PDL wait, with x staged and done (gemv_mma.h's stamps); medians over the
  * launches of the first / last block's readings, us after the previous launch's last block. */
 template <typename E>
-static void timeline(E &enqueue, int blocks_hint)
+static void timeline(E &enqueue)
 {
 	const int slots = 40, blocks = 1024;
-	(void)blocks_hint;
 	unsigned long long *dst;
 	CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
 	CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
@@ -171,7 +161,7 @@ int main(void)
 		if (k == 4096)
 			xs.push_back(mb / 1e6), ts.push_back(us);
 		if ((rows == 4096 && k == 4096) || rows == 28672)
-			timeline(enqueue, rows * k / 16 / 4096 + 1);
+			timeline(enqueue);
 		CK(cudaGraphExecDestroy(ge));
 		CK(cudaGraphDestroy(g));
 		for (auto &m : w) {

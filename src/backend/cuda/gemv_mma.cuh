@@ -81,9 +81,9 @@ struct gm_args {
 	unsigned *claim;
 	int tsu;    /* gemv_tma.cu: staging rounds in flight where x is plain (2 or 4) */
 	int tevict; /* gemv_tma.cu: weight copies marked evict-first in L2 */
-	/* gemv_tma.cu: a stage's codes and scales as two 2D tensor copies (ttensor 1; 2: after the
-	 * block's first tile), boxes of 16 rows of trs / tss bytes, i.e. with the padding the per-row
-	 * copies leave (read from the next stage's bytes, or zero past the row) */
+	/* gemv_tma.cu: a stage's codes and scales as two 2D tensor copies (ttensor), boxes of 16 rows
+	 * of trs / tss bytes, i.e. with the padding the per-row copies leave (read from the next
+	 * stage's bytes, or zero past the row) */
 	int ttensor;
 	CUtensorMap tm_codes, tm_scales;
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA

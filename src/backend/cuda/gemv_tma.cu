@@ -210,7 +210,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			uint8_t *st = sm + (size_t)i * a.tstage;
 			/* scales: the stage's slice of each row, or (tscl) the whole tile's, one run */
 			const unsigned sbytes = a.tscl ? (unsigned)(nr * spr) : (unsigned)nr * sb;
-			if (a.ttensor == 1 || (a.ttensor == 2 && waited)) {
+			if (a.ttensor) {
 				/* two tensor copies by one lane: the boxes' full bytes arrive (rows past the
 				 * matrix and bytes past the row as zeros) */
 				if (lane == 0) {
@@ -419,10 +419,9 @@ typedef CUresult (*gt_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
  * start later (~5.0 against ~3.4 us fixed a launch): they pay from ~21 MB of weights
  * (bench/results/2026-11-22-h100-stream.md), so smaller matrices keep a copy a row. */
 #define GT_TENSOR_MIN ((int64_t)20 << 20)
-static int gt_l2p = 3;  /* FP4S_GEMV_TMA_L2P (set by gm_tma_plan before any map is made) */
 
 /* a's two tensor maps (codes as 8-byte units, boxes of 16 rows x trs bytes; scales as bytes,
- * 16 rows x tss), from a cache keyed by everything they encode (weights do not move, so a decode
+ * 16 rows x tss; L2 promotion 256 B: none, 128 B and 256 B measured the same), from a cache keyed by everything they encode (weights do not move, so a decode
  * step finds them there); 0 where the driver's encoder is not reachable or refuses them. */
 static int gt_maps(gm_args *a, int nv, int64_t K)
 {
@@ -465,10 +464,10 @@ static int gt_maps(gm_args *a, int nv, int64_t K)
 		const cuuint64_t sd[2] = {(cuuint64_t)spr, (cuuint64_t)a->rows}, ss[1] = {(cuuint64_t)spr};
 		const cuuint32_t cb[2] = {(cuuint32_t)a->trs / 8, 16}, sbx[2] = {(cuuint32_t)a->tss, 16}, one[2] = {1, 1};
 		if (enc(&e.c, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, (void *)a->data, cd, cs, cb, one,
-		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, (CUtensorMapL2promotion)gt_l2p,
+		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
 		        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS ||
 		    enc(&e.s, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)a->scales, sd, ss, sbx, one,
-		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, (CUtensorMapL2promotion)gt_l2p,
+		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
 		        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
 			e.data = NULL;
 			break;
@@ -516,10 +515,8 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tprobe = e ? atoi(e) : 0;
 		e = getenv("FP4S_GEMV_TMA_TSCL"); /* diagnostics: every stage takes its tile's scales in one copy */
 		tscl_env = e && atoi(e) == 1;
-		e = getenv("FP4S_GEMV_TMA_TENSOR");
-		ttensor = e && atoi(e) >= 0 && atoi(e) <= 2 ? atoi(e) : 3;
-		e = getenv("FP4S_GEMV_TMA_L2P"); /* the maps' L2 promotion: 0 none, 1 64 B, 2 128 B, 3 256 B */
-		gt_l2p = e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 3;
+		e = getenv("FP4S_GEMV_TMA_TENSOR"); /* 0 never, 1 always, else by size */
+		ttensor = e && (atoi(e) == 0 || atoi(e) == 1) ? atoi(e) : 2;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
@@ -564,9 +561,9 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		a->tsps = flat ? (int)(((K + 127) / 128 + GT_W - 1) / GT_W) : kc / 1024;
 		a->trs = rs, a->tss = ss, a->tstage = stage, a->tflat = flat, a->tscl = tscl;
 		/* 2D tensor copies for one matrix's K-sliced stages where it holds >= GT_TENSOR_MIN bytes
-		 * (FP4S_GEMV_TMA_TENSOR: 0 never, 1 always, 2 after each block's first tile) */
-		const int tt = ttensor == 3 ? (a->rows * K / 2 >= GT_TENSOR_MIN ? 1 : 0) : ttensor;
-		a->ttensor = tt && !flat && !tscl && !a->idx && !a->g_m && gt_maps(a, nv, K) ? tt : 0;
+		 * (FP4S_GEMV_TMA_TENSOR=0 / 1: never / always) */
+		const int tt = ttensor == 2 ? a->rows * K / 2 >= GT_TENSOR_MIN : ttensor;
+		a->ttensor = tt && !flat && !tscl && !a->idx && !a->g_m && gt_maps(a, nv, K);
 		return (int)n;
 	}
 	return 0;
