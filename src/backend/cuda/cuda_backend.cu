@@ -899,13 +899,6 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	if (dev < 0 || dev >= n)
 		return fp4s_error_set(err, FP4S_ENODEV, "CUDA device %d does not exist (%d found)", dev, n);
 	FP4S_CUDA_TRY(err, cudaSetDevice(dev));
-	/* Every kernel takes the largest shared-memory split of an SM's L1 (FP4S_SMEM_SPLIT=0: the
-	 * driver picks one per kernel from its shared memory, which gave a decode step's kernels
-	 * three different splits). An SM changes its split only once the previous kernel's blocks
-	 * have left it, so a change between two kernels of a chain undoes what programmatic
-	 * dependent launch overlaps. The kernels that stream weights use shared memory, not L1. */
-	if (fp4s_cuda_smem_split())
-		FP4S_CUDA_TRY(err, cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
 	struct fp4s_backend *be = (struct fp4s_backend *)calloc(1, sizeof *be);
 	struct cuda_impl *c = (struct cuda_impl *)calloc(1, sizeof *c);
 	if (!be || !c) {

@@ -138,16 +138,3 @@ extern "C" int fp4s_cuda_pdl(void)
 	}
 	return pdl_dev[dev] == 1 ? mode : 0;
 }
-
-/* The shared memory / L1 split kernels ask for (pdl.cuh, fp4s_backend_cuda_create): FP4S_SMEM_SPLIT
- * = 0 the driver's choice per kernel, 1 the device-wide preference for shared memory only, 2
- * (default) also the largest split as a launch attribute of every launch through pdl_cfg. */
-extern "C" int fp4s_cuda_smem_split(void)
-{
-	static int mode = -1;
-	if (mode < 0) {
-		const char *v = getenv("FP4S_SMEM_SPLIT");
-		mode = v && (!strcmp(v, "0") || !strcmp(v, "1")) ? atoi(v) : 2;
-	}
-	return mode;
-}

@@ -49,15 +49,13 @@ extern "C" {
  * (gemv_mma.cu) only, 2 every pdl_launch too. Compute capability >= 9.0 only; FP4S_PDL=0 / gemv /
  * all picks (diagnostics), the default is FP4S_PDL_DEFAULT. */
 int fp4s_cuda_pdl(void);
-/* 0: kernels take the driver's shared memory split; 1, 2: the largest (2: also per launch) */
-int fp4s_cuda_smem_split(void);
 /* Benchmarks: force a mode (0..2), or back to the default (-1). */
 void fp4s_cuda_set_pdl(int mode);
 }
 
 struct pdl_launch {
 	cudaLaunchConfig_t cfg;
-	cudaLaunchAttribute attr[2];
+	cudaLaunchAttribute attr[1];
 };
 
 /* A launch configuration for cudaLaunchKernelEx, with the PDL attribute where fp4s_cuda_pdl() is at
@@ -76,11 +74,6 @@ static inline cudaLaunchConfig_t *pdl_cfg(struct pdl_launch *l, dim3 grid, dim3 
 		l->attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 		l->attr[0].val.programmaticStreamSerializationAllowed = 1;
 		l->cfg.numAttrs = 1;
-	}
-	if (fp4s_cuda_smem_split() == 2) {
-		l->attr[l->cfg.numAttrs].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-		l->attr[l->cfg.numAttrs].val.sharedMemCarveout = cudaSharedmemCarveoutMaxShared;
-		l->cfg.numAttrs++;
 	}
 	return &l->cfg;
 }
