@@ -85,6 +85,87 @@ static void timeline(E &enqueue)
 	       m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
+/* The MoE decode step's expert GEMVs as the engine issues them (fp4s_gemv_mma_experts_ex): one
+ * launch for a token's slots, each slot's expert read from a device index; the down projection
+ * with its SwiGLU staged and the combine folded in. Launch i takes experts i * slots .. (mod E),
+ * so > 100 MB of other experts pass between two uses of one. */
+static void experts(const char *name, int mx, int E, int64_t rows, int64_t K, int slots, int act, cudaStream_t s)
+{
+	fp4s_error err = {};
+	const size_t db = (size_t)rows * K / 2, sb = (size_t)rows * K / (mx ? 32 : 16);
+	void *d, *sc;
+	CK(cudaMalloc(&d, db * E));
+	CK(cudaMalloc(&sc, sb * E));
+	fill_kernel<<<1024, 256>>>((uint8_t *)d, db * E, 13, 0);
+	fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb * E, 103, mx ? 2 : 1);
+	fp4s_stacked w = {};
+	w.fmt = mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4;
+	w.rows = rows, w.cols = K, w.data = d, w.scales = (uint8_t *)sc;
+	w.stride_data = (int64_t)db, w.stride_scales = (int64_t)sb, w.ws2 = 1.0f / 1024;
+	if (mx && fp4s_cuda_mx_scale_range_stacked(&w, E, 0, &err)) {
+		fprintf(stderr, "%s\n", err.msg);
+		exit(1);
+	}
+	const int L = 40;
+	std::vector<int32_t> hidx((size_t)L * slots);
+	for (size_t i = 0; i < hidx.size(); i++)
+		hidx[i] = (int32_t)(i % (size_t)E);
+	int32_t *idx;
+	float *x, *y, *cw = NULL, *ch = NULL;
+	const int64_t xs = act ? 2 * K : K;
+	CK(cudaMalloc(&idx, hidx.size() * 4));
+	CK(cudaMemcpy(idx, hidx.data(), hidx.size() * 4, cudaMemcpyHostToDevice));
+	CK(cudaMalloc(&x, (size_t)slots * xs * 4));
+	CK(cudaMalloc(&y, (size_t)slots * rows * 4));
+	fill_kernel<<<64, 256>>>((uint8_t *)x, (size_t)slots * xs * 4, 7, 1);
+	if (act) {
+		CK(cudaMalloc(&cw, (size_t)slots * 4));
+		CK(cudaMalloc(&ch, (size_t)rows * 4));
+		fill_kernel<<<1, 32>>>((uint8_t *)cw, (size_t)slots * 4, 9, 1);
+		CK(cudaMemset(ch, 0, (size_t)rows * 4));
+	}
+	CK(cudaDeviceSynchronize());
+	auto enqueue = [&](int n) {
+		for (int i = 0; i < n; i++)
+			if (fp4s_gemv_mma_experts_ex(&w, idx + (size_t)(i % L) * slots, slots, x, act ? 1 : slots, xs, act, 1.702f,
+			                             7.0f, NULL, 0.0f, 0, cw, ch, y, s, &err)) {
+				fprintf(stderr, "%s: %s\n", name, err.msg[0] ? err.msg : "not supported");
+				exit(1);
+			}
+	};
+	enqueue(4);
+	CK(cudaStreamSynchronize(s));
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	enqueue(L);
+	CK(cudaStreamEndCapture(s, &g));
+	CK(cudaGraphInstantiate(&ge, g, 0));
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	std::vector<float> t;
+	for (int r = 0; r < 8; r++) {
+		CK(cudaEventRecord(e0, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaEventRecord(e1, s));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (r)
+			t.push_back(ms * 1000.0f / L);
+	}
+	std::sort(t.begin(), t.end());
+	const double us = t[t.size() / 2], mb = (double)(db + sb) * slots;
+	printf("%-14s %2d x %5lldx%-5lld %6.1f MB  %8.2f us  %5.2f TB/s\n", name, slots, (long long)rows, (long long)K,
+	       mb / 1e6, us, mb / (us * 1e-6) / 1e12);
+	timeline(enqueue);
+	CK(cudaGraphExecDestroy(ge));
+	CK(cudaGraphDestroy(g));
+	for (void *q : {d, sc, (void *)idx, (void *)x, (void *)y, (void *)cw, (void *)ch})
+		CK(cudaFree(q));
+}
+
 int main(void)
 {
 	cudaDeviceProp p;
@@ -97,6 +178,16 @@ int main(void)
 	if (fp4s_gemv_mma_setup(0, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
 		return 1;
+	}
+	const char *ex = getenv("FP4S_BENCH_EXPERTS"); /* 1: the expert GEMVs only */
+	if (ex && atoi(ex) == 1) {
+		cudaStream_t es;
+		CK(cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking));
+		experts("oss gate|up", 1, 32, 5760, 2880, 4, 0, es);
+		experts("oss down", 1, 32, 2880, 2880, 4, 2, es);
+		experts("qwen3 gate|up", 0, 128, 1536, 2048, 8, 0, es);
+		experts("qwen3 down", 0, 128, 2048, 768, 8, 1, es);
+		return 0;
 	}
 	const int64_t shapes[][2] = {{4096, 4096},   {6144, 4096},  {14336, 4096}, {28672, 4096},
 	                             {57344, 4096}, {114688, 4096}, {4096, 14336}};

@@ -739,6 +739,10 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
 	a.cnt = gm_dev[dev].cnt; /* the combine's counters, one per blockIdx.x */
 	a.l2pf = GM_L2PF;
 	const int sms = gm_dev[dev].sms;
+	if (gm_stamp.buf) {
+		a.stamps = gm_stamp.buf + (size_t)(gm_stamp.next % gm_stamp.slots) * gm_stamp.blocks * 4;
+		gm_stamp.next++;
+	}
 	/* the bulk-copy kernel where it applies, its tiles strided (the combine relies on it) */
 	a.stages = gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, 1, &a) : 0;
 	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_slots, sms, 0, s));

@@ -143,7 +143,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	auto stamp = [&](int k) {
 		if (a.stamps && threadIdx.x == 0)
-			a.stamps[4 * (size_t)blockIdx.x + k] = gm_now();
+			a.stamps[4 * ((size_t)blockIdx.x + gridDim.x * (size_t)blockIdx.z) + k] = gm_now();
 	};
 	stamp(0);
 	pdl_trigger();
