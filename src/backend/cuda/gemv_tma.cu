@@ -179,15 +179,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				scales += e * a.stride_scales;
 			}
 		}
-		/* With claims, the first nstat rounds of tiles are strided (tile = blockIdx.x + round *
-		 * gridDim.x; before the PDL wait as far as the ring goes) and only the rest claimed: a
-		 * claim is an L2 round trip the copies behind it wait for, which costs while the ring is
-		 * still filling (tstatic 0: one strided round; 1: all whole rounds; 2: one fewer) */
-		int64_t nstat = 1, round = 0;
-		if (a.claim && a.tstatic) {
-			nstat = items / gridDim.x - (a.tstatic == 2);
-			nstat = nstat < 1 ? 1 : nstat;
-		}
 		const uint8_t *td = data, *ts = scales; /* this tile's matrix */
 		int64_t rt = tile;                       /* this tile's row tile in it */
 		if (a.ttensor && lane == 0) { /* the maps' descriptors, ahead of their first copy */
@@ -270,20 +261,16 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			if (++kc < nkc)
 				continue;
 			kc = 0;
-			if (a.claim && ++round >= nstat) {
-				if (!waited) {
-					pdl_wait(); /* the claim counter belongs to the kernels before this one */
-					waited = true;
-				}
+			if (!waited) {
+				pdl_wait(); /* the claim counter belongs to the kernels before this one */
+				waited = true;
+			}
+			if (a.claim) {
 				unsigned c = 0;
 				if (lane == 0)
 					c = atomicAdd(&a.claim[0], 1u);
-				tile = nstat * (int64_t)gridDim.x + __shfl_sync(0xFFFFFFFFu, c, 0);
+				tile = (int64_t)gridDim.x + __shfl_sync(0xFFFFFFFFu, c, 0);
 			} else {
-				if (!waited && !a.claim) {
-					pdl_wait();
-					waited = true;
-				}
 				tile += gridDim.x;
 			}
 		}
@@ -531,8 +518,7 @@ static int gt_maps(gm_args *a, int nv, int64_t K)
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int tsu, tevict, tprobe, tscl_env, ttensor, tstatic; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
-	                                                             * _TENSOR, _STATIC */
+	static int tsu, tevict, tprobe, tscl_env, ttensor; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL, _TENSOR */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -556,10 +542,8 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tscl_env = e && atoi(e) == 1;
 		e = getenv("FP4S_GEMV_TMA_TENSOR"); /* 0 never, 1 always, else by size */
 		ttensor = e && (atoi(e) == 0 || atoi(e) == 1) ? atoi(e) : 2;
-		e = getenv("FP4S_GEMV_TMA_STATIC");
-		tstatic = e && (atoi(e) == 0 || atoi(e) == 2) ? atoi(e) : 1;
 	}
-	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe, a->tstatic = tstatic;
+	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
