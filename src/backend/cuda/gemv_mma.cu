@@ -570,17 +570,6 @@ static int gm_tma_mode(void)
 	return tma;
 }
 
-/* FP4S_GEMV_TMA_XCLAIM=0: expert slots sharing x keep a fixed share of blocks each (A/B) */
-static int gm_xclaim_mode(void)
-{
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("FP4S_GEMV_TMA_XCLAIM");
-		on = !(e && atoi(e) == 0);
-	}
-	return on;
-}
-
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, int pair,
                   cudaStream_t s,
@@ -756,15 +745,6 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
 	}
 	/* the bulk-copy kernel where it applies, its tiles strided (the combine relies on it) */
 	a.stages = gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, 1, &a) : 0;
-	if (a.stages && x_div == n_slots && n_slots > 1 && !act && !norm_w && !cw && gm_xclaim_mode()) {
-		/* the slots share x (a gate|up projection): one flat grid whose blocks claim (slot, row
-		 * tile) items, so blocks on faster SMs take more and the launch ends ~one tile after
-		 * its average block, not after the slowest of each slot's fixed share */
-		a.xslots = n_slots;
-		a.claim = gm_dev[dev].cnt + GM_CNT;
-		FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, 1, sms, 0, s));
-		return FP4S_OK;
-	}
 	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_slots, sms, 0, s));
 	return FP4S_OK;
 }

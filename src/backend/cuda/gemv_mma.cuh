@@ -86,9 +86,6 @@ struct gm_args {
 	 * stage's bytes, or zero past the row) */
 	int ttensor;
 	CUtensorMap tm_codes, tm_scales;
-	/* gemv_tma.cu, one token's expert slots sharing x (gate|up): > 0 = the slots, the grid flat
-	 * (blockIdx.z = 0) and its blocks claiming (slot, row tile) items, slot-major, from claim */
-	int xslots;
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };

@@ -150,7 +150,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	/* steps: the last may be partial (K % 128 == 32, 64, 96): its staged x is zero and the
 	 * chunks past K get zero scales, so the stale shared bytes beside them add nothing */
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
-	const int64_t tiles = (a.rows + 15) >> 4, items = a.xslots ? tiles * a.xslots : tiles;
+	const int64_t tiles = (a.rows + 15) >> 4;
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
@@ -173,14 +173,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			waited = true;
 			if (a.g_m && a.g_m[blockIdx.z] == 0)
 				return; /* an unused group (the consumers leave too) */
-			if (!a.xslots) {
-				const int64_t e = a.idx ? a.idx[blockIdx.z] : a.g_expert[blockIdx.z];
-				data += e * a.stride_data;
-				scales += e * a.stride_scales;
-			}
+			const int64_t e = a.idx ? a.idx[blockIdx.z] : a.g_expert[blockIdx.z];
+			data += e * a.stride_data;
+			scales += e * a.stride_scales;
 		}
-		const uint8_t *td = data, *ts = scales; /* this tile's matrix */
-		int64_t rt = tile;                       /* this tile's row tile in it */
 		if (a.ttensor && lane == 0) { /* the maps' descriptors, ahead of their first copy */
 			asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&a.tm_codes)) : "memory");
 			asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&a.tm_scales)) : "memory");
@@ -200,23 +196,14 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			const int i = (int)(n % (unsigned)S);
 			if (n >= (unsigned)S)
 				gt_wait(&empty[i], (n / S - 1) & 1);
-			if (tile >= items) {
+			if (tile >= tiles) {
 				if (lane == 0) {
 					hdr[i] = -1;
 					gt_arrive(&full[i]);
 				}
 				break;
 			}
-			if (kc == 0) {
-				rt = tile;
-				if (a.xslots) { /* item = slot * tiles + row tile */
-					const int64_t slot = tile / tiles, e = a.idx[slot];
-					rt = tile - slot * tiles;
-					td = data + e * a.stride_data;
-					ts = scales + e * a.stride_scales;
-				}
-			}
-			const int64_t r0 = rt * 16;
+			const int64_t r0 = tile * 16;
 			const int nr = (int)min((int64_t)16, a.rows - r0);
 			const int klen = min(KC, K - kc * KC);
 			const unsigned cb = (unsigned)klen / 2, sb = F == GM_NVFP4 ? klen / 16 : klen / 32;
@@ -242,18 +229,18 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				__syncwarp();
 				if (a.tflat) { /* whole rows: the tile's codes and scales are two contiguous runs */
 					if (lane == 0)
-						copy(st, td + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
+						copy(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i]);
 					else if (lane == 1)
-						copy(st + 16 * a.trs, ts + (size_t)r0 * spr, sbytes, &full[i]);
+						copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
 				} else if (lane < nr) {
-					copy(st + lane * a.trs, td + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb,
+					copy(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb,
 					     &full[i]);
 				} else if (a.tscl) {
 					if (lane == 16)
-						copy(st + 16 * a.trs, ts + (size_t)r0 * spr, sbytes, &full[i]);
+						copy(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i]);
 				} else if (lane >= 16 && lane - 16 < nr) {
 					copy(st + 16 * a.trs + (lane - 16) * a.tss,
-					     ts + (size_t)(r0 + lane - 16) * spr +
+					     scales + (size_t)(r0 + lane - 16) * spr +
 					             (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
 					     sb, &full[i]);
 				}
@@ -309,7 +296,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			xin += (int64_t)goff * a.x_stride;
 		yout += (int64_t)goff * a.rows;
 	}
-	if (a.idx && !a.xslots) { /* expert slot blockIdx.z */
+	if (a.idx) { /* expert slot blockIdx.z */
 		const int slot = blockIdx.z;
 		const int64_t e = a.idx[slot];
 		if (bias)
@@ -388,29 +375,17 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		}
 		gt_sync();
 		const int tok = threadIdx.x >> 4, r = threadIdx.x & 15;
-		int64_t rt = tile;
-		const float *bt = bias;
-		float *yt = yout, pt = post;
-		if (a.xslots) { /* item = slot * tiles + row tile, of expert idx[slot] */
-			const int64_t slot = tile / tiles, e = a.idx[slot];
-			rt = tile - slot * tiles;
-			if (bias)
-				bt = bias + e * a.rows;
-			if (a.ws2e)
-				pt = post * a.ws2e[e];
-			yt = yout + slot * a.rows;
-		}
-		const int64_t row = rt * 16 + r;
+		const int64_t row = (int64_t)tile * 16 + r;
 		if (tok < M && row < a.rows) {
 			float v = 0.0f;
 			for (int w = 0; w < GT_W; w++)
 				v += rp[(w * M + tok) * 16 + r];
-			float out = ldexpf(v, a.pexp) * pt;
+			float out = ldexpf(v, a.pexp) * post;
 			if (a.norm_w)
 				out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
-			if (bt)
-				out += bt[row];
-			float *yp = yt + (size_t)tok * a.rows + row;
+			if (bias)
+				out += bias[row];
+			float *yp = yout + (size_t)tok * a.rows + row;
 			*yp = a.accumulate ? *yp + out : out;
 		}
 	}
@@ -615,7 +590,7 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaS
 
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
 {
-	const int64_t tiles = ((a.rows + 15) >> 4) * (a.xslots ? a.xslots : 1);
+	const int64_t tiles = (a.rows + 15) >> 4;
 	if (nv)
 		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, nz, s)
 		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, nz, s)
