@@ -487,15 +487,17 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 /* The MoE form (fp4s_gemv_mma_experts): E experts stacked at a stride, slots choosing experts
  * (repeats included), x rows shared by x_div slots, SwiGLU of h staged on the fly (act 1: halves,
  * act 2: gpt-oss interleaved and clamped), per-expert bias and NVFP4 per-expert ws2. */
-static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, int per_expert_ws2,
+static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, int per_expert_ws2, int shared,
                         const char *filter)
 {
 	char name[160];
-	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s)", fp4s_wformat_name(fmt), (long long)rows,
-	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "");
+	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s%s)", fp4s_wformat_name(fmt), (long long)rows,
+	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "", shared ? ",shared x" : "");
 	if (filter && !strstr(name, filter))
 		return;
-	const int E = 5, slots = 7, x_div = act ? 1 : 2;
+	/* shared: every slot reads the one x row (a token's gate|up projection, as the engine
+	 * issues it) */
+	const int E = 5, slots = 7, x_div = act ? 1 : shared ? slots : 2;
 	struct gcase c = {fmt, rows, k, 1, 1};
 	struct hw h[5];
 	for (int e = 0; e < E; e++)
@@ -579,6 +581,20 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 			fprintf(stderr, "%s: FAIL rel L2 %.3g\n", name, rel);
 			failed = 1;
 		}
+		/* again, twice: not a bit may change (the combine's counters, too, must be back at zero
+		 * for the next launch) */
+		float *y2 = (float *)malloc(sizeof(float) * rows * slots);
+		for (int rep = 0; rep < 2 && !failed; rep++) {
+			CK(cudaMemset(dy, 0xFF, sizeof(float) * rows * slots));
+			rc = fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
+			if (!rc)
+				CK(cudaMemcpy(y2, dy, sizeof(float) * rows * slots, cudaMemcpyDeviceToHost));
+			if (rc || memcmp(y2, ygpu, sizeof(float) * rows * slots)) {
+				fprintf(stderr, "%s: FAIL repeat %d differs (rc %d)\n", name, rep, rc);
+				failed = 1;
+			}
+		}
+		free(y2);
 	}
 	if (failed)
 		t_fail++;
@@ -897,8 +913,12 @@ int main(int argc, char **argv)
 	}
 	for (size_t f = 0; f < 2; f++)
 		for (int act = 0; act <= 2; act++) {
-			run_experts(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, act == 1, filter);
-			run_experts(fmts[f], 5760 / (act == 2 ? 2 : 1) - (act == 2 ? 0 : 37), 2880, act, 0, filter);
+			run_experts(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, act == 1, 0, filter);
+			run_experts(fmts[f], 5760 / (act == 2 ? 2 : 1) - (act == 2 ? 0 : 37), 2880, act, 0, 0, filter);
+			if (act == 0) {
+				run_experts(fmts[f], 1536, 2048, 0, 1, 1, filter);
+				run_experts(fmts[f], 5760 - 37, 2880, 0, 0, 1, filter);
+			}
 		}
 	for (size_t f = 0; f < 2; f++)
 		for (int act = 0; act <= 2; act++)
