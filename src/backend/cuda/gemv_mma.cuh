@@ -86,7 +86,6 @@ struct gm_args {
 	 * stage's bytes, or zero past the row) */
 	int ttensor;
 	CUtensorMap tm_codes, tm_scales;
-	int tred;   /* gemv_tma.cu: tile sums handed over through mbarriers, not a barrier of all warps */
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };

@@ -137,7 +137,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
 	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
-	__shared__ __align__(8) uint64_t rfull[2], rempty[2]; /* the tile sums' two buffers (a.tred) */
 	__shared__ int hdr[GT_SMAX]; /* the stage's tile (-1: no more) */
 	__shared__ float s_ss[16];
 	const int S = a.stages;
@@ -155,10 +154,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
-	}
-	if (threadIdx.x < 2) {
-		gt_init(&rfull[threadIdx.x], GT_W);
-		gt_init(&rempty[threadIdx.x], 1);
 	}
 	if (threadIdx.x < 16)
 		s_ss[threadIdx.x] = 0.0f;
@@ -364,18 +359,13 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			gt_arrive(&empty[i]); /* this warp is done with the slot */
 		if (++kc < nkc)
 			continue;
-		/* end of a tile: warps' partials -> red[parity][warp][token][row], then the sums of the
-		 * warps in order (as gemv_mma.cu), one per (token, row). a.tred: each warp hands its
-		 * partials over through the mbarrier rfull and goes on to the next tile; warp tile_it %
-		 * GT_W sums them and frees the buffer through rempty (a warp waits on that only before
-		 * it writes the buffer two tiles later). Else one barrier of all consumer warps and
-		 * a thread a (token, row), which holds every warp to the slowest one's pace. */
+		/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier, then one
+		 * thread per (token, row) sums the warps in order (as gemv_mma.cu). (Handing the sums to
+		 * one warp through mbarriers instead, so the others go on, measured slower: the last
+		 * tile's sums then wait for that warp; bench/results/2026-11-22-h100-session8.md.) */
 		kc = 0;
-		const int par = tile_it & 1, use = tile_it >> 1;
-		float *rp = red + (size_t)par * GT_W * M * 16;
+		float *rp = red + (size_t)(tile_it & 1) * GT_W * M * 16;
 		tile_it++;
-		if (a.tred && use > 0)
-			gt_wait(&rempty[par], (use - 1) & 1);
 #pragma unroll
 		for (int gg = 0; gg < NG; gg++) {
 			const int tok = 4 * gg + t;
@@ -385,10 +375,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			}
 			acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
 		}
-		auto finish = [&](int tok, int r) {
-			const int64_t row = (int64_t)tile * 16 + r;
-			if (tok >= M || row >= a.rows)
-				return;
+		gt_sync();
+		const int tok = threadIdx.x >> 4, r = threadIdx.x & 15;
+		const int64_t row = (int64_t)tile * 16 + r;
+		if (tok < M && row < a.rows) {
 			float v = 0.0f;
 			for (int w = 0; w < GT_W; w++)
 				v += rp[(w * M + tok) * 16 + r];
@@ -399,22 +389,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				out += bias[row];
 			float *yp = yout + (size_t)tok * a.rows + row;
 			*yp = a.accumulate ? *yp + out : out;
-		};
-		if (a.tred) {
-			__syncwarp();
-			if (lane == 0)
-				gt_arrive(&rfull[par]);
-			if (warp == (tile_it - 1) % GT_W) {
-				gt_wait(&rfull[par], use & 1);
-				for (int it = lane; it < M * 16; it += 32)
-					finish(it >> 4, it & 15);
-				__syncwarp();
-				if (lane == 0)
-					gt_arrive(&rempty[par]);
-			}
-		} else {
-			gt_sync();
-			finish(threadIdx.x >> 4, threadIdx.x & 15);
 		}
 	}
 	stamp(3);
@@ -521,8 +495,8 @@ static int gt_maps(gm_args *a, int nv, int64_t K)
  * (at least 2). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
-	static int tsu, tevict, tprobe, tscl_env, ttensor, tred, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE,
-	                                                                * _TSCL, _TENSOR, _RED, _GUFLAT */
+	static int tsu, tevict, tprobe, tscl_env, ttensor, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
+	                                                          * _TENSOR, _GUFLAT */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -546,12 +520,10 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		tscl_env = e && atoi(e) == 1;
 		e = getenv("FP4S_GEMV_TMA_TENSOR"); /* 0 never, 1 always, else by size */
 		ttensor = e && (atoi(e) == 0 || atoi(e) == 1) ? atoi(e) : 2;
-		e = getenv("FP4S_GEMV_TMA_RED"); /* 0: the tile sums after a barrier of all consumer warps */
-		tred = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_GUFLAT"); /* 0: expert gate|up rows above K = 2048 in 2048-K stages */
 		guflat = !(e && atoi(e) == 0);
 	}
-	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe, a->tred = tred;
+	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
