@@ -230,7 +230,11 @@ static int run_case(const struct gcase *c, const char *filter)
 			yref[i] += y0[i];
 		}
 		CK(cudaMemcpy(dy, y0, (size_t)ny * sizeof(float), cudaMemcpyHostToDevice));
-		rc = fp4s_gemv_mma(&wd, dx + c->x_off, c->m, dy, 1, c->kblocks, 0, &err);
+		/* FP4: the tensor-core kernel; dense weights: gemv_fast's residual add (the decode
+		 * step's matmul_add for gpt-oss's BF16 attention) */
+		rc = c->fmt == FP4S_WF_NVFP4 || c->fmt == FP4S_WF_MXFP4
+		             ? fp4s_gemv_mma(&wd, dx + c->x_off, c->m, dy, 1, c->kblocks, 0, &err)
+		             : fp4s_cuda_matmul_add(&wd, dx + c->x_off, c->m, dy, 0, &err);
 	} else if (!rc) {
 		rc = fp4s_cuda_matmul_ex(&wd, dx + c->x_off, c->m, dy, &tune, 0, &err);
 	}
@@ -864,6 +868,22 @@ int main(int argc, char **argv)
 				c.kblocks = 3;
 				run_case(&c, filter);
 			}
+	}
+	/* dense weights added into a random y (gpt-oss-20b's o projection 2880 x 4096, and ragged
+	 * shapes), every dense format, 1..16 tokens */
+	{
+		const enum fp4s_wformat dense[] = {FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32};
+		const int64_t sh[][2] = {{2880, 4096}, {77, 2880}, {5, 96}};
+		const int ms[] = {1, 3, 16};
+		for (int f = 0; f < 3; f++)
+			for (int si = 0; si < 3; si++)
+				for (int mi = 0; mi < 3; mi++) {
+					if (f && si == 0)
+						continue;
+					struct gcase c = {dense[f], sh[si][0], sh[si][1], ms[mi], (si + mi) & 1};
+					c.acc = 1;
+					run_case(&c, filter);
+				}
 	}
 	/* MXFP4 whose scales span more than the kernel can place in BF16: it declines, the FP32
 	 * kernel runs (auto) */

@@ -613,8 +613,15 @@ static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *
 static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *h,
                          struct fp4s_error *err)
 {
+	static int off = -1;
 	if (!fused_path(be, n, w))
-		return FP4S_EUNSUPPORTED;
+		/* dense weights (gpt-oss's BF16 attention): the add in gemv_fast's store, one launch
+		 * a layer fewer; FP4S_EUNSUPPORTED where that kernel does not take them
+		 * (FP4S_FUSED_ADD=0: an add kernel of its own) */
+		return !env_off("FP4S_FUSED_ADD", &off) && n >= 1 && n <= 16 &&
+		               (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens)
+		               ? fp4s_cuda_matmul_add(w, x, (int32_t)n, h, impl_of(be)->s, err)
+		               : FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, x, (int32_t)n, h, 1, 0, NULL, 0.0f, 0, impl_of(be)->s, err);
 }
 

@@ -47,6 +47,11 @@ struct fp4s_gemv_tune {
 	int l2pf;     /* tensor-core kernel: row tiles prefetched into L2 ahead (0 = default, < 0 = none) */
 };
 
+/* y[M][rows] += W x (M <= 16; BF16 / F16 / F32 weights): FP4S_EUNSUPPORTED, with nothing
+ * enqueued, for other formats or shapes. */
+int fp4s_cuda_matmul_add(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
+                         struct fp4s_error *err);
+
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                         const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err);
 

@@ -79,6 +79,8 @@ struct gemv_args {
 	int ksplit; /* warps per row group */
 	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
 	int pfdist; /* L2 prefetch distance in chunk rounds, 0 = none */
+	int accumulate; /* gemv_fast: y += the product (a residual add) */
+	int prew;       /* gemv_fast: the first chunk's weight loads issued before the PDL wait */
 };
 
 static __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
@@ -317,7 +319,9 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 			v = __fmul_rn(v, a.post);
 			if (a.bias)
 				v = __fadd_rn(v, a.bias[row]);
-			a.y[(size_t)t * a.rows + row] = v;
+			/* accumulate: h + (dot * post + bias), the CPU's matmul then add */
+			float *yp = a.y + (size_t)t * a.rows + row;
+			*yp = a.accumulate ? __fadd_rn(*yp, v) : v;
 		}
 	}
 }
@@ -325,7 +329,11 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 template <int F, int R, int MT>
 __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 {
-	pdl_enter();
+	/* the weights depend on no earlier kernel: with a.prew the first chunk's loads go out before
+	 * the PDL wait, while the previous kernel finishes (x and y are read after it) */
+	pdl_trigger();
+	if (!a.prew)
+		pdl_wait();
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int ksplit = a.ksplit;
@@ -371,6 +379,8 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 	uint32_t cs[R];
 	if (c < C)
 		load_chunk<F, R>(wp, sp, c, cur, cs);
+	if (a.prew)
+		pdl_wait();
 	while (c < C) {
 		const int cn = c + step;
 		if (pf > 0 && c + pf * step < C)
@@ -678,9 +688,41 @@ static int is_aligned(const void *p, size_t n)
 	return ((uintptr_t)p % n) == 0;
 }
 
+/* FP4S_GEMV_FAST_PREW=0: gemv_fast waits before its first weight loads (A/B) */
+static int fast_prew(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("FP4S_GEMV_FAST_PREW");
+		on = !(e && atoi(e) == 0);
+	}
+	return on;
+}
+
+static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                       const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err);
+
 extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                                    const struct fp4s_gemv_tune *tune, cudaStream_t s,
                                    struct fp4s_error *err)
+{
+	return matmul_impl(w, x, M, y, 0, tune, s, err);
+}
+
+/* y[M][rows] += W x for BF16 / F16 / F32 weights on gemv_fast (the residual add of a projection
+ * without a kernel of its own); FP4S_EUNSUPPORTED, with nothing enqueued, for anything else. */
+extern "C" int fp4s_cuda_matmul_add(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
+                                    struct fp4s_error *err)
+{
+	if (!w || !x || !y || !w->data || M < 1 || M > 16 || w->rows <= 0 || w->cols <= 0 || w->cols > (1 << 30) ||
+	    (w->fmt != FP4S_WF_BF16 && w->fmt != FP4S_WF_F16 && w->fmt != FP4S_WF_F32) ||
+	    w->cols % (w->fmt == FP4S_WF_F32 ? 4 : 8) || !is_aligned(w->data, 16) || !is_aligned(x, 16))
+		return FP4S_EUNSUPPORTED;
+	return matmul_impl(w, x, M, y, 1, NULL, s, err);
+}
+
+static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                       const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err)
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
 	const int fp4fmt = w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4;
@@ -747,6 +789,8 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 		stages = 1;
 	const int fast = !generic && K % epc == 0 && is_aligned(w->data, 16) && is_aligned(x, 16) &&
 	                 (fmt != G_NVFP4 || is_aligned(w->scales, 2));
+	if (accumulate && (!fast || stages >= 2))
+		return FP4S_EUNSUPPORTED; /* gemv_fast only; nothing enqueued */
 	gemv_args a;
 	a.data = (const uint8_t *)w->data;
 	a.scales = w->scales;
@@ -756,6 +800,8 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 	a.ksplit = 1;
 	a.post = fmt == G_NVFP4 ? w->ws2 : 1.0f;
 	a.pfdist = pfdist;
+	a.accumulate = accumulate;
+	a.prew = fast_prew();
 	for (int32_t t0 = 0; t0 < M; t0 += tile) {
 		a.M = M - t0 < tile ? M - t0 : tile;
 		a.x = x + (size_t)t0 * K;
