@@ -455,6 +455,8 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 		rc = fp4s_gemv_mma_ex(&wd, dx, m, dy, acc, kblocks, variant, 0, l2pf, 0, &err);
 	else if (!rc && mode == 3)
 		rc = fp4s_gemv_mma_norm_swiglu(&wd, dx, m, dy, dn, eps, zc, 0, &err);
+	else if (!rc && mode == 1 && !acc && fmt != FP4S_WF_NVFP4 && fmt != FP4S_WF_MXFP4)
+		rc = fp4s_cuda_norm_matmul(&wd, dx, m, dy, dn, eps, zc, 0, &err); /* dense: gemv_fast */
 	else if (!rc)
 		rc = fp4s_gemv_mma_fused(&wd, dx, m, dy, acc, mode == 2, mode == 1 ? dn : NULL, eps, zc, 0, &err);
 	int failed = 0;
@@ -868,6 +870,20 @@ int main(int argc, char **argv)
 				c.kblocks = 3;
 				run_case(&c, filter);
 			}
+	}
+	/* dense weights with the RMSNorm in gemv_fast's pass over x (gpt-oss-20b's BF16 qkv 5120 x
+	 * 2880; K split over several warps and not; ragged rows), every dense format */
+	{
+		const enum fp4s_wformat dense[] = {FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32};
+		const int64_t sh[][2] = {{5120, 2880}, {77, 2880}, {300, 64}, {1000, 14336}};
+		const int ms[] = {1, 3, 16};
+		for (int f = 0; f < 3; f++)
+			for (int si = 0; si < 4; si++)
+				for (int mi = 0; mi < 3; mi++) {
+					if (f && (si == 0 || si == 3))
+						continue;
+					run_fused(dense[f], sh[si][0], sh[si][1], ms[mi], 1, (si + mi) & 1, 0, 0, filter);
+				}
 	}
 	/* dense weights added into a random y (gpt-oss-20b's o projection 2880 x 4096, and ragged
 	 * shapes), every dense format, 1..16 tokens */

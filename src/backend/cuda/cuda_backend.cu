@@ -604,8 +604,14 @@ static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *
                           struct fp4s_error *err)
 {
 	static int off = -1;
-	if (env_off("FP4S_FUSED_NORM", &off) || !fused_path(be, n, w))
+	if (env_off("FP4S_FUSED_NORM", &off))
 		return FP4S_EUNSUPPORTED;
+	if (!fused_path(be, n, w))
+		/* dense weights (gpt-oss's BF16 qkv): the norm in gemv_fast's pass over x */
+		return n >= 1 && n <= 16 && (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens)
+		               ? fp4s_cuda_norm_matmul(w, h, (int32_t)n, y, nw, eps, kind == FP4S_NORM_ZERO_CENTRED,
+		                                       impl_of(be)->s, err)
+		               : FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, h, (int32_t)n, y, 0, 0, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
 	                           err);
 }

@@ -52,6 +52,11 @@ struct fp4s_gemv_tune {
 int fp4s_cuda_matmul_add(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
                          struct fp4s_error *err);
 
+/* y[M][rows] = W RMSNorm(x; norm_w, eps; zero_centred: 1 + norm_w) (M <= 16; BF16 / F16 / F32
+ * weights): FP4S_EUNSUPPORTED, with nothing enqueued, for other formats or shapes. */
+int fp4s_cuda_norm_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y, const float *norm_w,
+                          float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
+
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                         const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err);
 

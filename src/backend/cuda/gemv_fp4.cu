@@ -80,6 +80,9 @@ struct gemv_args {
 	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
 	int pfdist; /* L2 prefetch distance in chunk rounds, 0 = none */
 	int accumulate; /* gemv_fast: y += the product (a residual add) */
+	const float *norm_w; /* gemv_fast, dense weights (NORM): x is RMSNorm(x; norm_w) over K */
+	float eps;
+	float zc;            /* 1: the norm weight is zero-centred (1 + w) */
 	int prew;       /* gemv_fast: the first chunk's weight loads issued before the PDL wait */
 };
 
@@ -179,10 +182,11 @@ static __device__ __forceinline__ void load_chunk(const uint8_t *const wp[R], co
 }
 
 /* One 16-byte chunk of R rows (codes cur, scale bytes cs) against x: acc[r][t] += ... */
-template <int F, int R, int MT>
+template <int F, int R, int MT, bool NORM = false>
 static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const uint32_t cs[R],
                                                      const float *const xt[MT], int c,
-                                                     float acc[R][MT])
+                                                     float acc[R][MT], const gemv_args *na = nullptr,
+                                                     float *ss = nullptr)
 {
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
 	if (gemv_fmt_traits<F>::FP4) {
@@ -242,6 +246,18 @@ static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const u
 #pragma unroll
 		for (int r = 0; r < R; r++)
 			dense_to_f32<F>(cur[r], d[r]);
+		float gv[EPC]; /* NORM: the norm weight of these K (1 / rms is applied at the store) */
+		if (NORM) {
+			const float4 *gp = reinterpret_cast<const float4 *>(na->norm_w + (size_t)c * EPC);
+#pragma unroll
+			for (int q = 0; q < EPC / 4; q++) {
+				const float4 u = __ldg(gp + q);
+				gv[4 * q] = na->zc + u.x;
+				gv[4 * q + 1] = na->zc + u.y;
+				gv[4 * q + 2] = na->zc + u.z;
+				gv[4 * q + 3] = na->zc + u.w;
+			}
+		}
 #pragma unroll
 		for (int t = 0; t < MT; t++) {
 			const float4 *xp = reinterpret_cast<const float4 *>(xt[t] + (size_t)c * EPC);
@@ -254,6 +270,13 @@ static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const u
 				xv[4 * q + 2] = u.z;
 				xv[4 * q + 3] = u.w;
 			}
+			if (NORM) {
+#pragma unroll
+				for (int e = 0; e < EPC; e++) {
+					ss[t] = fmaf(xv[e], xv[e], ss[t]);
+					xv[e] *= gv[e];
+				}
+			}
 #pragma unroll
 			for (int r = 0; r < R; r++)
 #pragma unroll
@@ -265,12 +288,39 @@ static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const u
 
 /* Reduce: across the warp by shuffles, then across the ksplit warps of the group; store with
  * the epilogue factors and bias. Every thread of the CTA must call it (barrier inside). */
-template <int F, int R, int MT>
-static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv_args &a, int64_t row0)
+template <int F, int R, int MT, bool NORM = false>
+static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv_args &a, int64_t row0,
+                                                    float *ss = nullptr)
 {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int ksplit = a.ksplit;
 	const int ngrp = blockDim.x / (32 * ksplit);
+	/* NORM: each token's sum of squares over the lanes and the ksplit warps of the group (they
+	 * walked all of K between them), then 1 / rms, as the CPU's rmsnorm */
+	__shared__ float s_ss[8][16];
+	if (NORM) {
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			float v = ss[t];
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+			ss[t] = v;
+		}
+		if (lane == 0)
+#pragma unroll
+			for (int t = 0; t < MT; t++)
+				s_ss[warp][t] = ss[t];
+		__syncthreads();
+		const int g0 = (warp / ksplit) * ksplit;
+#pragma unroll
+		for (int t = 0; t < MT; t++) {
+			float v = 0.0f;
+			for (int k = 0; k < ksplit; k++)
+				v += s_ss[g0 + k][t];
+			ss[t] = 1.0f / sqrtf(v / (float)a.K + a.eps);
+		}
+	}
 #pragma unroll
 	for (int r = 0; r < R; r++)
 #pragma unroll
@@ -289,7 +339,7 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 #pragma unroll
 		for (int t = 0; t < MT; t++)
 			if (lane == r * MT + t)
-				mine = acc[r][t];
+				mine = NORM ? acc[r][t] * ss[t] : acc[r][t];
 	int out_i = -1;
 	int64_t out_row0 = row0;
 	if (ksplit == 1) {
@@ -326,7 +376,7 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 	}
 }
 
-template <int F, int R, int MT>
+template <int F, int R, int MT, bool NORM = false>
 __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 {
 	/* the weights depend on no earlier kernel: with a.prew the first chunk's loads go out before
@@ -359,12 +409,15 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 	for (int t = 0; t < MT; t++)
 		xt[t] = a.x + (size_t)(t < a.M ? t : a.M - 1) * a.K;
 
-	float acc[R][MT];
+	float acc[R][MT], ss[NORM ? MT : 1];
 #pragma unroll
 	for (int r = 0; r < R; r++)
 #pragma unroll
 		for (int t = 0; t < MT; t++)
 			acc[r][t] = 0.0f;
+#pragma unroll
+	for (int t = 0; t < (NORM ? MT : 1); t++)
+		ss[t] = 0.0f;
 
 	const int step = 32 * ksplit;
 	int c = ks * 32 + lane;
@@ -395,7 +448,7 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 		if (cn < C) /* the next chunk's loads are in flight while this one is computed */
 			load_chunk<F, R>(wp, sp, cn, nx, ns);
 
-		compute_chunk<F, R, MT>(cur, cs, xt, c, acc);
+		compute_chunk<F, R, MT, NORM>(cur, cs, xt, c, acc, &a, ss);
 #pragma unroll
 		for (int r = 0; r < R; r++) {
 			cur[r] = nx[r];
@@ -404,7 +457,7 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 		c = cn;
 	}
 
-	reduce_store<F, R, MT>(acc, a, row0);
+	reduce_store<F, R, MT, NORM>(acc, a, row0, ss);
 }
 
 /* The same work split as gemv_fast, but the weight stream goes through a per-warp ring of ST
@@ -644,6 +697,12 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 		}
 		return e;
 	}
+	if constexpr (!gemv_fmt_traits<F>::FP4) {
+		if (a.norm_w) {
+			pdl_launch(gemv_fast<F, R, MT, true>, dim3((unsigned)grid), block, 0, s, a);
+			return cudaGetLastError();
+		}
+	}
 	pdl_launch(gemv_fast<F, R, MT>, dim3((unsigned)grid), block, 0, s, a);
 	return cudaGetLastError();
 }
@@ -700,13 +759,21 @@ static int fast_prew(void)
 }
 
 static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
-                       const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err);
+                       const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune, cudaStream_t s,
+                       struct fp4s_error *err);
 
 extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                                    const struct fp4s_gemv_tune *tune, cudaStream_t s,
                                    struct fp4s_error *err)
 {
-	return matmul_impl(w, x, M, y, 0, tune, s, err);
+	return matmul_impl(w, x, M, y, 0, NULL, 0.0f, 0, tune, s, err);
+}
+
+static int dense_fast_ok(const struct fp4s_mat *w, const float *x, int32_t M, float *y)
+{
+	return w && x && y && w->data && M >= 1 && M <= 16 && w->rows > 0 && w->cols > 0 && w->cols <= (1 << 30) &&
+	       (w->fmt == FP4S_WF_BF16 || w->fmt == FP4S_WF_F16 || w->fmt == FP4S_WF_F32) &&
+	       w->cols % (w->fmt == FP4S_WF_F32 ? 4 : 8) == 0 && is_aligned(w->data, 16) && is_aligned(x, 16);
 }
 
 /* y[M][rows] += W x for BF16 / F16 / F32 weights on gemv_fast (the residual add of a projection
@@ -714,15 +781,27 @@ extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int
 extern "C" int fp4s_cuda_matmul_add(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
                                     struct fp4s_error *err)
 {
-	if (!w || !x || !y || !w->data || M < 1 || M > 16 || w->rows <= 0 || w->cols <= 0 || w->cols > (1 << 30) ||
-	    (w->fmt != FP4S_WF_BF16 && w->fmt != FP4S_WF_F16 && w->fmt != FP4S_WF_F32) ||
-	    w->cols % (w->fmt == FP4S_WF_F32 ? 4 : 8) || !is_aligned(w->data, 16) || !is_aligned(x, 16))
+	if (!dense_fast_ok(w, x, M, y))
 		return FP4S_EUNSUPPORTED;
-	return matmul_impl(w, x, M, y, 1, NULL, s, err);
+	return matmul_impl(w, x, M, y, 1, NULL, 0.0f, 0, NULL, s, err);
+}
+
+
+/* y[M][rows] = W RMSNorm(x; norm_w) for dense weights on gemv_fast, the norm's sums of squares
+ * taken in the same pass over x (gpt-oss's BF16 qkv without an rmsnorm kernel);
+ * FP4S_EUNSUPPORTED, with nothing enqueued, for anything else. */
+extern "C" int fp4s_cuda_norm_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                     const float *norm_w, float eps, int zero_centred, cudaStream_t s,
+                                     struct fp4s_error *err)
+{
+	if (!dense_fast_ok(w, x, M, y) || !norm_w || !is_aligned(norm_w, 16))
+		return FP4S_EUNSUPPORTED;
+	return matmul_impl(w, x, M, y, 0, norm_w, eps, zero_centred, NULL, s, err);
 }
 
 static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
-                       const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err)
+                       const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune, cudaStream_t s,
+                       struct fp4s_error *err)
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
 	const int fp4fmt = w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4;
@@ -789,7 +868,7 @@ static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, floa
 		stages = 1;
 	const int fast = !generic && K % epc == 0 && is_aligned(w->data, 16) && is_aligned(x, 16) &&
 	                 (fmt != G_NVFP4 || is_aligned(w->scales, 2));
-	if (accumulate && (!fast || stages >= 2))
+	if ((accumulate || norm_w) && (!fast || stages >= 2))
 		return FP4S_EUNSUPPORTED; /* gemv_fast only; nothing enqueued */
 	gemv_args a;
 	a.data = (const uint8_t *)w->data;
@@ -801,6 +880,9 @@ static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, floa
 	a.post = fmt == G_NVFP4 ? w->ws2 : 1.0f;
 	a.pfdist = pfdist;
 	a.accumulate = accumulate;
+	a.norm_w = norm_w;
+	a.eps = eps;
+	a.zc = zc ? 1.0f : 0.0f;
 	a.prew = fast_prew();
 	for (int32_t t0 = 0; t0 < M; t0 += tile) {
 		a.M = M - t0 < tile ? M - t0 : tile;
