@@ -494,11 +494,12 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
  * (repeats included), x rows shared by x_div slots, SwiGLU of h staged on the fly (act 1: halves,
  * act 2: gpt-oss interleaved and clamped), per-expert bias and NVFP4 per-expert ws2. */
 static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, int per_expert_ws2, int shared,
-                        const char *filter)
+                        const char *filter, int pair = 0)
 {
 	char name[160];
-	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s%s)", fp4s_wformat_name(fmt), (long long)rows,
-	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "", shared ? ",shared x" : "");
+	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s%s%s)", fp4s_wformat_name(fmt), (long long)rows,
+	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "", shared ? ",shared x" : "",
+	         pair ? ",pairact (gate, up rows -> SwiGLU)" : "");
 	if (filter && !strstr(name, filter))
 		return;
 	/* shared: every slot reads the one x row (a token's gate|up projection, as the engine
@@ -547,6 +548,15 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 		struct fp4s_mat wc = {fmt, rows, k, h[e].data, h[e].scales, ws2[e], bias + rows * e};
 		fp4s_cpu_matmul(xa, 1, &wc, yref + rows * sl, &err);
 	}
+	/* pair: slot sl's output is rows / 2 wide, SwiGLU of its rows (2i, 2i + 1) as moe_act */
+	const int64_t yw = pair ? rows / 2 : rows;
+	if (pair)
+		for (int sl = 0; sl < slots; sl++)
+			for (int64_t i = 0; i < yw; i++) {
+				const float g = fminf(yref[rows * sl + 2 * i], limit);
+				const float u = fminf(fmaxf(yref[rows * sl + 2 * i + 1], -limit), limit);
+				yref[yw * sl + i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+			}
 	uint8_t *dd, *ds;
 	float *db_, *dx, *dy, *dws;
 	int32_t *didx;
@@ -570,14 +580,15 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 	                          per_expert_ws2 ? dws : NULL, 0};
 	int rc = fp4s_cuda_mx_scale_range_stacked(&st, E, 0, &err);
 	if (!rc)
-		rc = fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
+		rc = pair ? fp4s_gemv_mma_experts_pairact(&st, didx, slots, dx, x_div, xs, alpha, limit, dy, 0, &err)
+		          : fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
 	int failed = rc != 0;
 	if (rc) {
 		fprintf(stderr, "%s: failed: %d %s\n", name, rc, err.msg);
 	} else {
 		CK(cudaMemcpy(ygpu, dy, sizeof(float) * rows * slots, cudaMemcpyDeviceToHost));
 		double num = 0, den = 0;
-		for (int64_t i = 0; i < rows * slots; i++) {
+		for (int64_t i = 0; i < yw * slots; i++) {
 			const double d = (double)ygpu[i] - yref[i];
 			num += isnan(d) ? INFINITY : d * d;
 			den += (double)yref[i] * yref[i];
@@ -592,10 +603,11 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 		float *y2 = (float *)malloc(sizeof(float) * rows * slots);
 		for (int rep = 0; rep < 2 && !failed; rep++) {
 			CK(cudaMemset(dy, 0xFF, sizeof(float) * rows * slots));
-			rc = fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
+			rc = pair ? fp4s_gemv_mma_experts_pairact(&st, didx, slots, dx, x_div, xs, alpha, limit, dy, 0, &err)
+			          : fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
 			if (!rc)
 				CK(cudaMemcpy(y2, dy, sizeof(float) * rows * slots, cudaMemcpyDeviceToHost));
-			if (rc || memcmp(y2, ygpu, sizeof(float) * rows * slots)) {
+			if (rc || memcmp(y2, ygpu, sizeof(float) * yw * slots)) {
 				fprintf(stderr, "%s: FAIL repeat %d differs (rc %d)\n", name, rep, rc);
 				failed = 1;
 			}
@@ -954,6 +966,8 @@ int main(int argc, char **argv)
 			if (act == 0) {
 				run_experts(fmts[f], 1536, 2048, 0, 1, 1, filter);
 				run_experts(fmts[f], 5760 - 37, 2880, 0, 0, 1, filter);
+				run_experts(fmts[f], 5760, 2880, 0, 0, 1, filter, 1); /* gpt-oss gate|up */
+				run_experts(fmts[f], 1536, 2048, 0, 1, 1, filter, 1);
 			}
 		}
 	for (size_t f = 0; f < 2; f++)

@@ -320,6 +320,17 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 	return expert_down(c, m, p, idx, w, slots, h, a, o, (int32_t)n, accumulate, y, err);
 }
 
+/* FP4S_MOE_PAIRACT=0: gpt-oss's SwiGLU back in the down GEMV's staging (A/B) */
+static int pairact_mode(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("FP4S_MOE_PAIRACT");
+		on = !(e && atoi(e) == 0);
+	}
+	return on;
+}
+
 /* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): norm, router and top-k in one
  * kernel (which also writes the normalized token, or leaves the norm to the gate|up GEMV), the
  * gate|up GEMV, the down GEMV doing the combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead
@@ -340,6 +351,21 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode >= 3 ? m->x1 : NULL, c->s, err);
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
+	if (mode >= 3 && m->interleaved && pairact_mode()) {
+		/* gpt-oss: the gate|up GEMV's epilogue writes SwiGLU of its (gate, up) row pairs, so the
+		 * down GEMV stages I plain floats a block instead of 2 I and their exponentials */
+		rc = fp4s_gemv_mma_experts_pairact(&m->gu, m->idx1, K, m->x1, K, H, p->swiglu_alpha, p->swiglu_limit,
+		                                   m->a1, c->s, err);
+		if (rc != FP4S_EUNSUPPORTED) {
+			if (!rc)
+				rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0,
+				                              m->w1, h, m->o1, c->s, err);
+			if (rc == FP4S_EUNSUPPORTED && !(rc = fp4s_cuda_expert_matmul(&m->down, m->idx1, K, m->a1, 1, I,
+			                                                              m->o1, c->s, err)))
+				rc = fp4s_cuda_moe_combine(m->o1, m->w1, NULL, 1, K, H, 1, h, c->s, err);
+			return rc;
+		}
+	}
 	if (mode >= 3)
 		rc = expert_gu(c, m, m->idx1, K, m->x1, K, H, m->h1, err);
 	else

@@ -679,11 +679,33 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 	                                NULL, y, s, err);
 }
 
+static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x, int32_t x_div,
+                      int64_t x_stride, int act, float alpha, float limit, const float *norm_w, float eps,
+                      int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s,
+                      struct fp4s_error *err);
+
 extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                                         const float *x, int32_t x_div, int64_t x_stride, int act, float alpha,
                                         float limit, const float *norm_w, float eps, int zero_centred,
                                         const float *cw, float *ch, float *y, cudaStream_t s,
                                         struct fp4s_error *err)
+{
+	return gm_experts(w, idx, n_slots, x, x_div, x_stride, act, alpha, limit, norm_w, eps, zero_centred, cw, ch, y,
+	                  0, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_experts_pairact(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
+                                            const float *x, int32_t x_div, int64_t x_stride, float alpha,
+                                            float limit, float *y, cudaStream_t s, struct fp4s_error *err)
+{
+	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, y, 1, s,
+	                  err);
+}
+
+static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x, int32_t x_div,
+                      int64_t x_stride, int act, float alpha, float limit, const float *norm_w, float eps,
+                      int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s,
+                      struct fp4s_error *err)
 {
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
@@ -745,6 +767,12 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
 	}
 	/* the bulk-copy kernel where it applies, its tiles strided (the combine relies on it) */
 	a.stages = gm_tma_mode() && gm_dev[dev].cc >= 9 ? gm_tma_plan(nv, K, 1, &a) : 0;
+	if (pairact) {
+		/* the paired SwiGLU epilogue is the bulk-copy kernel's alone; whole tiles of pairs */
+		if (!a.stages || w->rows % 16 || act || norm_w || cw)
+			return FP4S_EUNSUPPORTED;
+		a.pairact = 1;
+	}
 	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_slots, sms, 0, s));
 	return FP4S_OK;
 }

@@ -86,6 +86,9 @@ struct gm_args {
 	 * stage's bytes, or zero past the row) */
 	int ttensor;
 	CUtensorMap tm_codes, tm_scales;
+	/* gemv_tma.cu, expert slots: rows 2i and 2i + 1 are a gpt-oss (gate, up) pair and y[slot] is
+	 * their clamped SwiGLU, rows / 2 wide (alpha, limit) */
+	int pairact;
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };

@@ -304,7 +304,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		if (a.ws2e)
 			post *= a.ws2e[e];
 		xin += (int64_t)(slot / a.x_div) * a.x_stride;
-		yout += (int64_t)slot * a.rows;
+		yout += (int64_t)slot * (a.pairact ? a.rows / 2 : a.rows);
 	}
 	const int cs = gm_col_stride(nsteps * 4);
 	uint8_t *xs = sm + (size_t)S * a.tstage;
@@ -378,15 +378,25 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		gt_sync();
 		const int tok = threadIdx.x >> 4, r = threadIdx.x & 15;
 		const int64_t row = (int64_t)tile * 16 + r;
-		if (tok < M && row < a.rows) {
+		const bool live = tok < M && row < a.rows;
+		float out = 0.0f;
+		if (live) {
 			float v = 0.0f;
 			for (int w = 0; w < GT_W; w++)
 				v += rp[(w * M + tok) * 16 + r];
-			float out = ldexpf(v, a.pexp) * post;
+			out = ldexpf(v, a.pexp) * post;
 			if (a.norm_w)
 				out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
 			if (bias)
 				out += bias[row];
+		}
+		if (a.pairact) {
+			/* (gate, up) = rows (2i, 2i + 1), neighbouring lanes: the even lane writes SwiGLU
+			 * (as moe.cu's moe_act_kernel and the down GEMV's staging compute it) */
+			const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
+			if (live && !(r & 1))
+				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] = swiglu_oai(out, up, a.alpha, a.limit);
+		} else if (live) {
 			float *yp = yout + (size_t)tok * a.rows + row;
 			*yp = a.accumulate ? *yp + out : out;
 		}
