@@ -79,11 +79,11 @@ struct gemv_args {
 	int ksplit; /* warps per row group */
 	float post; /* epilogue factor: ws2 * 2^14 folded as two multiplies, see store */
 	int pfdist; /* L2 prefetch distance in chunk rounds, 0 = none */
-	int accumulate; /* gemv_fast: y += the product (a residual add) */
+	int accumulate;      /* gemv_fast: y += the product (a residual add) */
 	const float *norm_w; /* gemv_fast, dense weights (NORM): x is RMSNorm(x; norm_w) over K */
 	float eps;
 	float zc;            /* 1: the norm weight is zero-centred (1 + w) */
-	int prew;       /* gemv_fast: the first chunk's weight loads issued before the PDL wait */
+	int prew;            /* gemv_fast: the first chunk's weight loads issued before the PDL wait */
 };
 
 static __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
