@@ -85,6 +85,41 @@ static void timeline(E &enqueue)
 	       m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
+/* us a launch of enqueue(n)'s launches: 4 warm-up launches, then n captured in a CUDA graph (PDL
+ * as in a decode step) and replayed 8 times, the first discarded; the median replay / n. */
+template <typename E>
+static double graph_us(E &enqueue, int n, cudaStream_t s)
+{
+	enqueue(4);
+	CK(cudaStreamSynchronize(s));
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	enqueue(n);
+	CK(cudaStreamEndCapture(s, &g));
+	CK(cudaGraphInstantiate(&ge, g, 0));
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	std::vector<float> t;
+	for (int r = 0; r < 8; r++) {
+		CK(cudaEventRecord(e0, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaEventRecord(e1, s));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		if (r)
+			t.push_back(ms * 1000.0f / (float)n);
+	}
+	CK(cudaEventDestroy(e0));
+	CK(cudaEventDestroy(e1));
+	CK(cudaGraphExecDestroy(ge));
+	CK(cudaGraphDestroy(g));
+	std::sort(t.begin(), t.end());
+	return t[t.size() / 2];
+}
+
 /* The MoE decode step's expert GEMVs as the engine issues them (fp4s_gemv_mma_experts_ex): one
  * launch for a token's slots, each slot's expert read from a device index; the down projection
  * with its SwiGLU staged and the combine folded in. Launch i takes experts i * slots .. (mod E),
@@ -133,35 +168,10 @@ static void experts(const char *name, int mx, int E, int64_t rows, int64_t K, in
 				exit(1);
 			}
 	};
-	enqueue(4);
-	CK(cudaStreamSynchronize(s));
-	cudaGraph_t g;
-	cudaGraphExec_t ge;
-	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	enqueue(L);
-	CK(cudaStreamEndCapture(s, &g));
-	CK(cudaGraphInstantiate(&ge, g, 0));
-	cudaEvent_t e0, e1;
-	CK(cudaEventCreate(&e0));
-	CK(cudaEventCreate(&e1));
-	std::vector<float> t;
-	for (int r = 0; r < 8; r++) {
-		CK(cudaEventRecord(e0, s));
-		CK(cudaGraphLaunch(ge, s));
-		CK(cudaEventRecord(e1, s));
-		CK(cudaEventSynchronize(e1));
-		float ms;
-		CK(cudaEventElapsedTime(&ms, e0, e1));
-		if (r)
-			t.push_back(ms * 1000.0f / L);
-	}
-	std::sort(t.begin(), t.end());
-	const double us = t[t.size() / 2], mb = (double)(db + sb) * slots;
+	const double us = graph_us(enqueue, L, s), mb = (double)(db + sb) * slots;
 	printf("%-14s %2d x %5lldx%-5lld %6.1f MB  %8.2f us  %5.2f TB/s\n", name, slots, (long long)rows, (long long)K,
 	       mb / 1e6, us, mb / (us * 1e-6) / 1e12);
 	timeline(enqueue);
-	CK(cudaGraphExecDestroy(ge));
-	CK(cudaGraphDestroy(g));
 	for (void *q : {d, sc, (void *)idx, (void *)x, (void *)y, (void *)cw, (void *)ch})
 		CK(cudaFree(q));
 }
@@ -223,38 +233,13 @@ int main(void)
 					exit(1);
 				}
 		};
-		enqueue(4);
-		CK(cudaStreamSynchronize(s));
-		cudaGraph_t g;
-		cudaGraphExec_t ge;
-		CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-		enqueue(40);
-		CK(cudaStreamEndCapture(s, &g));
-		CK(cudaGraphInstantiate(&ge, g, 0));
-		cudaEvent_t e0, e1;
-		CK(cudaEventCreate(&e0));
-		CK(cudaEventCreate(&e1));
-		std::vector<float> t;
-		for (int r = 0; r < 8; r++) {
-			CK(cudaEventRecord(e0, s));
-			CK(cudaGraphLaunch(ge, s));
-			CK(cudaEventRecord(e1, s));
-			CK(cudaEventSynchronize(e1));
-			float ms;
-			CK(cudaEventElapsedTime(&ms, e0, e1));
-			if (r)
-				t.push_back(ms * 1000.0f / 40);
-		}
-		std::sort(t.begin(), t.end());
-		const double us = t[t.size() / 2];
+		const double us = graph_us(enqueue, 40, s);
 		printf("%6lldx%-6lld %7.1f MB  %8.2f us  %5.2f TB/s\n", (long long)rows, (long long)k, mb / 1e6, us,
 		       mb / (us * 1e-6) / 1e12);
 		if (k == 4096)
 			xs.push_back(mb / 1e6), ts.push_back(us);
 		if ((rows == 4096 && k == 4096) || rows == 28672)
 			timeline(enqueue);
-		CK(cudaGraphExecDestroy(ge));
-		CK(cudaGraphDestroy(g));
 		for (auto &m : w) {
 			CK(cudaFree((void *)m.data));
 			CK(cudaFree((void *)m.scales));

@@ -1,4 +1,5 @@
-/* ops_test.h: what the GPU op tests (tests/ops, label gpu) share beside tests/test_util.h. */
+/* ops_test.h: what the GPU op tests (tests/ops, label gpu) share beside tests/test_util.h; the
+ * benchmarks in dev/ take CK from here too (dev/dev_util.h). */
 #ifndef FP4S_OPS_TEST_H
 #define FP4S_OPS_TEST_H
 
@@ -6,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* a CUDA call that must succeed: a failure ends the test with where and why */
+/* a CUDA call that must succeed: a failure ends the program with where and why */
 #define CK(call)                                                                              \
 	do {                                                                                  \
 		cudaError_t e_ = (call);                                                      \

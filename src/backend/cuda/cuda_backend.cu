@@ -555,22 +555,17 @@ int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct f
 	return fp4s_cuda_matmul(w, x, (int32_t)n, y, impl_of(be)->s, err);
 }
 
-/* The fused decode ops (backend.h): the tensor-core FP4 GEMV with the norm, the SwiGLU or the
- * residual add folded in, for the token counts that take the GEMV path. */
-static int fused_path(const struct fp4s_backend *be, int64_t n, const struct fp4s_mat *w)
+/* The token counts a decode matmul takes the GEMV path for (fewer take the prompt GEMM) */
+static int gemv_tokens(const struct fp4s_backend *be, int64_t n)
 {
-	return n >= 1 && n <= 16 && (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens) &&
-	       (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4) && fp4s_gemv_mma_allowed();
+	return n >= 1 && n <= 16 && (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens);
 }
 
-/* 1 when the environment variable is "0" (diagnostic switches that turn a fusion off), read once */
-static int env_off(const char *name, int *cache)
+/* The fused decode ops (backend.h): the tensor-core FP4 GEMV with the norm, the SwiGLU or the
+ * residual add folded in, for those token counts. */
+static int fused_path(const struct fp4s_backend *be, int64_t n, const struct fp4s_mat *w)
 {
-	if (*cache < 0) {
-		const char *e = getenv(name);
-		*cache = e && strcmp(e, "0") == 0;
-	}
-	return *cache;
+	return gemv_tokens(be, n) && (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4) && fp4s_gemv_mma_allowed();
 }
 
 /* Where a dense MLP's decode SwiGLU runs (FP4S_FUSED_SWIGLU): 0 (default) its own kernel,
@@ -604,14 +599,13 @@ static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *
                           struct fp4s_error *err)
 {
 	static int off = -1;
-	if (env_off("FP4S_FUSED_NORM", &off))
+	if (fp4s_env_off("FP4S_FUSED_NORM", &off))
 		return FP4S_EUNSUPPORTED;
 	if (!fused_path(be, n, w))
 		/* dense weights (gpt-oss's BF16 qkv): the norm in gemv_fast's pass over x */
-		return n >= 1 && n <= 16 && (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens)
-		               ? fp4s_cuda_norm_matmul(w, h, (int32_t)n, y, nw, eps, kind == FP4S_NORM_ZERO_CENTRED,
-		                                       impl_of(be)->s, err)
-		               : FP4S_EUNSUPPORTED;
+		return gemv_tokens(be, n) ? fp4s_cuda_norm_matmul(w, h, (int32_t)n, y, nw, eps,
+		                                                  kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s, err)
+		                          : FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, h, (int32_t)n, y, 0, 0, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
 	                           err);
 }
@@ -624,8 +618,7 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 		/* dense weights (gpt-oss's BF16 attention): the add in gemv_fast's store, one launch
 		 * a layer fewer; FP4S_EUNSUPPORTED where that kernel does not take them
 		 * (FP4S_FUSED_ADD=0: an add kernel of its own) */
-		return !env_off("FP4S_FUSED_ADD", &off) && n >= 1 && n <= 16 &&
-		               (be->gemm_min_tokens <= 0 || n < be->gemm_min_tokens)
+		return !fp4s_env_off("FP4S_FUSED_ADD", &off) && gemv_tokens(be, n)
 		               ? fp4s_cuda_matmul_add(w, x, (int32_t)n, h, impl_of(be)->s, err)
 		               : FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_fused(w, x, (int32_t)n, h, 1, 0, NULL, 0.0f, 0, impl_of(be)->s, err);
@@ -765,7 +758,7 @@ static int cu_rope_attention(struct fp4s_backend *be, int32_t layer, float *q, f
 {
 	struct cuda_impl *c = impl_of(be);
 	static int off = -1;
-	if (env_off("FP4S_FUSED_ATTN", &off) || !kv_ready(c, layer, p) || c->pf_step || !c->one_per_seq ||
+	if (fp4s_env_off("FP4S_FUSED_ATTN", &off) || !kv_ready(c, layer, p) || c->pf_step || !c->one_per_seq ||
 	    (c->kv_dtype != FP4S_KV_BF16 && c->kv_dtype != FP4S_KV_FP8) ||
 	    (kind != FP4S_NORM_PLAIN && kind != FP4S_NORM_ZERO_CENTRED))
 		return FP4S_EUNSUPPORTED;

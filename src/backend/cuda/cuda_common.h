@@ -5,6 +5,8 @@
 #define FP4S_CUDA_COMMON_H
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "util/status.h"
 
@@ -18,5 +20,16 @@
 	} while (0)
 
 #define FP4S_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* 1 when the environment variable `name` is "0" (the diagnostic switches that turn a fusion or a
+ * kernel variant off for A/B), read once into *cache (-1 before) */
+static inline int fp4s_env_off(const char *name, int *cache)
+{
+	if (*cache < 0) {
+		const char *e = getenv(name);
+		*cache = e && strcmp(e, "0") == 0;
+	}
+	return *cache;
+}
 
 #endif

@@ -320,17 +320,6 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 	return expert_down(c, m, p, idx, w, slots, h, a, o, (int32_t)n, accumulate, y, err);
 }
 
-/* FP4S_MOE_PAIRACT=0: gpt-oss's SwiGLU back in the down GEMV's staging (A/B) */
-static int pairact_mode(void)
-{
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("FP4S_MOE_PAIRACT");
-		on = !(e && atoi(e) == 0);
-	}
-	return on;
-}
-
 /* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): norm, router and top-k in one
  * kernel (which also writes the normalized token, or leaves the norm to the gate|up GEMV), the
  * gate|up GEMV, the down GEMV doing the combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead
@@ -351,7 +340,8 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode >= 3 ? m->x1 : NULL, c->s, err);
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
-	if (mode >= 3 && m->interleaved && pairact_mode()) {
+	static int pairact_off = -1; /* FP4S_MOE_PAIRACT=0: the SwiGLU back in the down GEMV's staging */
+	if (mode >= 3 && m->interleaved && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off)) {
 		/* gpt-oss: the gate|up GEMV's epilogue writes SwiGLU of its (gate, up) row pairs, so the
 		 * down GEMV stages I plain floats a block instead of 2 I and their exponentials */
 		rc = fp4s_gemv_mma_experts_pairact(&m->gu, m->idx1, K, m->x1, K, H, p->swiglu_alpha, p->swiglu_limit,

@@ -747,17 +747,6 @@ static int is_aligned(const void *p, size_t n)
 	return ((uintptr_t)p % n) == 0;
 }
 
-/* FP4S_GEMV_FAST_PREW=0: gemv_fast waits before its first weight loads (A/B) */
-static int fast_prew(void)
-{
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("FP4S_GEMV_FAST_PREW");
-		on = !(e && atoi(e) == 0);
-	}
-	return on;
-}
-
 static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
                        const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune, cudaStream_t s,
                        struct fp4s_error *err);
@@ -883,7 +872,8 @@ static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, floa
 	a.norm_w = norm_w;
 	a.eps = eps;
 	a.zc = zc ? 1.0f : 0.0f;
-	a.prew = fast_prew();
+	static int prew_off = -1; /* FP4S_GEMV_FAST_PREW=0: gemv_fast waits before its first weight loads */
+	a.prew = !fp4s_env_off("FP4S_GEMV_FAST_PREW", &prew_off);
 	for (int32_t t0 = 0; t0 < M; t0 += tile) {
 		a.M = M - t0 < tile ? M - t0 : tile;
 		a.x = x + (size_t)t0 * K;
