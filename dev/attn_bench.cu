@@ -5,6 +5,7 @@
 // Build: part of the CMake build when nvcc exists (target attn_bench).
 // Run: ./attn_bench [sweep]   (sweep: also time the tensor-core kernel's tunings: warps / blocks
 // per SM / shared-memory ring stages or "regs" (tiles straight into registers))
+//      FP4S_AB_ONLY=GEO/N/CTX[/VARIANT] runs that one case alone (to profile it with ncu)
 //
 // Method (performance.md §7): first the device-to-device copy ceiling (bytes read + written);
 // then per geometry (llama3-8b 32/8 x 128; gpt-oss 64/8 x 64 with sinks, full and 128-window
@@ -360,11 +361,20 @@ int main(int argc, char **argv)
 	}
 	std::vector<char *> table_lines, fp8_lines;
 	int failed = 0;
+	char only_geo[32] = "", only_var[32] = "";
+	int only_n = 0, only_ctx = 0;
+	if (const char *o = getenv("FP4S_AB_ONLY"))
+		if (sscanf(o, "%31[^/]/%d/%d/%31s", only_geo, &only_n, &only_ctx, only_var) < 3) {
+			fprintf(stderr, "FP4S_AB_ONLY: GEO/N/CTX[/VARIANT], not %s\n", o);
+			return 1;
+		}
 	for (const geo &g : geos)
 		for (int n : batches)
 			for (int ctx : ctxs) {
 				if (g.window && ctx != 4096)
 					continue; /* a window layer reads 128 keys whatever the context */
+				if (only_geo[0] && (strcmp(only_geo, g.name) || n != only_n || ctx != only_ctx))
+					continue;
 				setup s;
 				s.g = &g;
 				s.n = n;
@@ -425,6 +435,8 @@ int main(int argc, char **argv)
 				for (const variant &v : vars) {
 					const bool main_row = v.old || !strcmp(v.name, "new") || !strcmp(v.name, "new-fp8");
 					if (!main_row && !sweep_here)
+						continue;
+					if (only_var[0] && strcmp(only_var, v.name))
 						continue;
 					const bool f8 = v.kv == FP4S_KV_FP8;
 					const double rel = check(s, v, f8 ? want8 : want, st);
