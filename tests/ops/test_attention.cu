@@ -257,6 +257,8 @@ static int run_case(const acase &c, const char *filter)
 	if (c.tune.warps || c.tune.blocks_per_sm || c.tune.min_tiles || c.tune.unfused || c.tune.generic)
 		off += snprintf(name + off, sizeof name - off, ",tune=%d/%d/%d/%d/%d", c.tune.warps, c.tune.blocks_per_sm,
 		                c.tune.min_tiles, c.tune.unfused, c.tune.generic);
+	if (c.tune.stages)
+		off += snprintf(name + off, sizeof name - off, ",stages=%d", c.tune.stages);
 	off += snprintf(name + off, sizeof name - off, ",seqs=");
 	for (size_t s = 0; s < c.seqs.size() && off < 440; s++)
 		off += snprintf(name + off, sizeof name - off, "%s%d%s", s ? "/" : "", c.seqs[s].len,
@@ -814,6 +816,17 @@ int main(int argc, char **argv)
 			         filter);
 			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({1000}), 128, dflt, 1, 1.0, pro, g.d},
 			         filter);
+			/* tiles straight into registers (the writer's row then comes from registers too) and
+			 * the ring, whichever FP4S_ATTN_STAGES makes the default */
+			for (int st = 1; st <= 3; st += 2) {
+				const fp4s_attn_tune t = {0, 0, 0, 0, 0, st};
+				for (int l : {2, 17, 4096})
+					run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({l}), 128, t, 0, 1.0, pro, g.d},
+					         filter);
+				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, random_decode(9, 3000), 14, t, 1, 1.0, pro,
+				          g.d},
+				         filter);
+			}
 		}
 	/* other geometries: the generic path (G > 8, d 16/32/256, FP32) and G = 1, 2, 3 */
 	for (const geo &g : other_geos)

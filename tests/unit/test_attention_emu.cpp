@@ -161,6 +161,7 @@ ATT_DEV float4 att_ldcg4(const float *p)
 }
 ATT_DEV void att_fence(void) { std::atomic_thread_fence(std::memory_order_seq_cst); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return __atomic_fetch_add(p, 1u, __ATOMIC_SEQ_CST); }
+ATT_DEV unsigned att_atomic_inc_ar(unsigned *p) { return __atomic_fetch_add(p, 1u, __ATOMIC_SEQ_CST); }
 ATT_DEV void att_grid_wait(void) {}
 ATT_DEV void att_grid_trigger(void) {}
 ATT_DEV void att_kv_put(uint16_t *p, float x) { *p = fp4s_f32_to_bf16(x); }
@@ -180,6 +181,7 @@ struct ecase {
 	int fp8;                 /* the cache holds E4M3 bytes */
 	int pro;                 /* the fused prologue: 1 = RoPE of rot dims, 2 = q/k RMSNorm too */
 	int rot;
+	int oldmerge;            /* the forms before att_merge_regs and kpatch (late) */
 };
 
 template <int D, int W, bool F8>
@@ -328,7 +330,7 @@ int run_case(const ecase &c)
 	std::vector<float> work((size_t)n * c.nkv * region, NAN);
 	std::vector<unsigned> counters((size_t)n * c.nkv, 0u);
 
-	att_mma_args a;
+	att_mma_args a{};
 	a.q = q.data();
 	a.kc = c.fp8 ? (const void *)k8.data() : (const void *)kc.data();
 	a.vc = c.fp8 ? (const void *)v8.data() : (const void *)vc.data();
@@ -348,6 +350,8 @@ int run_case(const ecase &c)
 	a.work = work.data();
 	a.out = out.data();
 	a.counters = c.fused ? counters.data() : nullptr;
+	a.oldmerge = c.oldmerge;
+	a.late = c.oldmerge;
 	a.kraw = a.vraw = nullptr;
 	if (c.pro) {
 		a.kraw = kraw.data();
@@ -478,5 +482,13 @@ int main(void)
 	run_case({8, 1, 64, 0, 1, 8, 1, 1, 3, 3, {65, 2}, 1, 1, 64});
 	run_case({6, 2, 128, 23, 0, 2, 1, 1, 3, 3, {60, 23, 24, 9}, 1, 2, 64});
 	run_case({8, 2, 64, 0, 1, 2, 1, 1, 1, 3, {1, 17, 100}, 0, 1, 64});
+	/* the writer's row taken from registers on the register path too, with q/k norm and FP8;
+	 * more splits than a thread's share of the fast merge holds in one pass (then the merge of
+	 * the separate kernel's form), and the fast merge's predecessor */
+	run_case({8, 2, 128, 0, 1, 8, 1, 1, 1, 4, {16, 33, 90}, 1, 2, 128});
+	run_case({16, 2, 64, 0, 0, 2, 1, 1, 1, 40, {700, 650}, 0, 1, 64});
+	run_case({16, 2, 128, 0, 0, 8, 1, 1, 1, 64, {1300}, 0, 1, 128});
+	run_case({8, 2, 128, 0, 1, 4, 1, 1, 3, 4, {16, 33, 90}, 0, 2, 128, 1});
+	run_case({24, 8, 128, 0, 1, 8, 1, 1, 3, 3, {180, 33}, 1, 0, 0, 1});
 	return TEST_DONE();
 }

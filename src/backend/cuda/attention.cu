@@ -291,6 +291,18 @@ static cudaError_t attn_mma_setup(void)
 	return e;
 }
 
+/* Stages of the decode default (few (token, KV head) pairs): FP4S_ATTN_STAGES = 1 (tiles
+ * straight into registers) .. 4, else 3. */
+static int att_few_stages(void)
+{
+	static int st = -1;
+	if (st < 0) {
+		const char *e = getenv("FP4S_ATTN_STAGES");
+		st = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 3;
+	}
+	return st;
+}
+
 /* shared memory of a tensor-core block of this shape (with the fused prologue's rows: pro) */
 static size_t att_smem_of(int32_t d, int W, bool f8, int stages, bool pro)
 {
@@ -389,15 +401,16 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		const int W = tune->warps ? tune->warps : few ? 8 : 4;
 		if (W != 2 && W != 4 && W != 8)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d warps per block (2, 4 or 8)", W);
-		int S = tune->stages ? tune->stages : few ? 3 : 1;
+		int S = tune->stages ? tune->stages : few ? att_few_stages() : 1;
 		if (S < 1 || S > 4)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d stages (1 to 4)", S);
 		/* a ring that does not fit takes fewer stages (8 warps of dim 128 BF16: 3) */
 		while (S > 1 && att_smem_of(d, W, f8, S, pro != NULL) > ATT_SMEM_MAX)
 			S--;
-		/* the prologue's row write is read back through the ring's cp.async only */
-		if (pro && S < 2)
-			return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: the fused prologue needs the ring");
+		/* batches (their default is the register path) keep the separate rope and KV write
+		 * kernels: the fused form with registers is measured for decode of a few sequences */
+		if (pro && !few && S < 2)
+			return fp4s_error_set(err, FP4S_EUNSUPPORTED, "attention: the fused prologue of a batch needs the ring");
 		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
 		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
 		 * merge handles */
@@ -436,6 +449,9 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		a.out = out;
 		const bool fused = !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS;
 		a.counters = fused ? counters : nullptr;
+		static int oldmerge = -1, late = -1;
+		a.oldmerge = fp4s_env_off("FP4S_ATTN_FASTMERGE", &oldmerge);
+		a.late = fp4s_env_off("FP4S_ATTN_PATCH", &late);
 		if (pro) {
 			a.kraw = pro->k;
 			a.vraw = pro->v;

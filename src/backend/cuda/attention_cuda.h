@@ -52,9 +52,9 @@ int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv
  * angle pos * inv_freq[j], cos and sin times mscale) of its heads, and the token's k and v rows
  * go into the cache on the way. Launched with PDL where enabled (pdl.cuh). No two tokens of the
  * batch may belong to one sequence. FP4S_EUNSUPPORTED, nothing enqueued, where the tensor-core
- * ring kernel does not apply (FP32 cache, other head dims or groups, batches of as many
- * (token, KV head) pairs as SMs, tune->stages 1): run the rope and KV write kernels and
- * fp4s_cuda_attention instead. */
+ * kernel does not apply (FP32 cache, other head dims or groups) or for batches of as many
+ * (token, KV head) pairs as SMs: run the rope and KV write kernels and fp4s_cuda_attention
+ * instead. */
 struct fp4s_attn_prologue {
 	const float *k, *v;
 	const float *qn, *kn;

@@ -126,6 +126,15 @@ ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
 ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
 ATT_DEV void att_fence(void) { __threadfence(); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
+/* the same with release and acquire at GPU scope: after a barrier of the block, one thread's
+ * release covers the writes of all its threads (PTX release is cumulative), and its acquire
+ * followed by a barrier orders the block's later reads; no full fence needed */
+ATT_DEV unsigned att_atomic_inc_ar(unsigned *p)
+{
+	unsigned old;
+	asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+	return old;
+}
 /* programmatic dependent launch (pdl.cuh): no-ops where the launch did not ask for it */
 ATT_DEV void att_grid_wait(void) { pdl_wait(); }
 ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }
@@ -164,6 +173,28 @@ ATT_DEV att_u4 att_bf16x8(const att_u2 &v)
 	return r;
 }
 
+/* 8 floats as the cache stores them (att_kv_put's rounding), as the piece a lane would load */
+ATT_DEV att_u4 att_piece_of(const float *x, const uint16_t *)
+{
+	uint16_t e[8];
+	for (int i = 0; i < 8; i++)
+		att_kv_put(&e[i], x[i]);
+	att_u4 r;
+	r.x = e[0] | (uint32_t)e[1] << 16, r.y = e[2] | (uint32_t)e[3] << 16;
+	r.z = e[4] | (uint32_t)e[5] << 16, r.w = e[6] | (uint32_t)e[7] << 16;
+	return r;
+}
+ATT_DEV att_u2 att_piece_of(const float *x, const uint8_t *)
+{
+	uint8_t e[8];
+	for (int i = 0; i < 8; i++)
+		att_kv_put(&e[i], x[i]);
+	att_u2 r;
+	r.x = e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16 | (uint32_t)e[3] << 24;
+	r.y = e[4] | (uint32_t)e[5] << 8 | (uint32_t)e[6] << 16 | (uint32_t)e[7] << 24;
+	return r;
+}
+
 struct att_mma_args {
 	const float *q;           /* [n][nh * D], FP32, pre-RoPE'd */
 	const void *kc, *vc;      /* the layer's pool, BF16 or E4M3 (F8) [blocks][16][nkv * D] */
@@ -196,6 +227,8 @@ struct att_mma_args {
 	const float *inv_freq;
 	float mscale;
 	int32_t trigger; /* PDL: let the next kernel launch once the tiles are done (see there) */
+	int32_t oldmerge; /* the last block's merge as before att_merge_regs (fences, two round trips) */
+	int32_t late;     /* the writer loads its tiles after writing the row (the form before kpatch) */
 };
 
 #define ATT_LOG2E 1.4426950408889634f
@@ -310,6 +343,87 @@ ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, i
 	}
 }
 
+/* att_merge_group for the last block of a split (nthr = NT threads, G D / 4 <= NT output quads):
+ * a thread's partial outputs go into registers, ATT_MERGE_REGS at a time, and the first of them
+ * are loaded together with the (max, sum) pairs, all in flight at once. att_merge_group loads
+ * the pairs first, then the outputs 8 at a time: llama3-8b's 16 partials a head took 3 round
+ * trips to L2, qwen3-30b-a3b's 32 took 5; here 1 and 2. Same arithmetic, same order of sums
+ * per thread as att_merge_group with tpo = NT / nq. */
+#define ATT_MERGE_REGS 16
+template <int D, int NT>
+ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks, float *out,
+                            int tid, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX], float4 *red)
+{
+	const int lane = tid & 31, warp = tid >> 5;
+	const int32_t nq = G * D / 4, tpo = NT / nq;
+	const int32_t x = tid % nq, part0 = tid / nq, g = x / (D / 4);
+	const bool act = part0 < tpo;
+	const size_t stride = (size_t)G * D;
+	float4 v[ATT_MERGE_REGS];
+	auto load = [&](int32_t s0) {
+#pragma unroll
+		for (int k = 0; k < ATT_MERGE_REGS; k++) {
+			const int32_t s = s0 + part0 + k * tpo;
+			if (act && s < nact)
+				v[k] = att_ldcg4(part + s * stride + 4 * (size_t)x);
+		}
+	};
+	load(0);
+	for (int32_t y = tid; y < G * nact; y += NT) {
+		const int32_t s = y / G, gg = y - s * G;
+		wt[gg][s] = att_ldcg(ml + 2 * (size_t)y);
+		wl[gg][s] = att_ldcg(ml + 2 * (size_t)y + 1);
+	}
+	att_sync();
+	for (int32_t gg = warp; gg < G; gg += NT / 32) {
+		float mx = sinks ? sinks[gg] * ATT_LOG2E : -INFINITY;
+		for (int32_t s = lane; s < nact; s += 32)
+			mx = fmaxf(mx, wt[gg][s]);
+		for (int o = 16; o > 0; o >>= 1)
+			mx = fmaxf(mx, att_shfl_xor(mx, o));
+		float l = 0.0f;
+		for (int32_t s = lane; s < nact; s += 32)
+			l += wt[gg][s] == -INFINITY ? 0.0f : wl[gg][s] * att_ex2(wt[gg][s] - mx);
+		for (int o = 16; o > 0; o >>= 1)
+			l += att_shfl_xor(l, o);
+		if (sinks)
+			l += att_ex2(sinks[gg] * ATT_LOG2E - mx);
+		const float inv = 1.0f / l;
+		for (int32_t s = lane; s < nact; s += 32)
+			wt[gg][s] = wt[gg][s] == -INFINITY ? 0.0f : att_ex2(wt[gg][s] - mx) * inv;
+	}
+	att_sync();
+	float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int32_t s0 = 0; s0 < nact; s0 += ATT_MERGE_REGS * tpo) {
+		if (s0 > 0)
+			load(s0);
+#pragma unroll
+		for (int k = 0; k < ATT_MERGE_REGS; k++) {
+			const int32_t s = s0 + part0 + k * tpo;
+			if (act && s < nact) {
+				const float w = wt[g][s];
+				acc.x += w * v[k].x, acc.y += w * v[k].y, acc.z += w * v[k].z, acc.w += w * v[k].w;
+			}
+		}
+	}
+	if (tpo == 1) {
+		if (act)
+			((float4 *)out)[x] = acc;
+		return;
+	}
+	if (act)
+		red[tid] = acc;
+	att_sync();
+	for (int32_t y = tid; y < nq; y += NT) {
+		float4 t = red[y];
+		for (int k = 1; k < tpo; k++) {
+			const float4 u = red[k * nq + y];
+			t.x += u.x, t.y += u.y, t.z += u.z, t.w += u.w;
+		}
+		((float4 *)out)[y] = t;
+	}
+}
+
 /* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above.
  * RING: tiles stream through the shared-memory ring, a.stages deep (the decode default: few
  * blocks, each must keep many bytes in flight); otherwise straight into registers, the next
@@ -346,8 +460,14 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	float(*wl)[ATT_MERGE_MAX] = wt + 8;
 	int *last = (int *)(wl + 8);
 	const bool pro = a.kraw != nullptr;
-	/* the block whose range ends at the token's own position writes that row first */
-	const bool writer = pro && split == r.nact - 1;
+	/* The block whose range ends at the token's own position p writes that row into the cache.
+	 * It loads its tiles as early as every other block, before the row is there: the warp whose
+	 * tile holds p puts the row's new values into its registers itself (kpatch: that tile's
+	 * index k among the warp's tiles; rpatch: the row in the tile), whatever the load saw. */
+	const bool writer = pro && split == r.nact - 1, late = writer && a.late;
+	const int32_t bp = p / FP4S_KV_BLOCK;
+	const int32_t kpatch = writer && !late && (bp - b_begin) % W == warp ? (bp - b_begin) / W : -1;
+	const int rpatch = p % FP4S_KV_BLOCK;
 
 	/* this warp's tiles: b_begin + warp + k W, k < nt; tile k streams into stage k % S */
 	const int32_t nt = b_end - b_begin > warp ? (b_end - b_begin - warp + W - 1) / W : 0;
@@ -408,7 +528,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	};
 	/* Cached keys and values of earlier steps depend on no kernel of this step: they start
 	 * streaming before the wait (with PDL, behind the projections' tail). */
-	if (!writer)
+	if (!late)
 		start();
 	att_grid_wait();
 
@@ -454,12 +574,16 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		}
 		att_sync();
 		if (writer) {
-			const size_t off = ((size_t)trow[p / FP4S_KV_BLOCK] * FP4S_KV_BLOCK + p % FP4S_KV_BLOCK) * kvw + (size_t)g0 * D;
+			/* for the steps to come; this one takes the row from qs (kpatch) */
+			const size_t off = ((size_t)trow[bp] * FP4S_KV_BLOCK + rpatch) * kvw + (size_t)g0 * D;
 			for (int x = tid; x < 2 * D; x += 32 * W)
 				att_kv_put((E *)(x < D ? a.kw : a.vw) + off + (x % D), qs[(G + x / D) * D + x % D]);
-			/* the row is read back through L2 (cp.async) by other threads of this block */
-			att_fence();
-			att_sync();
+			if (late) {
+				/* read back through L2 by the block's own loads */
+				att_fence();
+				att_sync();
+				start();
+			}
 		}
 	}
 
@@ -482,9 +606,6 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			}
 		}
 	}
-	if (writer)
-		start();
-
 	float o[NH * 8][4];
 #pragma unroll
 	for (int t = 0; t < NH * 8; t++)
@@ -508,6 +629,22 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 #pragma unroll
 				for (int h = 0; h < NH; h++)
 					vr[rr][h] = src[(2 * NJ + rr * NH + h) * 32];
+		}
+		if (k == kpatch) {
+			/* the token's own row: k and v as the prologue left them in qs (rows G, G + 1) */
+			const float *kn = qs + (size_t)G * D, *vn = kn + D;
+#pragma unroll
+			for (int nt2 = 0; nt2 < 2; nt2++)
+				if (8 * nt2 + g == rpatch)
+#pragma unroll
+					for (int j = 0; j < NJ; j++)
+						kr[nt2][j] = att_piece_of(kn + 32 * j + 8 * c, (const E *)nullptr);
+#pragma unroll
+			for (int rr = 0; rr < 4; rr++)
+				if (vrow(rr) == rpatch)
+#pragma unroll
+					for (int h = 0; h < NH; h++)
+						vr[rr][h] = att_piece_of(vn + 64 * h + 8 * g, (const E *)nullptr);
 		}
 		/* scores: s[nt] rows g (hi) and g + 8 (lo) for keys 8 nt + 2c, 8 nt + 2c + 1 */
 		float s[2][4];
@@ -658,16 +795,30 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	if (whole || !a.counters)
 		return;
 	/* the last block of this (token, KV head) to get here merges every split's partial */
-	att_fence();
-	att_sync();
-	if (tid == 0)
-		*last = att_atomic_inc(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
-	att_sync();
-	if (!*last)
-		return;
-	att_fence();
-	att_merge_group<D>(part, ml, r.nact, G, a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
-	                   a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, tid, 32 * W, wt, wl, (float4 *)smem);
+	const float *sk = a.sinks ? a.sinks + (size_t)g0 * G : nullptr;
+	float *og = a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D;
+	if (a.oldmerge) {
+		att_fence();
+		att_sync();
+		if (tid == 0)
+			*last = att_atomic_inc(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
+		att_sync();
+		if (!*last)
+			return;
+		att_fence();
+		att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
+	} else {
+		att_sync();
+		if (tid == 0)
+			*last = att_atomic_inc_ar(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
+		att_sync();
+		if (!*last)
+			return;
+		if (G * D / 4 <= 32 * W)
+			att_merge_regs<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem);
+		else
+			att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
+	}
 	if (tid == 0)
 		a.counters[(size_t)i * a.nkv + g0] = 0u; /* ready for the next call */
 }
