@@ -12,8 +12,8 @@
  *   attn_mma_kernel (attention_mma.cuh): BF16 or FP8 (E4M3) cache, head_dim 64 or 128, G <= 8:
  *     the decode path. Tensor cores (BF16 operands carried to ~16 bits by hi/lo splits of q and
  *     P; E4M3 values become BF16 exactly), 16-byte (FP8: 8-byte) loads of whole KV blocks
- *     (through a per-lane cp.async ring in shared memory for decode of few sequences, straight
- *     into registers for batches), chunks of whole KV blocks, W warps per block merged in shared
+ *     (straight into registers by default, or through a per-lane cp.async ring in shared
+ *     memory), chunks of whole KV blocks, W warps per block merged in shared
  *     memory, and the chunks merged by the last block to finish (one launch), or by
  *     attn_mma_merge_kernel for batches too large for the counters.
  *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
@@ -291,14 +291,17 @@ static cudaError_t attn_mma_setup(void)
 	return e;
 }
 
-/* Stages of the decode default (few (token, KV head) pairs): FP4S_ATTN_STAGES = 1 (tiles
- * straight into registers) .. 4, else 3. */
+/* Stages of the decode default (few (token, KV head) pairs): 1, tiles straight into registers,
+ * or FP4S_ATTN_STAGES = 2 .. 4, a shared-memory ring. On the H100 (2026-11-22, session 9) the
+ * registers took 15.2 us against the ring's 17.2 for llama3-8b at context 4096 (attn_bench), and
+ * decode at depth 4096 ran 2.5 % (llama3-8b) and 1.3 % (qwen3-30b-a3b) faster; the H200 runs of
+ * 2026-11-21 that chose the ring had the writer's loads wait for its row (kpatch since). */
 static int att_few_stages(void)
 {
 	static int st = -1;
 	if (st < 0) {
 		const char *e = getenv("FP4S_ATTN_STAGES");
-		st = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 3;
+		st = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 1;
 	}
 	return st;
 }
@@ -393,10 +396,11 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		unsigned *counters = nullptr;
 		if (att_device_info(&sms, &counters, err))
 			return err->code;
-		/* Defaults, from dev/attn_bench on an H200 (bench/results/2026-11-21-h100-attention.md):
-		 * fewer (token, KV head) pairs than SMs (decode of a few sequences): 8 warps, about one
-		 * block per SM, tiles through a 3-deep shared-memory ring; more (batches, prefill): 4
-		 * warps, tiles straight into registers, two blocks per SM. */
+		/* Defaults, from dev/attn_bench (bench/results/2026-11-21-h100-attention.md, H200;
+		 * bench/results/2026-11-22-h100-session9.md, H100): fewer (token, KV head) pairs than
+		 * SMs (decode of a few sequences): 8 warps, about one block per SM, tiles straight into
+		 * registers (att_few_stages); more (batches, prefill): 4 warps, registers, two blocks
+		 * per SM. */
 		const bool few = (int64_t)n * nkv < sms;
 		const int W = tune->warps ? tune->warps : few ? 8 : 4;
 		if (W != 2 && W != 4 && W != 8)

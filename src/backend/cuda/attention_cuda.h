@@ -39,8 +39,8 @@ struct fp4s_attn_tune {
 	int32_t stages;        /* KV tiles per warp in a shared-memory ring, 2..4 (fewer where they
 	                        * do not fit), or 1: straight into registers */
 };
-/* Defaults (attention.cu): n x nkv < SMs: 8 warps, 1 block per SM, 3 stages; else 4 warps, 2
- * blocks per SM, registers. */
+/* Defaults (attention.cu): n x nkv < SMs: 8 warps, 1 block per SM, registers (FP4S_ATTN_STAGES
+ * = 2..4: a ring); else 4 warps, 2 blocks per SM, registers. */
 int fp4s_cuda_attention_ex(const void *q, const void *kc, const void *vc, int kv_dtype, const int32_t *pos,
                            const int32_t *seq, const int32_t *table, int32_t table_stride, int32_t n,
                            int32_t nh, int32_t nkv, int32_t d, int32_t window, const float *sinks,

@@ -45,6 +45,7 @@
 #ifndef FP4S_ATTN_EMU
 #include <cuda_bf16.h>
 
+#include "backend/cuda/arrive.cuh"
 #include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "numerics/numerics.h"
@@ -126,15 +127,8 @@ ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
 ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
 ATT_DEV void att_fence(void) { __threadfence(); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
-/* the same with release and acquire at GPU scope: after a barrier of the block, one thread's
- * release covers the writes of all its threads (PTX release is cumulative), and its acquire
- * followed by a barrier orders the block's later reads; no full fence needed */
-ATT_DEV unsigned att_atomic_inc_ar(unsigned *p)
-{
-	unsigned old;
-	asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
-	return old;
-}
+/* the same with release and acquire at GPU scope, between barriers of the block (arrive.cuh) */
+ATT_DEV unsigned att_atomic_inc_ar(unsigned *p) { return fp4s_arrive(p); }
 /* programmatic dependent launch (pdl.cuh): no-ops where the launch did not ask for it */
 ATT_DEV void att_grid_wait(void) { pdl_wait(); }
 ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }

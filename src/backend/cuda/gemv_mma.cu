@@ -65,6 +65,7 @@
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/arrive.cuh"
 #include "backend/cuda/pdl.cuh"
 
 #include "backend/cuda/gemv_mma.cuh"
@@ -320,13 +321,11 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 				/* split K: leave the partial; the block that arrives last sums all in order */
 				if (mine)
 					a.ws[((size_t)blockIdx.y * a.M + tok) * a.rows + row] = v;
-				__threadfence();
 				__syncthreads();
 				if (tid == 0)
-					last = atomicAdd(&a.cnt[tile], 1u) == gridDim.y - 1;
+					last = fp4s_arrive(&a.cnt[tile]) == gridDim.y - 1;
 				__syncthreads();
 				if (last) {
-					__threadfence();
 					if (mine) {
 						v = 0.0f;
 						for (unsigned ks = 0; ks < gridDim.y; ks++)
@@ -365,14 +364,12 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 		/* the combine: blocks of every slot with this blockIdx.x covered the same row tiles;
 		 * the last of them to finish (one fence and counter a block, not a tile) sums the
 		 * slots' rows in slot order, as moe.cu's combine kernel, and adds them into h */
-		__threadfence();
 		__syncthreads();
 		if (threadIdx.x == 0)
-			last = atomicAdd(&a.cnt[blockIdx.x], 1u) == gridDim.z - 1;
+			last = fp4s_arrive(&a.cnt[blockIdx.x]) == gridDim.z - 1;
 		__syncthreads();
 		if (!last)
 			return;
-		__threadfence();
 		gm_combine_rows<W * 32>(a);
 	}
 }

@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/arrive.cuh"
 #include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -407,14 +408,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		 * row tiles (tiles strided, never claimed, for experts); the last of them to finish sums
 		 * the slots' rows in slot order and adds them into h */
 		__shared__ int last;
-		__threadfence();
 		gt_sync();
 		if (threadIdx.x == 0)
-			last = atomicAdd(&a.cnt[blockIdx.x], 1u) == gridDim.z - 1;
+			last = fp4s_arrive(&a.cnt[blockIdx.x]) == gridDim.z - 1;
 		gt_sync();
 		if (!last)
 			return;
-		__threadfence();
 		gm_combine_rows<GT_W * 32>(a);
 	}
 #endif

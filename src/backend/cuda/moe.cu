@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/swiglu.cuh"
@@ -224,14 +225,12 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 		acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
 	if (lane == 0 && r < E)
 		lg[r] = acc * inv + (rb ? rb[r] : 0.0f);
-	__threadfence();
 	__syncthreads(); /* also: every warp is done with xs */
 	if (threadIdx.x == 0)
-		last = atomicAdd(cnt, 1u) == gridDim.x - 1;
+		last = fp4s_arrive(cnt) == gridDim.x - 1;
 	__syncthreads();
 	if (!last || warp != 0)
 		return;
-	__threadfence();
 	float *pr = xs;
 	uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
 	for (int32_t e = lane; e < E; e += 32) {
