@@ -209,10 +209,10 @@ struct att_mma_args {
 	 * over D, either may be NULL; zero_centred adds 1 to them) and RoPE (rot dims, pairs
 	 * (j, j + rot/2), angle pos * inv_freq[j], cos and sin times mscale) of its heads itself, as
 	 * norm_rope_kernel and rope_kernel do, and the block whose range holds the token's own
-	 * position writes its k and v row into the cache (kw, vw: the pool kc, vc point at) before it
-	 * reads that tile. Only that block reads the row, so no other kernel is needed between the
-	 * projections and attention; but a sequence must not have two tokens in the batch (each
-	 * would need the other's row). */
+	 * position writes its k and v row into the cache (kw, vw: the pool kc, vc point at) for the
+	 * steps to come and takes this step's row from its own registers (kpatch). Only that block
+	 * needs the row, so no other kernel is needed between the projections and attention; but a
+	 * sequence must not have two tokens in the batch (each would need the other's row). */
 	const float *kraw, *vraw;
 	void *kw, *vw;
 	const float *qn, *kn;
