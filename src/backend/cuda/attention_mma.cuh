@@ -271,14 +271,11 @@ ATT_HD size_t att_smem_bytes_pro(int stages)
 	return att_smem_pro_off(att_smem_bytes<D, W, F8>(stages)) + sizeof(float) * 10 * D;
 }
 
-/* Merges the nact partials of one (token, KV head): part points at its region (outputs
- * [nact][G][D], then [nact][G] (max, sum) pairs at ml); out at the group's first head. nthr
- * threads; wt, wl: [8][ATT_MERGE_MAX] floats of shared memory; red: nthr float4 of shared memory.
- * All loads of a phase are independent, so they are in flight together. */
-template <int D>
-ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks,
-                             float *out, int tid, int nthr, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX],
-                             float4 *red)
+/* The merge's weights: the nact (max, sum) pairs of each of the G heads at ml into wt, wl
+ * ([8][ATT_MERGE_MAX] floats of shared memory), then wt[g][s] = the weight of split s's output
+ * in head g's result, the sink in the denominator. nthr threads, barriers inside. */
+ATT_DEV void att_merge_weights(const float *ml, int32_t nact, int32_t G, const float *sinks, int tid, int nthr,
+                               float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX])
 {
 	const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
 	for (int32_t x = tid; x < G * nact; x += nthr) {
@@ -305,6 +302,18 @@ ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, i
 			wt[g][s] = wt[g][s] == -INFINITY ? 0.0f : att_ex2(wt[g][s] - mx) * inv;
 	}
 	att_sync();
+}
+
+/* Merges the nact partials of one (token, KV head): part points at its region (outputs
+ * [nact][G][D], then [nact][G] (max, sum) pairs at ml); out at the group's first head. nthr
+ * threads; wt, wl: [8][ATT_MERGE_MAX] floats of shared memory; red: nthr float4 of shared memory.
+ * All loads of a phase are independent, so they are in flight together. */
+template <int D>
+ATT_DEV void att_merge_group(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks,
+                             float *out, int tid, int nthr, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX],
+                             float4 *red)
+{
+	att_merge_weights(ml, nact, G, sinks, tid, nthr, wt, wl);
 	/* output quads: nq of them, tpo threads each summing every tpo-th partial */
 	const int32_t nq = G * D / 4;
 	const int tpo = nthr >= 2 * nq ? nthr / nq : 1;
@@ -348,7 +357,6 @@ template <int D, int NT>
 ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks, float *out,
                             int tid, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX], float4 *red)
 {
-	const int lane = tid & 31, warp = tid >> 5;
 	const int32_t nq = G * D / 4, tpo = NT / nq;
 	const int32_t x = tid % nq, part0 = tid / nq, g = x / (D / 4);
 	const bool act = part0 < tpo;
@@ -362,31 +370,8 @@ ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, in
 				v[k] = att_ldcg4(part + s * stride + 4 * (size_t)x);
 		}
 	};
-	load(0);
-	for (int32_t y = tid; y < G * nact; y += NT) {
-		const int32_t s = y / G, gg = y - s * G;
-		wt[gg][s] = att_ldcg(ml + 2 * (size_t)y);
-		wl[gg][s] = att_ldcg(ml + 2 * (size_t)y + 1);
-	}
-	att_sync();
-	for (int32_t gg = warp; gg < G; gg += NT / 32) {
-		float mx = sinks ? sinks[gg] * ATT_LOG2E : -INFINITY;
-		for (int32_t s = lane; s < nact; s += 32)
-			mx = fmaxf(mx, wt[gg][s]);
-		for (int o = 16; o > 0; o >>= 1)
-			mx = fmaxf(mx, att_shfl_xor(mx, o));
-		float l = 0.0f;
-		for (int32_t s = lane; s < nact; s += 32)
-			l += wt[gg][s] == -INFINITY ? 0.0f : wl[gg][s] * att_ex2(wt[gg][s] - mx);
-		for (int o = 16; o > 0; o >>= 1)
-			l += att_shfl_xor(l, o);
-		if (sinks)
-			l += att_ex2(sinks[gg] * ATT_LOG2E - mx);
-		const float inv = 1.0f / l;
-		for (int32_t s = lane; s < nact; s += 32)
-			wt[gg][s] = wt[gg][s] == -INFINITY ? 0.0f : att_ex2(wt[gg][s] - mx) * inv;
-	}
-	att_sync();
+	load(0); /* in flight with the pairs' loads */
+	att_merge_weights(ml, nact, G, sinks, tid, NT, wt, wl);
 	float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int32_t s0 = 0; s0 < nact; s0 += ATT_MERGE_REGS * tpo) {
 		if (s0 > 0)
@@ -791,30 +776,23 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	/* the last block of this (token, KV head) to get here merges every split's partial */
 	const float *sk = a.sinks ? a.sinks + (size_t)g0 * G : nullptr;
 	float *og = a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D;
-	if (a.oldmerge) {
+	unsigned *cnt = a.counters + (size_t)i * a.nkv + g0;
+	if (a.oldmerge)
 		att_fence();
-		att_sync();
-		if (tid == 0)
-			*last = att_atomic_inc(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
-		att_sync();
-		if (!*last)
-			return;
-		att_fence();
-		att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
-	} else {
-		att_sync();
-		if (tid == 0)
-			*last = att_atomic_inc_ar(a.counters + (size_t)i * a.nkv + g0) == (unsigned)r.nact - 1;
-		att_sync();
-		if (!*last)
-			return;
-		if (G * D / 4 <= 32 * W)
-			att_merge_regs<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem);
-		else
-			att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
-	}
+	att_sync();
 	if (tid == 0)
-		a.counters[(size_t)i * a.nkv + g0] = 0u; /* ready for the next call */
+		*last = (a.oldmerge ? att_atomic_inc(cnt) : att_atomic_inc_ar(cnt)) == (unsigned)r.nact - 1;
+	att_sync();
+	if (!*last)
+		return;
+	if (a.oldmerge)
+		att_fence();
+	if (!a.oldmerge && G * D / 4 <= 32 * W)
+		att_merge_regs<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem);
+	else
+		att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
+	if (tid == 0)
+		*cnt = 0u; /* ready for the next call */
 }
 
 #endif

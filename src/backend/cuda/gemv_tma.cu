@@ -432,8 +432,9 @@ typedef CUresult (*gt_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t,
 #define GT_TENSOR_MIN ((int64_t)20 << 20)
 
 /* a's two tensor maps (codes as 8-byte units, boxes of 16 rows x trs bytes; scales as bytes,
- * 16 rows x tss; L2 promotion 256 B: none, 128 B and 256 B measured the same), from a cache keyed by everything they encode (weights do not move, so a decode
- * step finds them there); 0 where the driver's encoder is not reachable or refuses them. */
+ * 16 rows x tss; L2 promotion 256 B: none, 128 B and 256 B measured the same), from a cache
+ * keyed by everything they encode (weights do not move, so a decode step finds them there); 0
+ * where the driver's encoder is not reachable or refuses them. */
 static int gt_maps(gm_args *a, int nv, int64_t K)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
