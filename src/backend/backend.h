@@ -105,6 +105,13 @@ struct fp4s_backend {
 	 * or the parts cannot share a launch; the caller then uploads them one by one. */
 	int (*upload_fused)(struct fp4s_backend *be, struct fp4s_mat **parts, int n, struct fp4s_mat *fused,
 	                    struct fp4s_error *err);
+	/* Uploads a dense MLP's gate and up (one FP4 format, K and NVFP4 per-tensor scale) into one
+	 * allocation with their rows alternating (fused->pairs): each (gate, up) pair then lands in
+	 * one tile of the decode matmul, whose epilogue writes the SwiGLU (norm_matmul_swiglu), and
+	 * prompts run one matmul on it and swiglu_pairs. gate and up are left without data. Optional;
+	 * FP4S_EUNSUPPORTED: the caller tries upload_fused. */
+	int (*upload_gate_up)(struct fp4s_backend *be, struct fp4s_mat *gate, struct fp4s_mat *up,
+	                      struct fp4s_mat *fused, struct fp4s_error *err);
 	/* Uploads a MoE layer's experts in the backend's own layout (p->dev), so that routing and
 	 * expert matmuls stay on the device. FP4S_EUNSUPPORTED: upload the experts one by one. */
 	int (*upload_moe)(struct fp4s_backend *be, struct fp4s_moe_params *p, struct fp4s_error *err);
@@ -147,6 +154,8 @@ struct fp4s_backend {
 	/* out[n, inter] = silu(gate) * up, gate/up [n, inter] */
 	void (*swiglu)(struct fp4s_backend *be, const float *gate, const float *up, int64_t n,
 	               int64_t inter, float *out);
+	/* out[n, inter] = silu(gu[t, 2i]) * gu[t, 2i + 1], gu [n, 2 * inter] from a pairs matrix */
+	void (*swiglu_pairs)(struct fp4s_backend *be, const float *gu, int64_t n, int64_t inter, float *out);
 	/* Fused decode ops, optional (NULL, or FP4S_EUNSUPPORTED with nothing enqueued where a shape
 	 * is declined): the forward pass then runs the plain ops they replace, with the same result
 	 * within the matmul tolerance. Each saves kernels and passes over the activations.
@@ -157,8 +166,9 @@ struct fp4s_backend {
 	 *   moe_add:           h += moe(x)                   (moe + add)
 	 *   rope_attention:    norm_rope (qn, kn either NULL: no norm of that one) then attention;
 	 *                      q and k may be left as they came (norm_rope + attention)
-	 *   norm_matmul_swiglu: g = swiglu(gate, up) of W . rmsnorm(h; nw), W's rows [gate | up]
-	 *                      (norm_matmul + swiglu; g [n, w->rows / 2])
+	 *   norm_matmul_swiglu: g = swiglu(gate, up) of W . rmsnorm(h; nw), W's rows [gate | up],
+	 *                      or alternating where w->pairs (norm_matmul + swiglu or swiglu_pairs;
+	 *                      g [n, w->rows / 2])
 	 *   norm_moe_add:      h += moe(rmsnorm(h; nw))      (rmsnorm + moe + add; the CUDA backend takes
 	 *                      one-token steps with the experts on the device) */
 	int (*norm_matmul)(struct fp4s_backend *be, const float *h, const float *nw, float eps,

@@ -280,7 +280,16 @@ int fp4s_fwd_init_pool(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp
 		if (rc && rc != FP4S_EUNSUPPORTED)
 			return fp4s_error_prefix(err, "layer %d: ", l);
 		L->fused_qkv = rc == FP4S_OK;
-		rc = L->gate.data ? be->upload_fused(be, gu, 2, &L->gate_up, err) : FP4S_EUNSUPPORTED;
+		/* gate/up rows alternating where the backend takes it (its decode matmul then writes the
+		 * SwiGLU), else gate then up */
+		rc = L->gate.data && L->up.data && be->upload_gate_up && be->swiglu_pairs
+		             ? be->upload_gate_up(be, &L->gate, &L->up, &L->gate_up, err)
+		             : FP4S_EUNSUPPORTED;
+		if (rc && rc != FP4S_EUNSUPPORTED)
+			return fp4s_error_prefix(err, "layer %d: ", l);
+		L->gu_pairs = rc == FP4S_OK;
+		if (!L->gu_pairs)
+			rc = L->gate.data ? be->upload_fused(be, gu, 2, &L->gate_up, err) : FP4S_EUNSUPPORTED;
 		if (rc && rc != FP4S_EUNSUPPORTED)
 			return fp4s_error_prefix(err, "layer %d: ", l);
 		L->fused_gu = rc == FP4S_OK;
@@ -357,7 +366,7 @@ static int scratch_reserve(struct fp4s_fwd *f, int32_t n, int32_t n_out, int64_t
 		float **p;
 		int64_t n;
 	} want[] = {{&f->h, n * H},     {&f->x, n * H},     {&f->q, n * qd},  {&f->k, n * kvd},
-	            {&f->v, n * kvd},   {&f->att, n * qd},  {&f->g, n * inter}, {&f->u, n * inter},
+	            {&f->v, n * kvd},   {&f->att, n * qd},  {&f->g, n * inter}, {&f->u, 2 * n * inter},
 	            {&f->y, n * H},     {&f->last, n_out * H}, {&f->logits, n_out * c->vocab},
 	            {&f->fused, qd + 2 * kvd > 2 * inter ? qd + 2 * kvd : 2 * inter}};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -511,6 +520,25 @@ static int record_step(void *ctx, struct fp4s_error *err)
 			return rc;
 		if (L->is_moe) {
 			if ((rc = norm_moe_add(be, &L->moe, h, L->ffn_norm, eps, f->norm_kind, n, x, y, H, err)))
+				return rc;
+		} else if (L->gu_pairs) {
+			/* gate|up rows alternate: the one-token matmul writes the SwiGLU, else one matmul
+			 * and the pairwise SwiGLU (f->u holds [n, 2 * inter]) */
+			const int64_t I = L->gate.rows;
+			rc = n == 1 && be->norm_matmul_swiglu
+			             ? be->norm_matmul_swiglu(be, h, L->ffn_norm, eps, f->norm_kind, 1, &L->gate_up, g, err)
+			             : FP4S_EUNSUPPORTED;
+			if (rc == FP4S_EUNSUPPORTED) {
+				if (n == 1)
+					rc = norm_matmul(be, h, L->ffn_norm, eps, f->norm_kind, H, &L->gate_up, x, u, err);
+				else {
+					be->rmsnorm(be, h, L->ffn_norm, n, H, eps, f->norm_kind, x);
+					rc = be->matmul(be, x, n, &L->gate_up, u, err);
+				}
+				if (!rc)
+					be->swiglu_pairs(be, u, n, I, g);
+			}
+			if (rc || (rc = matmul_add(be, g, n, &L->down, h, y, H, err)))
 				return rc;
 		} else if (n == 1 && L->fused_gu &&
 		           (rc = be->norm_matmul_swiglu ? be->norm_matmul_swiglu(be, h, L->ffn_norm, eps, f->norm_kind, 1,

@@ -21,6 +21,7 @@ struct fp4s_fwd_layer {
 	struct fp4s_mat gate, up, down;
 	struct fp4s_mat qkv, gate_up; /* fused views (rows concatenated) when the backend made them */
 	int32_t fused_qkv, fused_gu;
+	int32_t gu_pairs; /* gate_up's rows alternate gate, up (backend upload_gate_up); gate/up have no data */
 	struct fp4s_moe_params moe;
 	struct fp4s_expert *experts;
 };

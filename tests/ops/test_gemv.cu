@@ -373,8 +373,10 @@ static void run_repeat(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, in
  * through fp4s_gemv_mma_ex with l2pf tiles of prefetch, 1 = RMSNorm of x staged in (the sums of
  * squares taken in the staging pass, or in a pass of their own where K is split), 2 = SwiGLU of
  * [gate | up] rows, 3 = RMSNorm in, SwiGLU of the [gate | up] halves of the output out
- * (fp4s_gemv_mma_norm_swiglu). The reference applies the norm / activation on the CPU, then
- * fp4s_cpu_matmul (and for mode 3 the SwiGLU of its output halves).
+ * (fp4s_gemv_mma_norm_swiglu), 4 = the same with the rows alternating gate, up (a pairs matrix,
+ * fp4s_gemv_mma_norm_pairs: the bulk-copy kernel's epilogue). The reference applies the norm /
+ * activation on the CPU, then fp4s_cpu_matmul (and for modes 3 and 4 the SwiGLU of its output's
+ * halves or neighbouring rows).
  * Token counts and K make tokens meet inside a warp's items (K = 2880) and K too short for the
  * warp sums (K < 256). */
 static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int mode, int zc, int acc, int l2pf,
@@ -382,7 +384,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 {
 	char name[160];
 	snprintf(name, sizeof name, "FUSED(%s,rows=%lld,K=%lld,M=%d,%s%s%s,l2pf=%d,variant=%d,kblocks=%d)", fp4s_wformat_name(fmt),
-	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : mode == 2 ? "swiglu" : "rmsnorm-swiglu-out",
+	         (long long)rows, (long long)k, m, mode == 0 ? "plain" : mode == 1 ? "rmsnorm" : mode == 2 ? "swiglu" : mode == 3 ? "rmsnorm-swiglu-out" : "rmsnorm-pairs-out",
 	         zc ? ",zero-centred" : "", acc ? ",accumulate" : "", l2pf, variant, kblocks);
 	if (filter && !strstr(name, filter))
 		return;
@@ -411,7 +413,7 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 		const double inv = 1.0 / sqrt(ss / (double)k + eps);
 		for (int64_t i = 0; i < k; i++) {
 			double v = xr[i];
-			if (mode == 1 || mode == 3)
+			if (mode == 1 || mode >= 3)
 				v = v * inv * ((zc ? 1.0 : 0.0) + nw[i]);
 			else if (mode == 2)
 				v = xr[i] / (1.0 + exp(-(double)xr[i])) * xr[k + i];
@@ -428,12 +430,14 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 	if (acc)
 		for (int64_t i = 0; i < ny; i++)
 			yref[i] += y0[i];
-	/* mode 3: token t's output is SwiGLU(first half, second half) of its row, rows / 2 wide */
-	const int64_t yw = mode == 3 ? rows / 2 : rows, nyo = (int64_t)m * yw;
-	if (mode == 3)
+	/* mode 3: token t's output is SwiGLU(first half, second half) of its row, rows / 2 wide; mode
+	 * 4: of rows (2i, 2i + 1) (each write lands at or before the reads still to come) */
+	const int64_t yw = mode >= 3 ? rows / 2 : rows, nyo = (int64_t)m * yw;
+	if (mode >= 3)
 		for (int t = 0; t < m; t++)
 			for (int64_t i = 0; i < yw; i++) {
-				const double gv = yref[(size_t)t * rows + i], uv = yref[(size_t)t * rows + yw + i];
+				const size_t gi = (size_t)t * rows + (mode == 3 ? i : 2 * i), ui = mode == 3 ? gi + yw : gi + 1;
+				const double gv = yref[gi], uv = yref[ui];
 				yref[(size_t)t * yw + i] = (float)(gv / (1.0 + exp(-gv)) * uv);
 			}
 	void *dd;
@@ -455,6 +459,10 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 		rc = fp4s_gemv_mma_ex(&wd, dx, m, dy, acc, kblocks, variant, 0, l2pf, 0, &err);
 	else if (!rc && mode == 3)
 		rc = fp4s_gemv_mma_norm_swiglu(&wd, dx, m, dy, dn, eps, zc, 0, &err);
+	else if (!rc && mode == 4) {
+		wd.pairs = 1;
+		rc = fp4s_gemv_mma_norm_pairs(&wd, dx, m, dy, dn, eps, zc, 0, &err);
+	}
 	else if (!rc && mode == 1 && !acc && fmt != FP4S_WF_NVFP4 && fmt != FP4S_WF_MXFP4)
 		rc = fp4s_cuda_norm_matmul(&wd, dx, m, dy, dn, eps, zc, 0, &err); /* dense: gemv_fast */
 	else if (!rc)
@@ -934,6 +942,10 @@ int main(int argc, char **argv)
 		for (size_t si = 0; si < 4; si++)
 			for (int mi = 0; mi < (sw[si][1] > 4096 ? 1 : 3); mi++) /* one pass, K unsplit */
 				run_fused(fmts[f], sw[si][0], sw[si][1], mm[mi], 3, (mi + (int)si) & 1, 0, 0, filter);
+		/* the same with gate and up rows alternating (cuda_upload.cu's pairs), up to 16 tokens */
+		for (size_t si = 0; si < 4; si++)
+			for (int mi = 0; mi < 4; mi++)
+				run_fused(fmts[f], sw[si][0], sw[si][1], mm[mi], 4, (mi + (int)si) & 1, 0, 0, filter);
 		for (int l2pf = 0; l2pf <= 5; l2pf++)
 			run_fused(fmts[f], l2pf & 1 ? 1000 : 14336, 4096, 1 + 3 * (l2pf % 2), 0, 0, l2pf & 1, l2pf, filter);
 		/* every kernel shape, whole K and split K, 1..4 tokens */

@@ -298,6 +298,15 @@ static void cpu_swiglu(struct fp4s_backend *be, const float *gate, const float *
 	fp4s_cpu_swiglu(gate, up, n * inter, out);
 }
 
+/* (the CPU never uploads a pairs matrix; the op is here for callers that build one) */
+static void cpu_swiglu_pairs(struct fp4s_backend *be, const float *gu, int64_t n, int64_t inter, float *out)
+{
+	(void)be;
+	for (int64_t t = 0; t < n; t++)
+		for (int64_t i = 0; i < inter; i++)
+			fp4s_cpu_swiglu(gu + t * 2 * inter + 2 * i, gu + t * 2 * inter + 2 * i + 1, 1, out + t * inter + i);
+}
+
 static int cpu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x,
                    int64_t n, float *y, struct fp4s_error *err)
 {
@@ -379,6 +388,7 @@ int fp4s_backend_cpu_create(struct fp4s_backend **out, struct fp4s_error *err)
 	be->rope = cpu_rope;
 	be->attention = cpu_attention;
 	be->swiglu = cpu_swiglu;
+	be->swiglu_pairs = cpu_swiglu_pairs;
 	be->moe = cpu_moe;
 	*out = be;
 	return FP4S_OK;

@@ -29,6 +29,9 @@ struct fp4s_mat {
 	/* MXFP4 on a GPU: 1 + min + 256 * max of the E8M0 scale bytes (0 = not measured), which the
 	 * tensor-core decode needs to place scales in BF16's range (cuda/gemv_mma.cu) */
 	int32_t e8_range;
+	/* rows alternate gate and up (row 2i: gate row i, 2i + 1: up row i): a backend's gate|up of a
+	 * dense MLP (backend.h upload_gate_up); to a matmul it is just a matrix */
+	int pairs;
 };
 
 /* y[t, r] = sum_k x[t, k] * W[r, k] (+ bias[r]) for t < ntok; x is [ntok, cols], y [ntok, rows]. */

@@ -213,6 +213,16 @@ static __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, 
 		out[i] = silu_mul(g[i], u[i]);
 }
 
+/* out[i] = silu(gu[2i]) * gu[2i + 1]: a pairs matrix's output (gate, up alternating) */
+static __global__ void swiglu_pairs_kernel(const float2 *gu, int64_t n, float *out)
+{
+	pdl_enter();
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		const float2 p = gu[i];
+		out[i] = silu_mul(p.x, p.y);
+	}
+}
+
 /* Argmax in two stages, ties to the lowest index as on the CPU: ARGMAX_PARTS blocks per row each
  * reduce a slice (a 128k vocabulary is 512 KB: one block alone would take ~200 us), then one
  * block per row reduces the parts. */
@@ -300,128 +310,7 @@ static int cu_alloc(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4
 
 static void cu_free(struct fp4s_backend *be, void *p) { cudaFree(p); }
 
-static int upload(struct cuda_impl *c, const void *host, size_t bytes, void **dev, struct fp4s_error *err)
-{
-	int rc = cu_dev_alloc(c, dev, bytes, err);
-	if (rc || (rc = cu_track(c, *dev, err)))
-		return rc;
-	FP4S_CUDA_TRY(err, cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
-	return FP4S_OK;
-}
-
-static int cu_upload_mat(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4s_error *err)
-{
-	struct cuda_impl *c = impl_of(be);
-	const size_t n = (size_t)m->rows * (size_t)m->cols;
-	size_t data_b = 0, scale_b = 0;
-	switch (m->fmt) {
-	case FP4S_WF_F32: data_b = n * 4; break;
-	case FP4S_WF_BF16:
-	case FP4S_WF_F16: data_b = n * 2; break;
-	case FP4S_WF_NVFP4: data_b = n / 2, scale_b = n / 16; break;
-	case FP4S_WF_MXFP4: data_b = n / 2, scale_b = n / 32; break;
-	default: return fp4s_error_set(err, FP4S_EUNSUPPORTED, "cuda: weight format %d", (int)m->fmt);
-	}
-	void *d;
-	int rc;
-	if ((rc = upload(c, m->data, data_b, &d, err)))
-		return rc;
-	m->data = d;
-	if (scale_b) {
-		if ((rc = upload(c, m->scales, scale_b, &d, err)))
-			return rc;
-		m->scales = (const uint8_t *)d;
-	}
-	if (m->bias) {
-		if ((rc = upload(c, m->bias, (size_t)m->rows * sizeof(float), &d, err)))
-			return rc;
-		m->bias = (const float *)d;
-	}
-	return fp4s_cuda_mx_scale_range(m, c->s, err); /* MXFP4: what the tensor-core GEMV needs */
-}
-
-static int cu_upload_f32(struct fp4s_backend *be, float **p, int64_t n, struct fp4s_error *err)
-{
-	void *d;
-	int rc = upload(impl_of(be), *p, (size_t)n * sizeof(float), &d, err);
-	if (!rc)
-		*p = (float *)d;
-	return rc;
-}
-
 static void cu_graph_reset(struct fp4s_backend *be);
-
-size_t cu_mat_data_bytes(const struct fp4s_mat *m, size_t *scale_b)
-{
-	const size_t n = (size_t)m->rows * (size_t)m->cols;
-	*scale_b = 0;
-	switch (m->fmt) {
-	case FP4S_WF_F32: return n * 4;
-	case FP4S_WF_BF16:
-	case FP4S_WF_F16: return n * 2;
-	case FP4S_WF_NVFP4: *scale_b = n / 16; return n / 2;
-	case FP4S_WF_MXFP4: *scale_b = n / 32; return n / 2;
-	default: return 0;
-	}
-}
-
-static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int n, struct fp4s_mat *fused,
-                           struct fp4s_error *err)
-{
-	struct cuda_impl *c = impl_of(be);
-	int64_t rows = 0;
-	int any_bias = 0;
-	for (int i = 0; i < n; i++) {
-		const struct fp4s_mat *m = parts[i];
-		if (!m->data || m->fmt != parts[0]->fmt || m->cols != parts[0]->cols ||
-		    (m->fmt == FP4S_WF_NVFP4 && m->ws2 != parts[0]->ws2))
-			return FP4S_EUNSUPPORTED;
-		rows += m->rows;
-		any_bias |= m->bias != NULL;
-	}
-	size_t sb0, db0 = cu_mat_data_bytes(parts[0], &sb0);
-	if (!db0)
-		return FP4S_EUNSUPPORTED;
-	const size_t per_row_d = db0 / (size_t)parts[0]->rows, per_row_s = sb0 / (size_t)parts[0]->rows;
-	uint8_t *d = NULL, *sc = NULL;
-	float *bias = NULL;
-	int rc;
-	if ((rc = cu_dev_alloc(c, (void **)&d, per_row_d * (size_t)rows, err)) || (rc = cu_track(c, d, err)))
-		return rc;
-	if (per_row_s && ((rc = cu_dev_alloc(c, (void **)&sc, per_row_s * (size_t)rows, err)) || (rc = cu_track(c, sc, err))))
-		return rc;
-	if (any_bias && ((rc = cu_dev_alloc(c, (void **)&bias, sizeof(float) * (size_t)rows, err)) ||
-	                 (rc = cu_track(c, bias, err))))
-		return rc;
-	*fused = *parts[0];
-	fused->rows = rows;
-	fused->data = d, fused->scales = sc, fused->bias = bias;
-	int64_t r0 = 0;
-	for (int i = 0; i < n; i++) {
-		struct fp4s_mat *m = parts[i];
-		FP4S_CUDA_TRY(err, cudaMemcpy(d + per_row_d * (size_t)r0, m->data, per_row_d * (size_t)m->rows,
-		                              cudaMemcpyHostToDevice));
-		m->data = d + per_row_d * (size_t)r0;
-		if (per_row_s) {
-			FP4S_CUDA_TRY(err, cudaMemcpy(sc + per_row_s * (size_t)r0, m->scales,
-			                              per_row_s * (size_t)m->rows, cudaMemcpyHostToDevice));
-			m->scales = sc + per_row_s * (size_t)r0;
-		}
-		if (any_bias) {
-			if (m->bias)
-				FP4S_CUDA_TRY(err, cudaMemcpy(bias + r0, m->bias, sizeof(float) * (size_t)m->rows,
-				                              cudaMemcpyHostToDevice));
-			else
-				FP4S_CUDA_TRY(err, cudaMemset(bias + r0, 0, sizeof(float) * (size_t)m->rows));
-			m->bias = bias + r0;
-		}
-		r0 += m->rows;
-	}
-	for (int i = 0; i < n; i++)
-		if ((rc = fp4s_cuda_mx_scale_range(parts[i], c->s, err)))
-			return rc;
-	return fp4s_cuda_mx_scale_range(fused, c->s, err);
-}
 
 static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t n_blocks,
                       int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err)
@@ -568,7 +457,8 @@ static int fused_path(const struct fp4s_backend *be, int64_t n, const struct fp4
 	return gemv_tokens(be, n) && (w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4) && fp4s_gemv_mma_allowed();
 }
 
-/* Where a dense MLP's decode SwiGLU runs (FP4S_FUSED_SWIGLU): 0 (default) its own kernel,
+/* Where a dense MLP's decode SwiGLU runs where gate and up are not uploaded as pairs
+ * (FP4S_GU_PAIRS=0, cuda_upload.cu; with pairs it is the gate|up epilogue's): 0 (default) its own kernel,
  * 1 ("gate") in the gate|up projection's epilogue, 2 ("down") in the down projection's staging.
  * Measured on llama3-8b decode (bench/results/2026-11-22-h100-session4.md): own kernel 288.5
  * tok/s, down 282.9, gate 279.9 (a block then walks gate and up tiles 29 MB apart). */
@@ -587,6 +477,10 @@ static int cu_norm_matmul_swiglu(struct fp4s_backend *be, const float *h, const 
                                  enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *g,
                                  struct fp4s_error *err)
 {
+	if (w->pairs) /* rows alternate gate, up: the bulk-copy kernel's pair epilogue (gemv_tma.cu) */
+		return fused_path(be, n, w) ? fp4s_gemv_mma_norm_pairs(w, h, (int32_t)n, g, nw, eps,
+		                                                       kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s, err)
+		                            : FP4S_EUNSUPPORTED;
 	if (swiglu_mode() != 1 || !fused_path(be, n, w))
 		return FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_norm_swiglu(w, h, (int32_t)n, g, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
@@ -813,6 +707,12 @@ void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int6
 	pdl_launch(swiglu_kernel, dim3(grid1(n * inter)), 256, 0, impl_of(be)->s, gate, up, n * inter, out);
 }
 
+static void cu_swiglu_pairs(struct fp4s_backend *be, const float *gu, int64_t n, int64_t inter, float *out)
+{
+	pdl_launch(swiglu_pairs_kernel, dim3(grid1(n * inter)), 256, 0, impl_of(be)->s,
+		reinterpret_cast<const float2 *>(gu), n * inter, out);
+}
+
 static void cu_graph_reset(struct fp4s_backend *be)
 {
 	struct cuda_impl *c = impl_of(be);
@@ -926,9 +826,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->alloc = cu_alloc;
 	be->free = cu_free;
 	be->destroy = cu_destroy;
-	be->upload_mat = cu_upload_mat;
-	be->upload_f32 = cu_upload_f32;
-	be->upload_fused = cu_upload_fused;
+	cu_upload_install(be);
 	be->begin = cu_begin;
 	be->read = cu_read;
 	be->gather_rows = cu_gather_rows;
@@ -948,6 +846,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->norm_matmul_swiglu = cu_norm_matmul_swiglu;
 	be->swiglu_matmul_add = cu_swiglu_matmul_add;
 	be->swiglu = cu_swiglu;
+	be->swiglu_pairs = cu_swiglu_pairs;
 	cu_moe_install(be);
 	*out = be;
 	return FP4S_OK;

@@ -73,6 +73,9 @@ void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t
                 enum fp4s_norm_kind kind, float *y);
 void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n, int64_t inter, float *out);
 
+/* cuda_upload.cu: sets be's weight uploads (upload_mat, upload_f32, upload_fused, upload_gate_up) */
+void cu_upload_install(struct fp4s_backend *be);
+
 /* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
 void cu_moe_install(struct fp4s_backend *be);
 void cu_moe_free(struct cuda_impl *c);

@@ -622,6 +622,8 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 			return FP4S_EUNSUPPORTED;
 		if (pair && (ks > 1 || M > 16))
 			return FP4S_EUNSUPPORTED; /* (nothing launched yet: one pass) */
+		if (pair == 2 && (gm_dev[dev].cc < 9 || !tma))
+			return FP4S_EUNSUPPORTED; /* pairs: the bulk-copy kernel's epilogue alone */
 		if (ks > 1 && ((int64_t)ks * m * w->rows > GM_WS_FLOATS || tiles > GM_CNT || ks > 65535))
 			return FP4S_EUNSUPPORTED;
 		gm_args a = {};
@@ -648,7 +650,7 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		a.eps = eps;
 		a.zero_centred = zero_centred;
 		a.l2pf = pair ? 0 : l2pf;
-		a.pair = pair;
+		a.pair = pair == 1;
 		if (gm_stamp.buf) {
 			a.stamps = gm_stamp.buf + (size_t)(gm_stamp.next % gm_stamp.slots) * gm_stamp.blocks * 4;
 			gm_stamp.next++;
@@ -658,9 +660,14 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		const int sms = gm_dev[dev].sms;
 		/* the bulk-copy kernel where it applies (gemv_tma.cu), unless a variant, a probe or an
 		 * L2 prefetch was asked for (benchmarks) */
-		a.stages = tma && gm_dev[dev].cc >= 9 && ks == 1 && !pair && !probe && !a.l2pf && variant == 0
+		a.stages = tma && gm_dev[dev].cc >= 9 && ks == 1 && pair != 1 && !probe && !a.l2pf && variant == 0
 		                   ? gm_tma_plan(nv, K, m, &a)
 		                   : 0;
+		if (pair == 2) {
+			if (!a.stages) /* (M <= 16: one pass, nothing launched yet) */
+				return FP4S_EUNSUPPORTED;
+			a.pairact = 2;
+		}
 		if (a.stages)
 			a.claim = tma == 2 ? gm_dev[dev].cnt + GM_CNT : NULL;
 		FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, ks, 1, sms, variant, s));
@@ -815,6 +822,15 @@ extern "C" int fp4s_gemv_mma_norm_swiglu(const struct fp4s_mat *w, const float *
 	if (w->rows % 32 || w->bias)
 		return FP4S_EUNSUPPORTED;
 	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 1, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_norm_pairs(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                        const float *norm_w, float eps, int zero_centred, cudaStream_t s,
+                                        struct fp4s_error *err)
+{
+	if (!w->pairs || w->rows % 16 || M < 1 || M > 16 || (norm_w && (uintptr_t)norm_w % 16))
+		return FP4S_EUNSUPPORTED;
+	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 2, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_group_max(const struct fp4s_stacked *gu, const struct fp4s_stacked *down)

@@ -86,8 +86,9 @@ struct gm_args {
 	 * stage's bytes, or zero past the row) */
 	int ttensor;
 	CUtensorMap tm_codes, tm_scales;
-	/* gemv_tma.cu, expert slots: rows 2i and 2i + 1 are a gpt-oss (gate, up) pair and y[slot] is
-	 * their clamped SwiGLU, rows / 2 wide (alpha, limit) */
+	/* gemv_tma.cu: rows 2i and 2i + 1 are a (gate, up) pair and y (per slot or token) is their
+	 * SwiGLU, rows / 2 wide: 1 gpt-oss's clamped form (alpha, limit; expert slots), 2 silu(gate) *
+	 * up (a dense MLP's pairs matrix, cuda_upload.cu) */
 	int pairact;
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */

@@ -49,6 +49,13 @@ int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, flo
 int fp4s_gemv_mma_norm_swiglu(const struct fp4s_mat *w, const float *x, int32_t M, float *y, const float *norm_w,
                               float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
 
+/* The same for w->pairs (rows alternate gate, up: cuda_upload.cu): y[M][rows / 2] = silu(gate) *
+ * up of W . rmsnorm(x; norm_w) (norm_w may be NULL), written by the bulk-copy kernel's epilogue
+ * from neighbouring rows of one tile. rows % 16 == 0, M <= 16, that kernel available, else
+ * FP4S_EUNSUPPORTED with nothing enqueued. */
+int fp4s_gemv_mma_norm_pairs(const struct fp4s_mat *w, const float *x, int32_t M, float *y, const float *norm_w,
+                             float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
+
 /* The MoE form: y[slot] = W_{idx[slot]} . x_row(slot) for slot < n_slots (moe_cuda.h's
  * fp4s_cuda_expert_matmul), x_row(slot) = x + (slot / x_div) * x_stride; act 1/2 makes x_row
  * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit). FP4S_EUNSUPPORTED

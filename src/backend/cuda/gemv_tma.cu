@@ -393,10 +393,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		}
 		if (a.pairact) {
 			/* (gate, up) = rows (2i, 2i + 1), neighbouring lanes: the even lane writes SwiGLU
-			 * (as moe.cu's moe_act_kernel and the down GEMV's staging compute it) */
+			 * (as moe.cu's moe_act_kernel, the SwiGLU kernels and the down GEMV's staging compute
+			 * it): 1 gpt-oss's clamped form, 2 silu(gate) * up */
 			const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
 			if (live && !(r & 1))
-				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] = swiglu_oai(out, up, a.alpha, a.limit);
+				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] =
+					a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
 		} else if (live) {
 			float *yp = yout + (size_t)tok * a.rows + row;
 			*yp = a.accumulate ? *yp + out : out;
