@@ -500,14 +500,15 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 
 /* The MoE form (fp4s_gemv_mma_experts): E experts stacked at a stride, slots choosing experts
  * (repeats included), x rows shared by x_div slots, SwiGLU of h staged on the fly (act 1: halves,
- * act 2: gpt-oss interleaved and clamped), per-expert bias and NVFP4 per-expert ws2. */
+ * act 2: gpt-oss interleaved and clamped, 3: interleaved silu(gate) * up), per-expert bias and
+ * NVFP4 per-expert ws2; pair 1 / 2: the SwiGLU (clamped / silu) of row pairs in the epilogue. */
 static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act, int per_expert_ws2, int shared,
                         const char *filter, int pair = 0)
 {
 	char name[160];
 	snprintf(name, sizeof name, "EXPERTS(%s,rows=%lld,K=%lld,act=%d%s%s%s)", fp4s_wformat_name(fmt), (long long)rows,
 	         (long long)k, act, per_expert_ws2 ? ",ws2e" : "", shared ? ",shared x" : "",
-	         pair ? ",pairact (gate, up rows -> SwiGLU)" : "");
+	         pair == 1 ? ",pairact (gate, up rows -> clamped SwiGLU)" : pair ? ",pairact (gate, up rows -> silu * up)" : "");
 	if (filter && !strstr(name, filter))
 		return;
 	/* shared: every slot reads the one x row (a token's gate|up projection, as the engine
@@ -547,9 +548,11 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 				xa[i] = xr[i];
 			} else if (act == 1) {
 				xa[i] = xr[i] / (1.0f + expf(-xr[i])) * xr[k + i];
-			} else {
+			} else if (act == 2) {
 				const float g = fminf(xr[2 * i], limit), u = fminf(fmaxf(xr[2 * i + 1], -limit), limit);
 				xa[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+			} else { /* interleaved, silu(gate) * up */
+				xa[i] = xr[2 * i] / (1.0f + expf(-xr[2 * i])) * xr[2 * i + 1];
 			}
 		}
 		const int e = idx[sl];
@@ -561,9 +564,10 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 	if (pair)
 		for (int sl = 0; sl < slots; sl++)
 			for (int64_t i = 0; i < yw; i++) {
-				const float g = fminf(yref[rows * sl + 2 * i], limit);
-				const float u = fminf(fmaxf(yref[rows * sl + 2 * i + 1], -limit), limit);
-				yref[yw * sl + i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+				const float gv = yref[rows * sl + 2 * i], uv = yref[rows * sl + 2 * i + 1];
+				const float g = pair == 1 ? fminf(gv, limit) : gv;
+				const float u = pair == 1 ? fminf(fmaxf(uv, -limit), limit) : uv;
+				yref[yw * sl + i] = pair == 1 ? g / (1.0f + expf(-alpha * g)) * (u + 1.0f) : g / (1.0f + expf(-g)) * u;
 			}
 	uint8_t *dd, *ds;
 	float *db_, *dx, *dy, *dws;
@@ -588,7 +592,7 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 	                          per_expert_ws2 ? dws : NULL, 0};
 	int rc = fp4s_cuda_mx_scale_range_stacked(&st, E, 0, &err);
 	if (!rc)
-		rc = pair ? fp4s_gemv_mma_experts_pairact(&st, didx, slots, dx, x_div, xs, alpha, limit, dy, 0, &err)
+		rc = pair ? fp4s_gemv_mma_experts_pairact(&st, didx, slots, dx, x_div, xs, pair, alpha, limit, dy, 0, &err)
 		          : fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
 	int failed = rc != 0;
 	if (rc) {
@@ -611,7 +615,7 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 		float *y2 = (float *)malloc(sizeof(float) * rows * slots);
 		for (int rep = 0; rep < 2 && !failed; rep++) {
 			CK(cudaMemset(dy, 0xFF, sizeof(float) * rows * slots));
-			rc = pair ? fp4s_gemv_mma_experts_pairact(&st, didx, slots, dx, x_div, xs, alpha, limit, dy, 0, &err)
+			rc = pair ? fp4s_gemv_mma_experts_pairact(&st, didx, slots, dx, x_div, xs, pair, alpha, limit, dy, 0, &err)
 			          : fp4s_gemv_mma_experts(&st, didx, slots, dx, x_div, xs, act, alpha, limit, dy, 0, &err);
 			if (!rc)
 				CK(cudaMemcpy(y2, dy, sizeof(float) * rows * slots, cudaMemcpyDeviceToHost));
@@ -701,9 +705,11 @@ static void run_grouped(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 				xa[i] = xr[i];
 			} else if (act == 1) {
 				xa[i] = xr[i] / (1.0f + expf(-xr[i])) * xr[k + i];
-			} else {
+			} else if (act == 2) {
 				const float g = fminf(xr[2 * i], limit), u = fminf(fmaxf(xr[2 * i + 1], -limit), limit);
 				xa[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+			} else { /* interleaved, silu(gate) * up */
+				xa[i] = xr[2 * i] / (1.0f + expf(-xr[2 * i])) * xr[2 * i + 1];
 			}
 		}
 		const int e = idx[sl];
@@ -972,7 +978,7 @@ int main(int argc, char **argv)
 		run_repeat(fmts[f], 3333, 14336, 2, 0, filter);
 	}
 	for (size_t f = 0; f < 2; f++)
-		for (int act = 0; act <= 2; act++) {
+		for (int act = 0; act <= 3; act++) {
 			run_experts(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, act == 1, 0, filter);
 			run_experts(fmts[f], 5760 / (act == 2 ? 2 : 1) - (act == 2 ? 0 : 37), 2880, act, 0, 0, filter);
 			if (act == 0) {
@@ -980,10 +986,12 @@ int main(int argc, char **argv)
 				run_experts(fmts[f], 5760 - 37, 2880, 0, 0, 1, filter);
 				run_experts(fmts[f], 5760, 2880, 0, 0, 1, filter, 1); /* gpt-oss gate|up */
 				run_experts(fmts[f], 1536, 2048, 0, 1, 1, filter, 1);
+				run_experts(fmts[f], 1536, 2048, 0, 1, 1, filter, 2); /* qwen3 gate|up as pairs */
+				run_experts(fmts[f], 96, 2880, 0, 0, 0, filter, 2);
 			}
 		}
 	for (size_t f = 0; f < 2; f++)
-		for (int act = 0; act <= 2; act++)
+		for (int act = 0; act <= 3; act++)
 			run_grouped(fmts[f], act ? 768 : 1536, act ? 768 : 2048, act, filter);
 	run_grouped(FP4S_WF_MXFP4, 5760, 2880, 0, filter);
 	run_grouped(FP4S_WF_MXFP4, 2880, 2880, 2, filter);

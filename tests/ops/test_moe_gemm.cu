@@ -32,7 +32,8 @@ struct mcase {
 	enum fp4s_wformat fmt;
 	int64_t H, I;
 	int E, n, K;
-	int interleaved; /* gpt-oss SwiGLU on interleaved gate/up rows, else gate half / up half */
+	int interleaved; /* form: 1 gpt-oss SwiGLU on interleaved gate/up rows, 2 silu(gate) * up on
+	                  * interleaved rows (qwen3 as uploaded), 0 gate half / up half */
 	int bias;
 	int per_expert_ws2;
 	int bt;
@@ -80,10 +81,12 @@ static float bf16_round(float v) { return fp4s_bf16_to_f32(fp4s_f32_to_bf16(v));
 static float swiglu(const float *h, int64_t I, int64_t i, int interleaved)
 {
 	const float alpha = 1.702f, limit = 7.0f;
-	if (interleaved) {
+	if (interleaved == 1) {
 		const float g = fminf(h[2 * i], limit), u = fminf(fmaxf(h[2 * i + 1], -limit), limit);
 		return g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
 	}
+	if (interleaved == 2)
+		return h[2 * i] / (1.0f + expf(-h[2 * i])) * h[2 * i + 1];
 	return h[i] / (1.0f + expf(-h[i])) * h[I + i];
 }
 
@@ -160,7 +163,7 @@ static void run_case(const struct mcase *c, const char *filter)
 {
 	char name[200];
 	snprintf(name, sizeof name, "MOE_GEMM(%s,H=%lld,I=%lld,E=%d,n=%d,K=%d,%s%s%s,bt=%d)", fp4s_wformat_name(c->fmt),
-	         (long long)c->H, (long long)c->I, c->E, c->n, c->K, c->interleaved ? "interleaved" : "halves",
+	         (long long)c->H, (long long)c->I, c->E, c->n, c->K, c->interleaved == 1 ? "interleaved" : c->interleaved ? "pairs-silu" : "halves",
 	         c->bias ? ",bias" : "", c->per_expert_ws2 ? ",ws2e" : "", c->bt);
 	if (filter && !strstr(name, filter))
 		return;
@@ -339,6 +342,8 @@ int main(int argc, char **argv)
 		/* qwen3-moe-like: NVFP4, per-expert scales, halves */
 		{FP4S_WF_NVFP4, 2048, 768, 16, 120, 8, 0, 0, 1, 64},
 		{FP4S_WF_NVFP4, 2048, 768, 16, 200, 8, 0, 0, 1, 256},
+		/* the same with gate and up rows interleaved at upload */
+		{FP4S_WF_NVFP4, 2048, 768, 16, 120, 8, 2, 0, 1, 128},
 		/* the other pairings, and small groups (most tiles mostly empty) */
 		{FP4S_WF_NVFP4, 1024, 512, 6, 90, 2, 1, 1, 1, 128},
 		{FP4S_WF_MXFP4, 256, 128, 4, 5, 2, 0, 0, 0, 64},

@@ -31,11 +31,14 @@ static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n,
 		y[i] = first ? a * x[i] : y[i] + a * x[i];
 }
 
-/* A MoE layer on the device: gate|up (per expert: gate rows then up rows, or gpt-oss's
- * interleaved gate_up) and down, each stacked over all experts, plus the step's buffers. */
+/* A MoE layer on the device: gate|up and down, each stacked over all experts, plus the step's
+ * buffers. */
 struct cu_moe {
 	struct fp4s_stacked gu, down;
-	int interleaved;
+	/* an expert's gate|up rows: 0 gate rows then up rows, 1 gpt-oss's interleaved gate_up (clamped
+	 * SwiGLU), 2 gate and up interleaved at upload (silu(gate) * up), so that the gate|up GEMV's
+	 * epilogue can write the SwiGLU (FP4S_MOE_PAIRS=0: form 0) */
+	int form;
 	/* one-token buffers (fixed: graphs hold them) and, for larger batches, views of the
 	 * backend's shared growable set (moe_batch_bufs) */
 	int32_t *idx1, *idxn;
@@ -48,9 +51,11 @@ struct cu_moe {
 };
 
 /* Stacks one projection of every expert (parts[e], each a [rows, cols] view, in order) into one
- * allocation; parts2 (may be NULL) are appended to each expert's block (gate then up). */
+ * allocation; parts2 (may be NULL) are appended to each expert's block (gate then up), or with
+ * pairs (equal rows) alternate with parts' rows (row 2i gate i, 2i + 1 up i: each part copied to
+ * the device once, then to every other row by a strided device copy). */
 static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *parts, const struct fp4s_mat *const *parts2,
-                         int32_t E, struct fp4s_stacked *out, struct fp4s_error *err)
+                         int32_t E, int pairs, struct fp4s_stacked *out, struct fp4s_error *err)
 {
 	const struct fp4s_mat *m0 = parts[0];
 	size_t sb, db = cu_mat_data_bytes(m0, &sb);
@@ -74,17 +79,45 @@ static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *part
 	if (m0->fmt != FP4S_WF_NVFP4 && m0->fmt != FP4S_WF_MXFP4 && m0->fmt != FP4S_WF_BF16)
 		return FP4S_EUNSUPPORTED;
 	const size_t row_d = db / (size_t)m0->rows, row_s = sb / (size_t)m0->rows;
-	uint8_t *d = NULL, *sc = NULL;
+	if (pairs && (!parts2 || parts2[0]->rows != m0->rows))
+		return FP4S_EUNSUPPORTED;
+	uint8_t *d = NULL, *sc = NULL, *tmp = NULL;
 	float *bias = NULL, *ws2e = NULL;
 	int rc;
-	if ((rc = cu_dev_alloc(c, (void **)&d, row_d * (size_t)rows * (size_t)E, err)) || (rc = cu_track(c, d, err)))
+	if (pairs && (rc = cu_dev_alloc(c, (void **)&tmp, db > (size_t)m0->rows * 4 ? db : (size_t)m0->rows * 4, err)))
 		return rc;
-	if (row_s && ((rc = cu_dev_alloc(c, (void **)&sc, row_s * (size_t)rows * (size_t)E, err)) || (rc = cu_track(c, sc, err))))
+	if ((rc = cu_dev_alloc(c, (void **)&d, row_d * (size_t)rows * (size_t)E, err)) || (rc = cu_track(c, d, err)) ||
+	    (row_s && ((rc = cu_dev_alloc(c, (void **)&sc, row_s * (size_t)rows * (size_t)E, err)) ||
+	               (rc = cu_track(c, sc, err)))) ||
+	    (any_bias && ((rc = cu_dev_alloc(c, (void **)&bias, sizeof(float) * (size_t)rows * (size_t)E, err)) ||
+	                  (rc = cu_track(c, bias, err))))) {
+		cudaFree(tmp);
 		return rc;
-	if (any_bias && ((rc = cu_dev_alloc(c, (void **)&bias, sizeof(float) * (size_t)rows * (size_t)E, err)) ||
-	                 (rc = cu_track(c, bias, err))))
-		return rc;
-	for (int32_t e = 0; e < E; e++) {
+	}
+	for (int32_t e = 0; pairs && e < E; e++) {
+		const size_t R = (size_t)m0->rows;
+		cudaError_t ce = cudaSuccess;
+		for (int k = 0; k < 2 && ce == cudaSuccess; k++) {
+			const struct fp4s_mat *m = k ? parts2[e] : parts[e];
+			const size_t at = (size_t)e * (size_t)rows + (size_t)k; /* row k of the expert's block */
+			const void *src[3] = {m->data, m->scales, m->bias};
+			uint8_t *dst[3] = {d + row_d * at, sc ? sc + row_s * at : NULL, (uint8_t *)(bias + at)};
+			const size_t w[3] = {row_d, row_s, sizeof(float)};
+			for (int j = 0; j < 3 && ce == cudaSuccess; j++) {
+				if ((j == 1 && !row_s) || (j == 2 && !any_bias))
+					continue;
+				ce = src[j] ? cudaMemcpy(tmp, src[j], w[j] * R, cudaMemcpyHostToDevice) : cudaMemset(tmp, 0, w[j] * R);
+				if (ce == cudaSuccess)
+					ce = cudaMemcpy2D(dst[j], 2 * w[j], tmp, w[j], w[j], R, cudaMemcpyDeviceToDevice);
+			}
+		}
+		if (ce != cudaSuccess) {
+			cudaFree(tmp);
+			FP4S_CUDA_TRY(err, ce);
+		}
+	}
+	cudaFree(tmp);
+	for (int32_t e = 0; !pairs && e < E; e++) {
 		int64_t r0 = 0;
 		const struct fp4s_mat *ms[2] = {parts[e], parts2 ? parts2[e] : NULL};
 		for (int k = 0; k < 2; k++) {
@@ -142,6 +175,8 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 		return fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
 	const struct fp4s_mat **b = a + E, **dn = a + 2 * E;
 	const int inter = p->oai_swiglu;
+	static int pairs_off = -1;
+	const int pairs = !inter && !fp4s_env_off("FP4S_MOE_PAIRS", &pairs_off);
 	for (int32_t e = 0; e < E; e++) {
 		a[e] = inter ? &p->experts[e].gate_up : &p->experts[e].gate;
 		b[e] = &p->experts[e].up;
@@ -150,9 +185,9 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 	struct cu_moe *m = (struct cu_moe *)calloc(1, sizeof *m);
 	int rc = m ? FP4S_OK : fp4s_error_set(err, FP4S_ENOMEM, "moe: out of host memory");
 	if (!rc)
-		rc = stack_experts(c, a, inter ? NULL : b, E, &m->gu, err);
+		rc = stack_experts(c, a, inter ? NULL : b, E, pairs, &m->gu, err);
 	if (!rc)
-		rc = stack_experts(c, dn, NULL, E, &m->down, err);
+		rc = stack_experts(c, dn, NULL, E, 0, &m->down, err);
 	free(a);
 	const int64_t K = p->top_k, I = p->inter, H = p->hidden;
 	if (!rc && (m->gu.rows != 2 * I || m->down.rows != H || m->down.cols != I))
@@ -170,7 +205,7 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 		free(m); /* stacked weights stay tracked and are freed with the backend */
 		return rc;
 	}
-	m->interleaved = inter;
+	m->form = inter ? 1 : pairs ? 2 : 0;
 	m->next = c->moes;
 	c->moes = m;
 	p->dev = m;
@@ -216,10 +251,10 @@ static int expert_down(struct cuda_impl *c, struct cu_moe *m, const struct fp4s_
                        float *y, struct fp4s_error *err)
 {
 	const int64_t I = p->inter, H = p->hidden;
-	int rc = fp4s_gemv_mma_experts(&m->down, idx, slots, h, 1, 2 * I, m->interleaved ? 2 : 1, p->swiglu_alpha,
+	int rc = fp4s_gemv_mma_experts(&m->down, idx, slots, h, 1, 2 * I, m->form + 1, p->swiglu_alpha,
 	                               p->swiglu_limit, o, c->s, err);
 	if (rc == FP4S_EUNSUPPORTED &&
-	    (!(rc = fp4s_cuda_moe_act(h, slots, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, a, c->s, err))))
+	    (!(rc = fp4s_cuda_moe_act(h, slots, I, m->form, p->swiglu_alpha, p->swiglu_limit, a, c->s, err))))
 		rc = fp4s_cuda_expert_matmul(&m->down, idx, slots, a, 1, I, o, c->s, err);
 	if (rc)
 		return rc;
@@ -290,7 +325,7 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 		const int32_t nz = fp4s_cuda_moe_group_count(slots, (int32_t)E, bt);
 		if ((rc = fp4s_cuda_moe_group(idx, slots, (int32_t)K, (int32_t)E, bt, m->gpos, m->gsrc, m->gexp, m->goff,
 		                              m->gm, c->s, err)) ||
-		    (rc = fp4s_moe_gemm(&m->gu, &m->down, m->gexp, m->goff, m->gm, nz, bt, x, m->gsrc, slots, m->interleaved,
+		    (rc = fp4s_moe_gemm(&m->gu, &m->down, m->gexp, m->goff, m->gm, nz, bt, x, m->gsrc, slots, m->form,
 		                        p->swiglu_alpha, p->swiglu_limit, h, m->xbn, o, c->s, err)))
 			return rc;
 		return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
@@ -307,7 +342,7 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 		                           err);
 		if (rc == FP4S_OK)
 			rc = fp4s_gemv_mma_grouped(&m->down, m->gexp, m->goff, m->gm, nz, gmax, h, NULL, 2 * I,
-			                           m->interleaved ? 2 : 1, p->swiglu_alpha, p->swiglu_limit, o, c->s, err);
+			                           m->form + 1, p->swiglu_alpha, p->swiglu_limit, o, c->s, err);
 		if (rc == FP4S_OK)
 			return fp4s_cuda_moe_combine(o, w, m->gpos, (int32_t)n, (int32_t)K, H, accumulate, y, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED)
@@ -341,11 +376,11 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
 	static int pairact_off = -1; /* FP4S_MOE_PAIRACT=0: the SwiGLU back in the down GEMV's staging */
-	if (mode >= 3 && m->interleaved && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off)) {
-		/* gpt-oss: the gate|up GEMV's epilogue writes SwiGLU of its (gate, up) row pairs, so the
-		 * down GEMV stages I plain floats a block instead of 2 I and their exponentials */
-		rc = fp4s_gemv_mma_experts_pairact(&m->gu, m->idx1, K, m->x1, K, H, p->swiglu_alpha, p->swiglu_limit,
-		                                   m->a1, c->s, err);
+	if (mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off)) {
+		/* interleaved gate|up: the GEMV's epilogue writes SwiGLU of its (gate, up) row pairs, so
+		 * the down GEMV stages I plain floats a block instead of 2 I and their exponentials */
+		rc = fp4s_gemv_mma_experts_pairact(&m->gu, m->idx1, K, m->x1, K, H, m->form, p->swiglu_alpha,
+		                                   p->swiglu_limit, m->a1, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED) {
 			if (!rc)
 				rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0,
@@ -371,7 +406,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	if (mode == 4) {
 		/* the SwiGLU as a kernel of its own, so each down block stages I floats, not 2 I plus
 		 * the exponentials (as the dense MLP, where that measured faster) */
-		rc = fp4s_cuda_moe_act(m->h1, K, I, m->interleaved, p->swiglu_alpha, p->swiglu_limit, m->a1, c->s, err);
+		rc = fp4s_cuda_moe_act(m->h1, K, I, m->form, p->swiglu_alpha, p->swiglu_limit, m->a1, c->s, err);
 		if (!rc)
 			rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0, m->w1, h,
 			                              m->o1, c->s, err);
@@ -380,7 +415,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 		return expert_down(c, m, p, m->idx1, m->w1, K, m->h1, m->a1, m->o1, 1, 1, h, err);
 	}
 	if (mode >= 2) {
-		rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->h1, 1, 2 * I, m->interleaved ? 2 : 1,
+		rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->h1, 1, 2 * I, m->form + 1,
 		                              p->swiglu_alpha, p->swiglu_limit, NULL, 0.0f, 0, m->w1, h, m->o1, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;

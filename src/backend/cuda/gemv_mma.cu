@@ -699,10 +699,13 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
 }
 
 extern "C" int fp4s_gemv_mma_experts_pairact(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
-                                            const float *x, int32_t x_div, int64_t x_stride, float alpha,
-                                            float limit, float *y, cudaStream_t s, struct fp4s_error *err)
+                                            const float *x, int32_t x_div, int64_t x_stride, int kind,
+                                            float alpha, float limit, float *y, cudaStream_t s,
+                                            struct fp4s_error *err)
 {
-	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, y, 1, s,
+	if (kind != 1 && kind != 2)
+		return FP4S_EUNSUPPORTED;
+	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, y, kind, s,
 	                  err);
 }
 
@@ -717,7 +720,7 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
 	const int64_t K = w->cols;
 	if (K % 32 || K > (1 << 28) || w->rows <= 0 || n_slots < 1 || n_slots > 65535 || x_div < 1 ||
 	    ((uintptr_t)w->data % 16) || ((uintptr_t)x % 16) || x_stride % 4 || w->stride_data % 16 ||
-	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 2 ||
+	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 3 ||
 	    (norm_w && (act || (uintptr_t)norm_w % 16)) || (!cw != !ch))
 		return FP4S_EUNSUPPORTED;
 	uint32_t ec;
@@ -775,7 +778,7 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
 		/* the paired SwiGLU epilogue is the bulk-copy kernel's alone; whole tiles of pairs */
 		if (!a.stages || w->rows % 16 || act || norm_w || cw)
 			return FP4S_EUNSUPPORTED;
-		a.pairact = 1;
+		a.pairact = pairact;
 	}
 	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_slots, sms, 0, s));
 	return FP4S_OK;
@@ -853,7 +856,7 @@ extern "C" int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t
 	const int64_t K = w->cols;
 	if (K % 32 || K > (1 << 28) || w->rows <= 0 || n_groups < 1 || n_groups > 65535 || gmax < 1 || gmax > 8 ||
 	    ((uintptr_t)w->data % 16) || ((uintptr_t)x % 16) || x_stride % 4 || w->stride_data % 16 ||
-	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 2 ||
+	    (nv && ((uintptr_t)w->scales % 2 || w->stride_scales % 2)) || !w->scales || act < 0 || act > 3 ||
 	    (act && xrow))
 		return FP4S_EUNSUPPORTED;
 	uint32_t ec;

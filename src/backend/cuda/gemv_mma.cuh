@@ -49,7 +49,8 @@ struct gm_args {
 	const float *ws2e;
 	int x_div;
 	int64_t x_stride;
-	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped */
+	int act; /* x is SwiGLU(h): 1 = gate half then up half, 2 = gpt-oss interleaved, clamped, 3 =
+	          * interleaved, silu(gate) * up */
 	float alpha, limit;
 	int probe; /* benchmarks: loads only (results are garbage) */
 	/* grouped experts (blockIdx.z = group): g_m[z] tokens (0 = an unused group) of expert
@@ -183,7 +184,7 @@ static __device__ __forceinline__ uint32_t gm_split(float a, float b, uint32_t &
 /* x[ke..ke + 8) of SwiGLU(h) (from its loaded inputs) for a down projection, the same float math as
  * moe.cu's moe_act_kernel: act 1: h = [gate | up] halves of K each; act 2 (gpt-oss): gate and up
  * interleaved, gate clamped above at limit, up to [-limit, limit], gate * sigmoid(alpha gate) *
- * (up + 1). */
+ * (up + 1); act 3: interleaved, silu(gate) * up. */
 static __device__ __forceinline__ void gm_act8(const float4 r[4], int act, float alpha, float limit, float xe[8])
 {
 	if (act == 1) { /* r: gate[ke..ke + 8), up[ke..ke + 8) */
@@ -197,8 +198,8 @@ static __device__ __forceinline__ void gm_act8(const float4 r[4], int act, float
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const float4 q = r[i];
-			xe[2 * i] = swiglu_oai(q.x, q.y, alpha, limit);
-			xe[2 * i + 1] = swiglu_oai(q.z, q.w, alpha, limit);
+			xe[2 * i] = act == 2 ? swiglu_oai(q.x, q.y, alpha, limit) : silu_mul(q.x, q.y);
+			xe[2 * i + 1] = act == 2 ? swiglu_oai(q.z, q.w, alpha, limit) : silu_mul(q.z, q.w);
 		}
 	}
 }

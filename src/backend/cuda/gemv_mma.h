@@ -58,7 +58,8 @@ int fp4s_gemv_mma_norm_pairs(const struct fp4s_mat *w, const float *x, int32_t M
 
 /* The MoE form: y[slot] = W_{idx[slot]} . x_row(slot) for slot < n_slots (moe_cuda.h's
  * fp4s_cuda_expert_matmul), x_row(slot) = x + (slot / x_div) * x_stride; act 1/2 makes x_row
- * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit). FP4S_EUNSUPPORTED
+ * SwiGLU(h) of a [2K] row (halves / gpt-oss interleaved with alpha and limit); act 3 interleaved
+ * with silu(gate) * up. FP4S_EUNSUPPORTED
  * where it declines (then nothing is enqueued). */
 int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x,
                           int32_t x_div, int64_t x_stride, int act, float alpha, float limit, float *y,
@@ -78,13 +79,14 @@ int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, i
  * (0: unused) of expert g_expert[z]; their x rows are xrow[g_off[z] + i] of x (x_stride floats
  * apart), or rows g_off[z] + i when xrow is NULL (act then as above); y rows g_off[z] + i. Each
  * expert's weights are read once per group instead of once per token. */
-/* As fp4s_gemv_mma_experts with plain x, for gpt-oss's interleaved gate|up experts: rows 2i and
- * 2i + 1 are (gate, up) and y[slot] (rows / 2 wide) is their clamped SwiGLU (swiglu.cuh), written
- * by the GEMV's epilogue, so the down projection reads plain activations. FP4S_EUNSUPPORTED, with
- * nothing enqueued, where the bulk-copy kernel does not take the shape. */
+/* As fp4s_gemv_mma_experts with plain x, for interleaved gate|up experts: rows 2i and 2i + 1 are
+ * (gate, up) and y[slot] (rows / 2 wide) is their SwiGLU (swiglu.cuh; kind 1: gpt-oss's clamped
+ * form with alpha and limit, 2: silu(gate) * up), written by the GEMV's epilogue, so the down
+ * projection reads plain activations. FP4S_EUNSUPPORTED, with nothing enqueued, where the
+ * bulk-copy kernel does not take the shape. */
 int fp4s_gemv_mma_experts_pairact(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
-                                  const float *x, int32_t x_div, int64_t x_stride, float alpha, float limit,
-                                  float *y, cudaStream_t s, struct fp4s_error *err);
+                                  const float *x, int32_t x_div, int64_t x_stride, int kind, float alpha,
+                                  float limit, float *y, cudaStream_t s, struct fp4s_error *err);
 
 int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t *g_expert, const int32_t *g_off,
                           const int32_t *g_m, int32_t n_groups, int32_t gmax, const float *x, const int32_t *xrow,

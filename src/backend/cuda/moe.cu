@@ -339,7 +339,7 @@ static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, co
 	}
 }
 
-static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter, int interleaved,
+static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter, int form,
                                       float alpha, float limit, float *__restrict__ a)
 {
 	pdl_enter();
@@ -347,8 +347,10 @@ static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter
 	const float *hs = h + (int64_t)slot * 2 * inter;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inter; i += (int64_t)gridDim.x * blockDim.x) {
 		float out;
-		if (interleaved) /* gpt-oss: gate at even rows, up at odd; clamped SwiGLU */
+		if (form == 1) /* gpt-oss: gate at even rows, up at odd; clamped SwiGLU */
 			out = swiglu_oai(hs[2 * i], hs[2 * i + 1], alpha, limit);
+		else if (form == 2) /* interleaved at upload */
+			out = silu_mul(hs[2 * i], hs[2 * i + 1]);
 		else /* gate half, then up half */
 			out = silu_mul(hs[i], hs[inter + i]);
 		a[(int64_t)slot * inter + i] = out;
@@ -464,12 +466,12 @@ extern "C" int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32
 	return FP4S_OK;
 }
 
-extern "C" int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int interleaved,
+extern "C" int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int form,
                                  float alpha, float limit, float *a, cudaStream_t s,
                                  struct fp4s_error *err)
 {
 	pdl_launch(moe_act_kernel, dim3((unsigned)((inter + 255) / 256), (unsigned)n_slots), 256, 0, s,
-		h, inter, interleaved, alpha, limit, a);
+		h, inter, form, alpha, limit, a);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }

@@ -55,8 +55,9 @@ int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int
 int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                             const float *x, int32_t x_div, int64_t x_stride, float *y,
                             cudaStream_t s, struct fp4s_error *err);
-/* a[slot] = SwiGLU of h[slot] ([2 * inter]: halves, or interleaved gpt-oss rows, clamped) */
-int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int interleaved, float alpha,
+/* a[slot] = SwiGLU of h[slot] ([2 * inter]; form 0: gate half then up half, 1: gpt-oss's interleaved
+ * rows, clamped, 2: interleaved, silu(gate) * up) */
+int fp4s_cuda_moe_act(const float *h, int32_t n_slots, int64_t inter, int form, float alpha,
                       float limit, float *a, cudaStream_t s, struct fp4s_error *err);
 /* y[t] = sum_j w[t, j] * o[perm[t * K + j]] (perm NULL: o[t * K + j]); accumulate: y[t] += that */
 int fp4s_cuda_moe_combine(const float *o, const float *w, const int32_t *perm, int32_t n, int32_t K, int64_t H,
@@ -81,7 +82,7 @@ int fp4s_moe_gemm_tile(const struct fp4s_stacked *gu, const struct fp4s_stacked 
 size_t fp4s_moe_gemm_scratch_bytes(int32_t n_slots, int64_t hidden, int64_t inter);
 int fp4s_moe_gemm(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, const int32_t *g_expert,
                   const int32_t *g_off, const int32_t *g_m, int32_t n_groups, int bt, const float *x,
-                  const int32_t *src, int32_t n_slots, int interleaved, float alpha, float limit, float *h,
+                  const int32_t *src, int32_t n_slots, int form, float alpha, float limit, float *h,
                   void *xb, float *o, cudaStream_t s, struct fp4s_error *err);
 
 #ifdef __cplusplus

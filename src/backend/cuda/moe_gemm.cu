@@ -48,7 +48,7 @@ __global__ void gather_bf16_kernel(const float *__restrict__ x, const int32_t *_
 
 /* out[row] = SwiGLU(h[row]) in BF16, K (= inter) permuted (swiglu.cuh: the FP32 values moe.cu's
  * moe_act computes) */
-__global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int interleaved, float alpha,
+__global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int form, float alpha,
                                 float limit, size_t nchunks, __nv_bfloat16 *__restrict__ out)
 {
 	const int64_t cpr = inter / 8;
@@ -62,10 +62,10 @@ __global__ void act_bf16_kernel(const float *__restrict__ h, int64_t inter, int 
 		for (int c = 0; c < 4; c++) {
 			const int64_t k = k0 + 16 * c;
 			float a0, a1;
-			if (interleaved) { /* gate at even rows, up at odd: g0 u0 g1 u1 */
+			if (form) { /* gate at even rows, up at odd: g0 u0 g1 u1 (1: gpt-oss's clamped form) */
 				const float4 v = *reinterpret_cast<const float4 *>(hr + 2 * k);
-				a0 = swiglu_oai(v.x, v.y, alpha, limit);
-				a1 = swiglu_oai(v.z, v.w, alpha, limit);
+				a0 = form == 1 ? swiglu_oai(v.x, v.y, alpha, limit) : silu_mul(v.x, v.y);
+				a1 = form == 1 ? swiglu_oai(v.z, v.w, alpha, limit) : silu_mul(v.z, v.w);
 			} else {
 				const float2 g = *reinterpret_cast<const float2 *>(hr + k);
 				const float2 u = *reinterpret_cast<const float2 *>(hr + inter + k);
@@ -135,7 +135,7 @@ extern "C" size_t fp4s_moe_gemm_scratch_bytes(int32_t n_slots, int64_t hidden, i
 
 extern "C" int fp4s_moe_gemm(const struct fp4s_stacked *gu, const struct fp4s_stacked *down, const int32_t *g_expert,
                              const int32_t *g_off, const int32_t *g_m, int32_t n_groups, int bt, const float *x,
-                             const int32_t *src, int32_t n_slots, int interleaved, float alpha, float limit, float *h,
+                             const int32_t *src, int32_t n_slots, int form, float alpha, float limit, float *h,
                              void *xb, float *o, cudaStream_t s, struct fp4s_error *err)
 {
 	const int64_t H = gu->cols, I = down->cols;
@@ -151,7 +151,7 @@ extern "C" int fp4s_moe_gemm(const struct fp4s_stacked *gu, const struct fp4s_st
 	if (rc)
 		return rc;
 	nc = (size_t)n_slots * (size_t)I / 8;
-	act_bf16_kernel<<<grid_for(nc), 256, 0, s>>>(h, I, interleaved, alpha, limit, nc, xp);
+	act_bf16_kernel<<<grid_for(nc), 256, 0, s>>>(h, I, form, alpha, limit, nc, xp);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return fp4s_gemm_wgmma_grouped(down, g_expert, g_off, g_m, n_groups, bt, xp, o, s, err);
 }
