@@ -14,11 +14,9 @@
  * load the matching activations once as float4s and use them for all 4 rows, with the 4 rows'
  * weight loads issued before any arithmetic. The grid (row groups x selected experts) holds
  * thousands of warps, which keeps enough loads in flight at batch 1. */
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
@@ -26,8 +24,6 @@
 #include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
-
-namespace cg = cooperative_groups;
 
 /* One warp per token: softmax and k rounds of a warp argmax (ties to the lower expert id, NaN
  * never chosen unless nothing else is left, as in the CPU's loop). */
@@ -130,16 +126,9 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
  * the last block to finish (a counter, reset for the next launch, as gemv_mma.cu's split-K) reads
  * them back and routes them with route_warp, the code moe_route_kernel runs, so both give the
  * same ids and weights for the same logits. Nothing depends on arrival order. xn (may be NULL):
- * block 0 also writes the normalized token there.
- *
- * CL (compute capability 9.0, E <= 128 rows of up to 4096 BF16, or 64 of up to 8192): the
- * blocks are one thread-block cluster of at most 8 blocks of 16 (or 8) warps; each warp puts its logit straight into block 0's shared memory and
- * one cluster barrier replaces the counter and the read back from L2, so the top-k starts about
- * two L2 round trips earlier (FP4S_ROUTE_CLUSTER=0: the counter form). */
+ * block 0 also writes the normalized token there. */
 #define NR_WARPS 4
-#define NR_CL_WARPS 16
-#define NR_CL_BLOCKS 8 /* the portable cluster size */
-#define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round (4 warps) */
+#define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
 
 template <int FMT>
 static __device__ __forceinline__ float nr_chunk_dot(const uint4 wv, const float *xs)
@@ -167,23 +156,21 @@ static __device__ __forceinline__ float nr_chunk_dot(const uint4 wv, const float
 	return acc;
 }
 
-template <int FMT, int PRE, int W, bool CL> /* FP4S_WF_BF16, F16, F32; chunks a lane preloads; warps */
-static __global__ void __launch_bounds__(W * 32)
+template <int FMT, int PRE> /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads */
+static __global__ void __launch_bounds__(NR_WARPS * 32)
 norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
                   const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
                   int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn)
 {
 	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] + [E] flags */
-	__shared__ float red[W];
-	__shared__ float cl_lg[CL ? NR_CL_BLOCKS * NR_CL_WARPS : 1];            /* CL: block 0's logits */
-	__shared__ uint8_t cl_taken[CL ? NR_CL_BLOCKS * NR_CL_WARPS : 1];
+	__shared__ float red[NR_WARPS];
 	__shared__ int32_t sel[64];
 	__shared__ float selv[64];
 	__shared__ int last;
 	pdl_trigger();
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int32_t r = blockIdx.x * W + warp;
+	const int32_t r = blockIdx.x * NR_WARPS + warp;
 	constexpr int EPC = FMT == FP4S_WF_F32 ? 4 : 8; /* elements per 16-byte chunk */
 	const int32_t nq = H / EPC;
 	const uint4 *wr = reinterpret_cast<const uint4 *>(rw) + (size_t)min(r, E - 1) * nq;
@@ -194,11 +181,11 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	pdl_wait(); /* h is the previous kernel's output */
 	const float c = zc ? 1.0f : 0.0f;
 	float ss = 0.0f;
-	for (int32_t base = 0; base < H; base += 4 * W * 32 * NR_NV) {
+	for (int32_t base = 0; base < H; base += 4 * NR_WARPS * 32 * NR_NV) {
 		float4 v[NR_NV], g[NR_NV];
 #pragma unroll
 		for (int u = 0; u < NR_NV; u++) {
-			const int32_t i = base + 4 * (threadIdx.x + u * W * 32);
+			const int32_t i = base + 4 * (threadIdx.x + u * NR_WARPS * 32);
 			if (i < H) {
 				v[u] = *reinterpret_cast<const float4 *>(h + i);
 				g[u] = __ldg(reinterpret_cast<const float4 *>(nw + i));
@@ -206,7 +193,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 		}
 #pragma unroll
 		for (int u = 0; u < NR_NV; u++) {
-			const int32_t i = base + 4 * (threadIdx.x + u * W * 32);
+			const int32_t i = base + 4 * (threadIdx.x + u * NR_WARPS * 32);
 			if (i < H) {
 				ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
 				*reinterpret_cast<float4 *>(xs + i) = make_float4(v[u].x * (c + g[u].x), v[u].y * (c + g[u].y),
@@ -221,11 +208,11 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	__syncthreads();
 	ss = 0.0f;
 #pragma unroll
-	for (int i = 0; i < W; i++)
+	for (int i = 0; i < NR_WARPS; i++)
 		ss += red[i];
 	const float inv = 1.0f / sqrtf(ss / (float)H + eps);
 	if (xn && blockIdx.x == 0)
-		for (int32_t i = threadIdx.x; i < H; i += W * 32)
+		for (int32_t i = threadIdx.x; i < H; i += NR_WARPS * 32)
 			xn[i] = xs[i] * inv;
 	float acc = 0.0f;
 #pragma unroll
@@ -236,27 +223,8 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 		acc += nr_chunk_dot<FMT>(__ldg(wr + q), xs + (size_t)q * EPC);
 	for (int o = 16; o; o >>= 1)
 		acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
-	const float logit = acc * inv + (rb ? rb[r < E ? r : 0] : 0.0f);
 	if (lane == 0 && r < E)
-		lg[r] = logit;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	if (CL) {
-		/* block 0's cl_lg[r] through distributed shared memory; the barrier (release / acquire)
-		 * makes every block's writes visible to block 0 and keeps it alive until they land */
-		cg::cluster_group cl = cg::this_cluster();
-		float *dst = cl.map_shared_rank(cl_lg, 0);
-		if (lane == 0 && r < E)
-			dst[r] = logit;
-		cl.sync();
-		if (cl.block_rank() != 0 || warp != 0)
-			return;
-		for (int32_t e = lane; e < E; e += 32)
-			cl_taken[e] = 0;
-		__syncwarp();
-		route_warp(cl_lg, cl_taken, E, K, kind, norm, sel, selv, idx, w);
-		return;
-	}
-#endif
+		lg[r] = acc * inv + (rb ? rb[r] : 0.0f);
 	__syncthreads(); /* also: every warp is done with xs */
 	if (threadIdx.x == 0)
 		last = fp4s_arrive(cnt) == gridDim.x - 1;
@@ -274,74 +242,19 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
 }
 
-/* FP4S_ROUTE_CLUSTER=0, or fp4s_cuda_set_route_cluster(0): the counter form (A/B, tests) */
-static int nr_cluster_forced = -1;
-extern "C" void fp4s_cuda_set_route_cluster(int on) { nr_cluster_forced = on >= 0 ? !!on : -1; }
-
-static int nr_cluster_on(void)
-{
-	static int env = -1, cc = -1;
-	if (env < 0) {
-		const char *e = getenv("FP4S_ROUTE_CLUSTER");
-		env = !(e && !strcmp(e, "0"));
-	}
-	if (cc < 0) {
-		int dev = 0, major = 0;
-		cc = cudaGetDevice(&dev) == cudaSuccess &&
-		             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
-		         ? major
-		         : 0;
-	}
-	return cc >= 9 && (nr_cluster_forced >= 0 ? nr_cluster_forced : env);
-}
-
-template <int FMT, int PRE, int W, bool CL>
-static cudaError_t nr_launch_one(dim3 grid, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb, int32_t E,
-                                 int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K, int kind,
-                                 int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
-{
-	struct pdl_launch l;
-	cudaLaunchConfig_t *cfg = pdl_cfg(&l, grid, W * 32, smem, s, 2);
-	if (CL) {
-		l.attr[cfg->numAttrs].id = cudaLaunchAttributeClusterDimension;
-		l.attr[cfg->numAttrs].val.clusterDim.x = grid.x;
-		l.attr[cfg->numAttrs].val.clusterDim.y = 1;
-		l.attr[cfg->numAttrs].val.clusterDim.z = 1;
-		cfg->numAttrs++;
-	}
-	return cudaLaunchKernelEx(cfg, norm_route_kernel<FMT, PRE, W, CL>, d, rb, E, H, h, nw, eps, zc, K, kind, norm, lg,
-	                          cnt, idx, w, xn);
-}
-
 template <int FMT>
-static cudaError_t nr_launch(int32_t nq, int32_t E, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb,
-                             int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K, int kind,
-                             int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
+static cudaError_t nr_launch(int32_t nq, dim3 grid, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb,
+                             int32_t E, int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K,
+                             int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
 {
-	/* cluster form: 16-warp blocks, or 8-warp ones where a lane preloads 16 chunks (512 threads
-	 * leave 128 registers a thread: that variant spilled); not for FP32 rows that long (spills) */
-	const int clw = nq <= 32 * 8 ? NR_CL_WARPS : NR_CL_WARPS / 2;
-	if ((nq <= 32 * 8 || (nq <= 32 * 16 && FMT != FP4S_WF_F32)) && E <= NR_CL_BLOCKS * clw && nr_cluster_on()) {
-		const dim3 grid((unsigned)((E + clw - 1) / clw));
-		if (nq <= 32 * 4)
-			return nr_launch_one<FMT, 4, NR_CL_WARPS, true>(grid, smem, s, d, rb, E, H, h, nw, eps, zc, K, kind,
-			                                                norm, lg, cnt, idx, w, xn);
-		if (nq <= 32 * 8)
-			return nr_launch_one<FMT, 8, NR_CL_WARPS, true>(grid, smem, s, d, rb, E, H, h, nw, eps, zc, K, kind,
-			                                                norm, lg, cnt, idx, w, xn);
-		if constexpr (FMT != FP4S_WF_F32)
-			return nr_launch_one<FMT, 16, NR_CL_WARPS / 2, true>(grid, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-			                                                     kind, norm, lg, cnt, idx, w, xn);
-	}
-	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	if (nq <= 32 * 4)
-		return nr_launch_one<FMT, 4, NR_WARPS, false>(grid, smem, s, d, rb, E, H, h, nw, eps, zc, K, kind, norm, lg,
-		                                              cnt, idx, w, xn);
+		return pdl_launch(norm_route_kernel<FMT, 4>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+			kind, norm, lg, cnt, idx, w, xn);
 	if (nq <= 32 * 8)
-		return nr_launch_one<FMT, 8, NR_WARPS, false>(grid, smem, s, d, rb, E, H, h, nw, eps, zc, K, kind, norm, lg,
-		                                              cnt, idx, w, xn);
-	return nr_launch_one<FMT, 16, NR_WARPS, false>(grid, smem, s, d, rb, E, H, h, nw, eps, zc, K, kind, norm, lg, cnt,
-	                                               idx, w, xn);
+		return pdl_launch(norm_route_kernel<FMT, 8>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+			kind, norm, lg, cnt, idx, w, xn);
+	return pdl_launch(norm_route_kernel<FMT, 16>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
+		kind, norm, lg, cnt, idx, w, xn);
 }
 
 /* E2M1 code -> float via the FP16 bit trick (formats.md §2.2): value * 2^-14, exact */
@@ -498,20 +411,21 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 	    K > 64 || K > E || E > 8192 || H < 4 || H % (16 / esz) || H > (1 << 20) || smem > 48 * 1024 ||
 	    ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) || ((uintptr_t)nw & 15))
 		return FP4S_EUNSUPPORTED;
+	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	const uint8_t *d = (const uint8_t *)router->data;
 	const int32_t nq = (int32_t)(H * esz / 16);
 	cudaError_t e;
 	switch (router->fmt) {
 	case FP4S_WF_BF16:
-		e = nr_launch<FP4S_WF_BF16>(nq, (int32_t)E, smem, s, d, router->bias, (int32_t)H, h, nw, eps,
+		e = nr_launch<FP4S_WF_BF16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
 		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
 		break;
 	case FP4S_WF_F16:
-		e = nr_launch<FP4S_WF_F16>(nq, (int32_t)E, smem, s, d, router->bias, (int32_t)H, h, nw, eps,
+		e = nr_launch<FP4S_WF_F16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
 		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
 		break;
 	default:
-		e = nr_launch<FP4S_WF_F32>(nq, (int32_t)E, smem, s, d, router->bias, (int32_t)H, h, nw, eps,
+		e = nr_launch<FP4S_WF_F32>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
 		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
 	}
 	FP4S_CUDA_TRY(err, e);

@@ -43,9 +43,6 @@ int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, in
  * set_moe_fused forces a mode (tests), -1 back to that. */
 int fp4s_cuda_moe_fused(void);
 void fp4s_cuda_set_moe_fused(int mode);
-/* fp4s_cuda_norm_route's cluster form (moe.cu; compute capability 9.0, E <= 128): 1 on (the
- * default), 0 the counter form, -1 back to FP4S_ROUTE_CLUSTER (tests) */
-void fp4s_cuda_set_route_cluster(int on);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
  * RMSNorm(h; nw) (+ router bias; eps, zero_centred: 1 + nw), then idx/w [K] as
  * fp4s_cuda_moe_route (kind, norm); xn (may be NULL): RMSNorm(h; nw) itself [H]. cnt: one device

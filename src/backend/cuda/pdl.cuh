@@ -55,7 +55,7 @@ void fp4s_cuda_set_pdl(int mode);
 
 struct pdl_launch {
 	cudaLaunchConfig_t cfg;
-	cudaLaunchAttribute attr[2]; /* PDL, and room for one more (a cluster shape) */
+	cudaLaunchAttribute attr[1];
 };
 
 /* A launch configuration for cudaLaunchKernelEx, with the PDL attribute where fp4s_cuda_pdl() is at
