@@ -10,7 +10,8 @@
  *   1. the tokens' rows, gathered into expert order (src[row] = token), FP32 -> BF16 with the K
  *      permutation the wgmma kernel wants (gemm_wgmma.cu's header);
  *   2. gate|up: h[row] = W_gu[e] . x + bias, in expert order;
- *   3. SwiGLU of h (gpt-oss's clamped, interleaved form, or gate half / up half) straight into the
+ *   3. SwiGLU of h (gpt-oss's clamped, interleaved form, gate half / up half, or silu of
+ *      interleaved rows as the upload pairs Qwen3's experts) straight into the
  *      permuted BF16 input of
  *   4. down: o[row] = W_down[e] . a + bias; the caller's combine reads o through gpos.
  *
