@@ -75,6 +75,10 @@ void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int6
 
 /* cuda_upload.cu: sets be's weight uploads (upload_mat, upload_f32, upload_fused, upload_gate_up) */
 void cu_upload_install(struct fp4s_backend *be);
+/* a's and b's rows (codes rd, scales rs bytes a row) to alternating rows from d / sc / bias on,
+ * through the device buffer tmp (>= a part's codes and its rows' floats); sc, bias NULL: none */
+cudaError_t cu_put_pairs(const struct fp4s_mat *a, const struct fp4s_mat *b, size_t rd, size_t rs, uint8_t *d,
+                         uint8_t *sc, float *bias, void *tmp);
 
 /* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
 void cu_moe_install(struct fp4s_backend *be);

@@ -95,22 +95,9 @@ static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *part
 		return rc;
 	}
 	for (int32_t e = 0; pairs && e < E; e++) {
-		const size_t R = (size_t)m0->rows;
-		cudaError_t ce = cudaSuccess;
-		for (int k = 0; k < 2 && ce == cudaSuccess; k++) {
-			const struct fp4s_mat *m = k ? parts2[e] : parts[e];
-			const size_t at = (size_t)e * (size_t)rows + (size_t)k; /* row k of the expert's block */
-			const void *src[3] = {m->data, m->scales, m->bias};
-			uint8_t *dst[3] = {d + row_d * at, sc ? sc + row_s * at : NULL, (uint8_t *)(bias + at)};
-			const size_t w[3] = {row_d, row_s, sizeof(float)};
-			for (int j = 0; j < 3 && ce == cudaSuccess; j++) {
-				if ((j == 1 && !row_s) || (j == 2 && !any_bias))
-					continue;
-				ce = src[j] ? cudaMemcpy(tmp, src[j], w[j] * R, cudaMemcpyHostToDevice) : cudaMemset(tmp, 0, w[j] * R);
-				if (ce == cudaSuccess)
-					ce = cudaMemcpy2D(dst[j], 2 * w[j], tmp, w[j], w[j], R, cudaMemcpyDeviceToDevice);
-			}
-		}
+		const size_t at = (size_t)e * (size_t)rows; /* the expert's first row */
+		const cudaError_t ce = cu_put_pairs(parts[e], parts2[e], row_d, row_s, d + row_d * at,
+		                                    sc ? sc + row_s * at : NULL, bias ? bias + at : NULL, tmp);
 		if (ce != cudaSuccess) {
 			cudaFree(tmp);
 			FP4S_CUDA_TRY(err, ce);

@@ -131,6 +131,31 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 	return fp4s_cuda_mx_scale_range(fused, c->s, err);
 }
 
+/* Rows of a and b (one shape: codes rd, scales rs bytes a row) to alternating rows from d / sc /
+ * bias on (row 2i: a's row i, 2i + 1: b's), each part copied to the device buffer tmp (>= a part's
+ * codes and R floats) and from there to every other row by one strided device copy. sc or bias
+ * NULL: none; a part without a bias adds zeros. */
+cudaError_t cu_put_pairs(const struct fp4s_mat *a, const struct fp4s_mat *b, size_t rd, size_t rs, uint8_t *d,
+                         uint8_t *sc, float *bias, void *tmp)
+{
+	const size_t R = (size_t)a->rows;
+	const struct fp4s_mat *parts[2] = {a, b};
+	cudaError_t e = cudaSuccess;
+	for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+		const void *src[3] = {parts[i]->data, parts[i]->scales, parts[i]->bias};
+		uint8_t *dst[3] = {d + i * rd, sc ? sc + i * rs : NULL, bias ? (uint8_t *)(bias + i) : NULL};
+		const size_t w[3] = {rd, rs, sizeof(float)};
+		for (int k = 0; k < 3 && e == cudaSuccess; k++) {
+			if (!dst[k])
+				continue;
+			e = src[k] ? cudaMemcpy(tmp, src[k], w[k] * R, cudaMemcpyHostToDevice) : cudaMemset(tmp, 0, w[k] * R);
+			if (e == cudaSuccess)
+				e = cudaMemcpy2D(dst[k], 2 * w[k], tmp, w[k], w[k], R, cudaMemcpyDeviceToDevice);
+		}
+	}
+	return e;
+}
+
 /* gate and up with their rows alternating (backend.h upload_gate_up): the decode matmul's
  * epilogue then writes silu(gate) * up from neighbouring lanes (gemv_tma.cu pairact), so the
  * SwiGLU kernel between gate|up and down goes, and the down projection stages plain x.
@@ -164,33 +189,15 @@ static int cu_upload_gate_up(struct fp4s_backend *be, struct fp4s_mat *gate, str
 		return rc;
 	if ((rc = cu_dev_alloc(c, (void **)&tmp, db > R * sizeof(float) ? db : R * sizeof(float), err)))
 		return rc;
-	struct fp4s_mat *parts[2] = {gate, up};
-	cudaError_t e = cudaSuccess;
-	for (int i = 0; i < 2 && e == cudaSuccess; i++) {
-		const struct fp4s_mat *m = parts[i];
-		/* codes, scales, bias: rows of part i land at rows i, i + 2, ... */
-		const void *src[3] = {m->data, m->scales, m->bias};
-		uint8_t *dst[3] = {d + i * rd, sc + i * rs, (uint8_t *)bias + i * sizeof(float)};
-		const size_t w[3] = {rd, rs, sizeof(float)};
-		for (int k = 0; k < 3 && e == cudaSuccess; k++) {
-			if (k == 2 && !any_bias)
-				break;
-			if (src[k])
-				e = cudaMemcpy(tmp, src[k], w[k] * R, cudaMemcpyHostToDevice);
-			else
-				e = cudaMemset(tmp, 0, w[k] * R); /* a part without a bias adds zeros */
-			if (e == cudaSuccess)
-				e = cudaMemcpy2D(dst[k], 2 * w[k], tmp, w[k], w[k], R, cudaMemcpyDeviceToDevice);
-		}
-	}
+	const cudaError_t e = cu_put_pairs(gate, up, rd, rs, d, sc, bias, tmp);
 	cudaFree(tmp);
 	FP4S_CUDA_TRY(err, e);
 	*fused = *gate;
 	fused->rows = 2 * gate->rows;
 	fused->data = d, fused->scales = sc, fused->bias = bias;
 	fused->pairs = 1;
-	for (int i = 0; i < 2; i++) /* no device view of either part is left */
-		parts[i]->data = NULL, parts[i]->scales = NULL, parts[i]->bias = NULL;
+	/* no device view of either part is left */
+	gate->data = up->data = NULL, gate->scales = up->scales = NULL, gate->bias = up->bias = NULL;
 	return fp4s_cuda_mx_scale_range(fused, c->s, err);
 }
 

@@ -622,8 +622,6 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 			return FP4S_EUNSUPPORTED;
 		if (pair && (ks > 1 || M > 16))
 			return FP4S_EUNSUPPORTED; /* (nothing launched yet: one pass) */
-		if (pair == 2 && (gm_dev[dev].cc < 9 || !tma))
-			return FP4S_EUNSUPPORTED; /* pairs: the bulk-copy kernel's epilogue alone */
 		if (ks > 1 && ((int64_t)ks * m * w->rows > GM_WS_FLOATS || tiles > GM_CNT || ks > 65535))
 			return FP4S_EUNSUPPORTED;
 		gm_args a = {};
@@ -664,7 +662,7 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		                   ? gm_tma_plan(nv, K, m, &a)
 		                   : 0;
 		if (pair == 2) {
-			if (!a.stages) /* (M <= 16: one pass, nothing launched yet) */
+			if (!a.stages) /* the bulk-copy kernel's epilogue alone (M <= 16: one pass, nothing launched) */
 				return FP4S_EUNSUPPORTED;
 			a.pairact = 2;
 		}
