@@ -91,6 +91,8 @@ struct gm_args {
 	 * SwiGLU, rows / 2 wide: 1 gpt-oss's clamped form (alpha, limit; expert slots), 2 silu(gate) *
 	 * up (a dense MLP's pairs matrix, cuda_upload.cu) */
 	int pairact;
+	int thold; /* gemv_tma.cu: after the PDL wait the producer copies nothing more until x is staged */
+	int tpre;  /* gemv_tma.cu: rounds of tiles strided (and copied) before the PDL wait, >= 1 */
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };

@@ -137,7 +137,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
-	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], xrdy;
 	__shared__ int hdr[GT_SMAX]; /* the stage's tile (-1: no more) */
 	__shared__ float s_ss[16];
 	const int S = a.stages;
@@ -155,6 +155,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
+		if (threadIdx.x == 0)
+			gt_init(&xrdy, 1);
 	}
 	if (threadIdx.x < 16)
 		s_ss[threadIdx.x] = 0.0f;
@@ -166,7 +168,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
 		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
 		int64_t tile = blockIdx.x;
-		int kc = 0;
+		int kc = 0, round = 0;
+		const int tpre = a.tpre > 1 ? a.tpre : 1;
 		bool waited = false;
 		const uint8_t *data = a.data, *scales = a.scales;
 		if (a.idx || a.g_m) { /* the expert comes from the router: nothing to copy before it */
@@ -249,15 +252,21 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			if (++kc < nkc)
 				continue;
 			kc = 0;
+			if (!waited && ++round < tpre) { /* another round strided before the wait */
+				tile += gridDim.x;
+				continue;
+			}
 			if (!waited) {
 				pdl_wait(); /* the claim counter belongs to the kernels before this one */
 				waited = true;
+				if (a.thold)
+					gt_wait(&xrdy, 0); /* no more copies until the consumers have x */
 			}
 			if (a.claim) {
 				unsigned c = 0;
 				if (lane == 0)
 					c = atomicAdd(&a.claim[0], 1u);
-				tile = (int64_t)gridDim.x + __shfl_sync(0xFFFFFFFFu, c, 0);
+				tile = (int64_t)gridDim.x * tpre + __shfl_sync(0xFFFFFFFFu, c, 0);
 			} else {
 				tile += gridDim.x;
 			}
@@ -317,6 +326,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	else
 		gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, a.norm_w != NULL, threadIdx.x);
 	gt_sync();
+	if (a.thold && threadIdx.x == 0)
+		gt_arrive(&xrdy);
 	stamp(2);
 	const int g = lane >> 2, t = lane & 3;
 	const uint8_t *xcol[NG];
@@ -509,6 +520,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
 	static int tsu, tevict, tprobe, tscl_env, ttensor, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
 	                                                          * _TENSOR, _GUFLAT */
+	static int thold, tpre; /* FP4S_GEMV_TMA_HOLD, _PRE */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -534,8 +546,13 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		ttensor = e && (atoi(e) == 0 || atoi(e) == 1) ? atoi(e) : 2;
 		e = getenv("FP4S_GEMV_TMA_GUFLAT"); /* 0: expert gate|up rows above K = 2048 in 2048-K stages */
 		guflat = !(e && atoi(e) == 0);
+		e = getenv("FP4S_GEMV_TMA_HOLD");
+		thold = e ? atoi(e) == 1 : 0;
+		e = getenv("FP4S_GEMV_TMA_PRE");
+		tpre = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 1;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
+	a->thold = thold && !a->idx && !a->g_m, a->tpre = tpre;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
