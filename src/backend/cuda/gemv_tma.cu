@@ -571,11 +571,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	 * the register kernel, which it is then left to) */
 	/* three blocks an SM (FP4S_GEMV_TMA_R3): one token's single matrix where a ring of 2 fits in
 	 * a third of the SM's shared memory */
-	int dev = 0, sms = 0;
-	if (tr3 && (cudaGetDevice(&dev) != cudaSuccess ||
-	            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
-		sms = 0;
-	const int r3 = tr3 && sms > 0 && M <= 4 && !a->idx && !a->g_m && (a->rows + 15) / 16 > 2 * (int64_t)sms;
+	const int r3 = tr3 && M <= 4 && !a->idx && !a->g_m;
 	for (int pass = r3 ? 0 : 1; pass < 2; pass++) {
 	const size_t room = pass == 0 ? GT_R3_SMEM : budget;
 	a->tbps = pass == 0 ? tr3 : 0;
