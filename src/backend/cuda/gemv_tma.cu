@@ -61,7 +61,6 @@
 #define GT_SMAX 16            /* stages at most */
 #define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
 #define GT_THREADS ((GT_W + 1) * 32)
-#define GT_R3_SMEM (72 * 1024) /* dynamic shared memory a block where three share an SM */
 #define GT_SU 4               /* staging rounds in flight for plain x (FP4S_GEMV_TMA_SU=2: as the
                                  * register kernel) */
 
@@ -133,8 +132,8 @@ static __device__ __forceinline__ void gt_sync(void)
 }
 #endif
 
-template <int F, int NG, int BPS>
-static __global__ void __launch_bounds__(GT_THREADS, BPS) gemv_tma_kernel(const __grid_constant__ gm_args a)
+template <int F, int NG>
+static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __grid_constant__ gm_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
@@ -521,7 +520,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
 	static int tsu, tevict, tprobe, tscl_env, ttensor, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
 	                                                          * _TENSOR, _GUFLAT */
-	static int thold, tpre, tr3; /* FP4S_GEMV_TMA_HOLD, _PRE, _R3 */
+	static int thold, tpre; /* FP4S_GEMV_TMA_HOLD, _PRE */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -551,8 +550,6 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		thold = e ? atoi(e) == 1 : 0;
 		e = getenv("FP4S_GEMV_TMA_PRE");
 		tpre = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 1;
-		e = getenv("FP4S_GEMV_TMA_R3");
-		tr3 = e ? atoi(e) : 0;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	a->thold = thold && !a->idx && !a->g_m, a->tpre = tpre;
@@ -569,14 +566,9 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	/* (the grouped form with gpt-oss-20b's 8 tokens at K = 2880 leaves no ring beside the
 	 * activations at two blocks an SM; at one block an SM it measured 21 % slower on pp512 than
 	 * the register kernel, which it is then left to) */
-	/* three blocks an SM (FP4S_GEMV_TMA_R3): one token's single matrix where a ring of 2 fits in
-	 * a third of the SM's shared memory */
-	const int r3 = tr3 && M <= 4 && !a->idx && !a->g_m;
-	for (int pass = r3 ? 0 : 1; pass < 2; pass++) {
-	const size_t room = pass == 0 ? GT_R3_SMEM : budget;
-	a->tbps = pass == 0 ? tr3 : 0;
+	const size_t room = budget;
 	if (xs >= room)
-		continue;
+		return 0;
 	int cand[3], nc = 0;
 	/* whole rows also for expert slots on plain x up to K = 4096 (gpt-oss-20b's gate|up, K =
 	 * 2880: 2048 + 832-K stages leave half the consumer warps idle in the second) */
@@ -610,62 +602,53 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		a->ttensor = tt && !flat && !tscl && !a->idx && !a->g_m && gt_maps(a, nv, K);
 		return (int)n;
 	}
-	}
 	return 0;
 }
 
-template <int F, int NG, int BPS>
+template <int F, int NG>
 static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaStream_t s)
 {
 	const size_t smem = (size_t)a.stages * a.tstage + (size_t)2 * a.M * gm_col_stride((a.K + 127) / 128 * 4) +
 	                    (size_t)2 * GT_W * a.M * 16 * sizeof(float);
 	int per_sm = 0;
-	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG, BPS>, GT_THREADS, smem);
+	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG>, GT_THREADS, smem);
 	if (e != cudaSuccess)
 		return e;
 	if (per_sm < 1)
 		return cudaErrorInvalidConfiguration;
-	/* every SM full; expert slots (blockIdx.z) share the blocks. (R3 = 1: two of the three an
-	 * SM, the third left to the next kernel's blocks, which then copy their first stages while
-	 * this one runs) */
-	if (BPS == 3 && a.tbps == 1 && per_sm > 2)
-		per_sm = 2;
+	/* every SM full; expert slots (blockIdx.z) share the blocks */
 	int64_t bx = ((int64_t)per_sm * sms + nz - 1) / nz;
 	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
 	struct pdl_launch l;
 	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1),
-	                          gemv_tma_kernel<F, NG, BPS>, a);
+	                          gemv_tma_kernel<F, NG>, a);
 }
 
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
 {
 	const int64_t tiles = (a.rows + 15) >> 4;
-	if (a.tbps && a.M <= 4)
-		return nv ? gt_go<GM_NVFP4, 1, 3>(a, tiles, sms, nz, s) : gt_go<GM_MXFP4, 1, 3>(a, tiles, sms, nz, s);
 	if (nv)
-		return a.M <= 4 ? gt_go<GM_NVFP4, 1, 2>(a, tiles, sms, nz, s)
-		       : a.M <= 8 ? gt_go<GM_NVFP4, 2, 2>(a, tiles, sms, nz, s)
-		                  : gt_go<GM_NVFP4, 4, 2>(a, tiles, sms, nz, s);
-	return a.M <= 4 ? gt_go<GM_MXFP4, 1, 2>(a, tiles, sms, nz, s)
-	       : a.M <= 8 ? gt_go<GM_MXFP4, 2, 2>(a, tiles, sms, nz, s)
-	                  : gt_go<GM_MXFP4, 4, 2>(a, tiles, sms, nz, s);
+		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, nz, s)
+		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, nz, s)
+		                  : gt_go<GM_NVFP4, 4>(a, tiles, sms, nz, s);
+	return a.M <= 4 ? gt_go<GM_MXFP4, 1>(a, tiles, sms, nz, s)
+	       : a.M <= 8 ? gt_go<GM_MXFP4, 2>(a, tiles, sms, nz, s)
+	                  : gt_go<GM_MXFP4, 4>(a, tiles, sms, nz, s);
 }
 
 cudaError_t gm_tma_attrs(void)
 {
 	cudaError_t e = cudaSuccess;
-#define GT_ATTR(F, NG, BPS)                                                                                \
+#define GT_ATTR(F, NG)                                                                                     \
 	if (e == cudaSuccess)                                                                              \
-		e = cudaFuncSetAttribute(gemv_tma_kernel<F, NG, BPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+		e = cudaFuncSetAttribute(gemv_tma_kernel<F, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
 		                         GT_SMEM_CAP);
-	GT_ATTR(GM_NVFP4, 1, 2)
-	GT_ATTR(GM_NVFP4, 2, 2)
-	GT_ATTR(GM_NVFP4, 4, 2)
-	GT_ATTR(GM_MXFP4, 1, 2)
-	GT_ATTR(GM_MXFP4, 2, 2)
-	GT_ATTR(GM_MXFP4, 4, 2)
-	GT_ATTR(GM_NVFP4, 1, 3)
-	GT_ATTR(GM_MXFP4, 1, 3)
+	GT_ATTR(GM_NVFP4, 1)
+	GT_ATTR(GM_NVFP4, 2)
+	GT_ATTR(GM_NVFP4, 4)
+	GT_ATTR(GM_MXFP4, 1)
+	GT_ATTR(GM_MXFP4, 2)
+	GT_ATTR(GM_MXFP4, 4)
 #undef GT_ATTR
 	return e;
 }
