@@ -61,6 +61,8 @@
 #define GT_SMAX 16            /* stages at most */
 #define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
 #define GT_THREADS ((GT_W + 1) * 32)
+#define GT_PRE2_BELOW ((int64_t)16 << 20) /* matrices of fewer code bytes copy two rounds of tiles
+                                           * before the PDL wait */
 #define GT_SU 4               /* staging rounds in flight for plain x (FP4S_GEMV_TMA_SU=2: as the
                                  * register kernel) */
 
@@ -547,12 +549,13 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		e = getenv("FP4S_GEMV_TMA_GUFLAT"); /* 0: expert gate|up rows above K = 2048 in 2048-K stages */
 		guflat = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_HOLD");
-		thold = e ? atoi(e) == 1 : 0;
-		e = getenv("FP4S_GEMV_TMA_PRE");
-		tpre = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 1;
+		thold = !(e && atoi(e) == 0);
+		e = getenv("FP4S_GEMV_TMA_PRE"); /* 0 or unset: by size */
+		tpre = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 0;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
-	a->thold = thold && !a->idx && !a->g_m, a->tpre = tpre;
+	a->thold = thold && !a->idx && !a->g_m;
+	a->tpre = tpre ? tpre : a->rows * K / 2 < GT_PRE2_BELOW ? 2 : 1;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
