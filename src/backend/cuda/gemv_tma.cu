@@ -30,6 +30,14 @@
  * L2 in those phases, the next matmul's or a block's own, made decode 1-7 % slower: the extra
  * misses delay the L2 hits those phases wait for (measured, not kept).
  *
+ * After the PDL wait the producer of a single matrix copies nothing more until the consumers have
+ * staged x (HOLD, FP4S_GEMV_TMA_HOLD=0 turns it off): staging is one L2 round trip, and copies
+ * issued in front of it made that trip wait behind their misses (28672x4096 in a chain of
+ * launches: staging 3.2 -> 1.8 us a block; decode +0.5-1 % on llama3-8b and qwen3-30b-a3b,
+ * bench/results/2026-11-22-h100-session11.md). Copying two rounds of tiles before the wait
+ * (FP4S_GEMV_TMA_PRE=2) helped qwen3-30b-a3b's small matrices and cost llama3-8b 2 %; one round
+ * stays the default.
+ *
  * Copies: one matrix of >= 20 MB takes each stage as two 2D tensor copies (cp.async.bulk.tensor,
  * the codes and the scales, maps made once per matrix and cached), issued by one lane; the rest a
  * bulk copy a row (up to 32 a stage). The per-row copies' producer work, on a warp that shares the
@@ -61,8 +69,8 @@
 #define GT_SMAX 16            /* stages at most */
 #define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
 #define GT_THREADS ((GT_W + 1) * 32)
-#define GT_PRE2_BELOW ((int64_t)16 << 20) /* matrices of fewer code bytes copy two rounds of tiles
-                                           * before the PDL wait */
+#define GT_PRE2_BELOW ((int64_t)16 << 20) /* FP4S_GEMV_TMA_PRE=0: matrices of fewer code bytes copy
+                                           * two rounds of tiles before the PDL wait */
 #define GT_SU 4               /* staging rounds in flight for plain x (FP4S_GEMV_TMA_SU=2: as the
                                  * register kernel) */
 
@@ -174,6 +182,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		const int tpre = a.tpre > 1 ? a.tpre : 1;
 		bool waited = false;
 		const uint8_t *data = a.data, *scales = a.scales;
+		if (a.tpre < 0 && !a.idx && !a.g_m) { /* diagnostics: no copies before the wait */
+			pdl_wait();
+			waited = true;
+		}
 		if (a.idx || a.g_m) { /* the expert comes from the router: nothing to copy before it */
 			pdl_wait();
 			waited = true;
@@ -550,8 +562,8 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		guflat = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_HOLD");
 		thold = !(e && atoi(e) == 0);
-		e = getenv("FP4S_GEMV_TMA_PRE"); /* 0 or unset: by size */
-		tpre = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 0;
+		e = getenv("FP4S_GEMV_TMA_PRE"); /* -1: nothing copied before the PDL wait; 0: by size */
+		tpre = e && atoi(e) >= -1 && atoi(e) <= 4 ? atoi(e) : 1;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	a->thold = thold && !a->idx && !a->g_m;
