@@ -471,7 +471,7 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 			static int trig = -1;
 			if (trig < 0) {
 				const char *e = getenv("FP4S_ATTN_TRIGGER");
-				trig = e && strcmp(e, "1") == 0;
+				trig = e && (strcmp(e, "1") == 0 || strcmp(e, "2") == 0) ? atoi(e) : 0;
 			}
 			a.trigger = trig;
 		}

@@ -220,7 +220,8 @@ struct att_mma_args {
 	int32_t zero_centred, rot;
 	const float *inv_freq;
 	float mscale;
-	int32_t trigger; /* PDL: let the next kernel launch once the tiles are done (see there) */
+	int32_t trigger; /* PDL: let the next kernel launch once the tiles are done (1, see there) or
+	                  * once they are requested (2) */
 	int32_t oldmerge; /* the last block's merge as before att_merge_regs (fences, two round trips) */
 	int32_t late;     /* the writer loads its tiles after writing the row (the form before kpatch) */
 };
@@ -509,6 +510,8 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	 * streaming before the wait (with PDL, behind the projections' tail). */
 	if (!late)
 		start();
+	if (a.trigger == 2) /* diagnostics: the next kernel may launch once the tiles are requested */
+		att_grid_trigger();
 	att_grid_wait();
 
 	float *qs = (float *)(smem + att_smem_pro_off(att_smem_bytes<D, W, F8>(S))); /* [G + 2][D] */
@@ -712,7 +715,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	/* The tiles are done: the next kernel (the o-projection, which wants whole SMs) may launch
 	 * now and start its weight loads while the merges run. Off unless asked for: triggering at
 	 * the top cost 10 % (bench/results/2026-11-21-h100-session3.md). */
-	if (a.trigger)
+	if (a.trigger == 1)
 		att_grid_trigger();
 	l += att_shfl_xor(l, 1);
 	l += att_shfl_xor(l, 2);
