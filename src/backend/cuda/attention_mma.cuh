@@ -713,8 +713,9 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		}
 	}
 	/* The tiles are done: the next kernel (the o-projection, which wants whole SMs) may launch
-	 * now and start its weight loads while the merges run. Off unless asked for: triggering at
-	 * the top cost 10 % (bench/results/2026-11-21-h100-session3.md). */
+	 * now and start its weight loads while the merges run (the default since session 11: +0.7 to
+	 * +1.5 % decode, bench/results/2026-11-22-h100-session11.md). Triggering at the top, before
+	 * the tiles stream, cost 10 % in session 3 and 4 % on qwen3-30b-a3b and gpt-oss-20b now. */
 	if (a.trigger == 1)
 		att_grid_trigger();
 	l += att_shfl_xor(l, 1);
