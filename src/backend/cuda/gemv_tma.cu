@@ -35,8 +35,8 @@
  * issued in front of it made that trip wait behind their misses (28672x4096 in a chain of
  * launches: staging 3.2 -> 1.8 us a block; decode +0.5-1 % on llama3-8b and qwen3-30b-a3b,
  * bench/results/2026-11-22-h100-session11.md). Copying two rounds of tiles before the wait
- * (FP4S_GEMV_TMA_PRE=2) helped qwen3-30b-a3b's small matrices and cost llama3-8b 2 %; one round
- * stays the default.
+ * (FP4S_GEMV_TMA_PRE=2) helped qwen3-30b-a3b's small matrices and cost llama3-8b 2 %, and doing so
+ * only below 16 MB measured as noise; one round stays the default.
  *
  * Copies: one matrix of >= 20 MB takes each stage as two 2D tensor copies (cp.async.bulk.tensor,
  * the codes and the scales, maps made once per matrix and cached), issued by one lane; the rest a
@@ -69,8 +69,6 @@
 #define GT_SMAX 16            /* stages at most */
 #define GT_SMEM_CAP (220 * 1024) /* the largest budget FP4S_GEMV_TMA_SMEM may ask for */
 #define GT_THREADS ((GT_W + 1) * 32)
-#define GT_PRE2_BELOW ((int64_t)16 << 20) /* FP4S_GEMV_TMA_PRE=0: matrices of fewer code bytes copy
-                                           * two rounds of tiles before the PDL wait */
 #define GT_SU 4               /* staging rounds in flight for plain x (FP4S_GEMV_TMA_SU=2: as the
                                  * register kernel) */
 
@@ -562,12 +560,12 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		guflat = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_HOLD");
 		thold = !(e && atoi(e) == 0);
-		e = getenv("FP4S_GEMV_TMA_PRE"); /* -1: nothing copied before the PDL wait; 0: by size */
-		tpre = e && atoi(e) >= -1 && atoi(e) <= 4 ? atoi(e) : 1;
+		e = getenv("FP4S_GEMV_TMA_PRE"); /* -1: nothing copied before the PDL wait */
+		tpre = e && atoi(e) >= -1 && atoi(e) <= 4 && atoi(e) != 0 ? atoi(e) : 1;
 	}
 	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
 	a->thold = thold && !a->idx && !a->g_m;
-	a->tpre = tpre ? tpre : a->rows * K / 2 < GT_PRE2_BELOW ? 2 : 1;
+	a->tpre = tpre;
 	const int div = nv ? 16 : 32;
 	const int64_t spr = K / div, part = a->rows % 16;
 	if (M < 1 || M > 16 || K < 128 || K % 32 || K > maxk || (uintptr_t)a->data % 16 ||
