@@ -44,7 +44,8 @@ struct cu_moe {
 	int32_t *idx1, *idxn;
 	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
 	float *x1;     /* norm_moe_add: the normalized token, where the gate|up GEMV declines the norm */
-	unsigned *cnt; /* norm_moe_add: the fused router's block counter (left zero by each launch) */
+	unsigned *cnt; /* norm_moe_add: the fused router's block counter, or the one-launch block's
+	                * FP4S_MOE_TMA_SYNC counters (left zero by each launch) */
 	int32_t *gpos, *gsrc, *gexp, *goff, *gm; /* batches: the slots grouped by expert */
 	void *xbn;                               /* batches on the GEMM: BF16 activations */
 	struct cu_moe *next; /* all layers' records, freed with the backend */
@@ -182,11 +183,11 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 	void **bufs[] = {(void **)&m->idx1, (void **)&m->w1, (void **)&m->h1, (void **)&m->a1, (void **)&m->o1,
 	                 (void **)&m->lg1, (void **)&m->x1, (void **)&m->cnt};
 	const size_t sizes[] = {(size_t)K * 4, (size_t)K * 4, (size_t)(K * 2 * I) * 4, (size_t)(K * I) * 4,
-	                        (size_t)(K * H) * 4, (size_t)E * 4, (size_t)H * 4, sizeof(unsigned)};
+	                        (size_t)(K * H) * 4, (size_t)E * 4, (size_t)H * 4, FP4S_MOE_TMA_SYNC * sizeof(unsigned)};
 	for (int i = 0; !rc && i < 8; i++)
 		if (!(rc = cu_dev_alloc(c, bufs[i], sizes[i], err)))
 			rc = cu_track(c, *bufs[i], err);
-	if (!rc && cudaMemset(m->cnt, 0, sizeof(unsigned)) != cudaSuccess)
+	if (!rc && cudaMemset(m->cnt, 0, FP4S_MOE_TMA_SYNC * sizeof(unsigned)) != cudaSuccess)
 		rc = fp4s_error_set(err, FP4S_ECUDA, "moe: clearing the router counter failed");
 	if (rc) {
 		free(m); /* stacked weights stay tracked and are freed with the backend */
@@ -342,10 +343,11 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 	return expert_down(c, m, p, idx, w, slots, h, a, o, (int32_t)n, accumulate, y, err);
 }
 
-/* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): norm, router and top-k in one
- * kernel (which also writes the normalized token, or leaves the norm to the gate|up GEMV), the
- * gate|up GEMV, the down GEMV doing the combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead
- * of 6. The small kernels it replaces move little; what they cost is their place in the chain. */
+/* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): by default all in one launch
+ * (moe_tma.cu); else norm, router and top-k in one kernel (which also writes the normalized
+ * token, or leaves the norm to the gate|up GEMV), the gate|up GEMV, the down GEMV doing the
+ * combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead of 6. The small kernels it replaces
+ * move little; what they cost is their place in the chain. */
 static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
                            float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err)
 {
@@ -358,12 +360,22 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	const int32_t K = p->top_k;
 	const int64_t I = p->inter, H = p->hidden;
 	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
-	int rc = fp4s_cuda_norm_route(&p->router, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk,
+	static int pairact_off = -1; /* FP4S_MOE_PAIRACT=0: the SwiGLU back in the down GEMV's staging */
+	const int pairact = mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off);
+	int rc;
+	if (pairact && mode == 3) {
+		/* all of it in one launch (moe_tma.cu; FP4S_MOE_ONE=0: the three below) */
+		rc = fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, K,
+		                       p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps, zc,
+		                       m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, c->s, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
+	}
+	rc = fp4s_cuda_norm_route(&p->router, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk,
 	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode >= 3 ? m->x1 : NULL, c->s, err);
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
-	static int pairact_off = -1; /* FP4S_MOE_PAIRACT=0: the SwiGLU back in the down GEMV's staging */
-	if (mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off)) {
+	if (pairact) {
 		/* interleaved gate|up: the GEMV's epilogue writes SwiGLU of its (gate, up) row pairs, so
 		 * the down GEMV stages I plain floats a block instead of 2 I and their exponentials */
 		rc = fp4s_gemv_mma_experts_pairact(&m->gu, m->idx1, K, m->x1, K, H, m->form, p->swiglu_alpha,

@@ -712,6 +712,22 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
                       int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s,
                       struct fp4s_error *err)
 {
+	gm_args a;
+	int sms;
+	const int rc = gm_expert_args(w, idx, n_slots, x, x_div, x_stride, act, alpha, limit, norm_w, eps, zero_centred,
+	                              cw, ch, y, pairact, s, &a, &sms, err);
+	if (rc)
+		return rc;
+	const int64_t tiles = (w->rows + 15) / 16;
+	FP4S_CUDA_TRY(err, gm_launch_planned(a, w->fmt == FP4S_WF_NVFP4, tiles, 1, n_slots, sms, 0, s));
+	return FP4S_OK;
+}
+
+int gm_expert_args(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x, int32_t x_div,
+                   int64_t x_stride, int act, float alpha, float limit, const float *norm_w, float eps,
+                   int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s, gm_args *out,
+                   int *sms_out, struct fp4s_error *err)
+{
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
 		return FP4S_EUNSUPPORTED;
@@ -778,7 +794,8 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
 			return FP4S_EUNSUPPORTED;
 		a.pairact = pairact;
 	}
-	FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, 1, n_slots, sms, 0, s));
+	*out = a;
+	*sms_out = sms;
 	return FP4S_OK;
 }
 

@@ -239,7 +239,15 @@ static __device__ __forceinline__ void gm_add_ss(float *s_ss, int tok, float ssq
  * applied in the epilogue: 1 / rms commutes with the dot product). Items (8 elements of one
  * token) go in batches of GM_SU rounds: every load of a batch is issued before the first is
  * used, so staging costs one L2 round trip a batch rather than one a round. */
-template <int NT, int SU = GM_SU, bool PLAIN = false>
+/* x loads: through the read-only path, or (CG) from L2, for x written earlier in the same launch
+ * by other blocks (moe_tma.cu), which the read-only path may not see */
+template <bool CG>
+static __device__ __forceinline__ float4 gm_ldx(const float4 *p)
+{
+	return CG ? __ldcg(p) : __ldg(p);
+}
+
+template <int NT, int SU = GM_SU, bool PLAIN = false, bool CG = false>
 static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, int cs, int M, int k0, int k1,
                                                 int nch, const float *xin, int goff, float *s_ss, bool ss, int tid)
 {
@@ -265,20 +273,20 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 			if (PLAIN || a.act == 0) {
 				const float *xr = a.xrow ? xin + (size_t)a.xrow[goff + tok] * a.x_stride : xin + (size_t)tok * a.K;
 				src = reinterpret_cast<const float4 *>(xr + ke_[u]);
-				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
+				raw[u][0] = gm_ldx<CG>(src), raw[u][1] = gm_ldx<CG>(src + 1);
 				if (!PLAIN && a.norm_w) {
 					src = reinterpret_cast<const float4 *>(a.norm_w + ke_[u]);
 					raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
 				}
 			} else if (a.act == 1) { /* token rows of [gate | up], 2K floats */
 				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + ke_[u]);
-				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
+				raw[u][0] = gm_ldx<CG>(src), raw[u][1] = gm_ldx<CG>(src + 1);
 				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + a.K + ke_[u]);
-				raw[u][2] = __ldg(src), raw[u][3] = __ldg(src + 1);
+				raw[u][2] = gm_ldx<CG>(src), raw[u][3] = gm_ldx<CG>(src + 1);
 			} else { /* gate and up interleaved */
 				src = reinterpret_cast<const float4 *>(xin + (size_t)tok * 2 * a.K + 2 * (size_t)ke_[u]);
-				raw[u][0] = __ldg(src), raw[u][1] = __ldg(src + 1);
-				raw[u][2] = __ldg(src + 2), raw[u][3] = __ldg(src + 3);
+				raw[u][0] = gm_ldx<CG>(src), raw[u][1] = gm_ldx<CG>(src + 1);
+				raw[u][2] = gm_ldx<CG>(src + 2), raw[u][3] = gm_ldx<CG>(src + 3);
 			}
 		}
 #pragma unroll
@@ -355,10 +363,10 @@ static __device__ __forceinline__ void gm_combine_rows(const gm_args &a)
 				o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
 #pragma unroll
 			for (int u = 0; u < 4; u++)
-				acc += a.cw[j + u] * o[u];
+				acc += __ldcg(a.cw + j + u) * o[u];
 		}
 		for (; j < gridDim.z; j++)
-			acc += a.cw[j] * __ldcg(a.y + (size_t)j * a.rows + row);
+			acc += __ldcg(a.cw + j) * __ldcg(a.y + (size_t)j * a.rows + row);
 		a.ch[row] = a.ch[row] + acc;
 	}
 	if (threadIdx.x == 0)
@@ -408,6 +416,17 @@ static __device__ __forceinline__ void gm_step(float (&acc)[NG][4], const uint4 
  * columns into a (returns the stage count, 0 where that kernel does not take it), its launch,
  * and its shared-memory limits (once per device, outside capture). */
 int gm_tma_plan(int nv, int64_t K, int M, gm_args *a);
+size_t gm_tma_budget(void); /* the shared memory a block may take (after gm_tma_plan's first call) */
+
+/* gemv_mma.cu: the arguments of a one-token expert launch (fp4s_gemv_mma_experts_ex's, pairact as
+ * fp4s_gemv_mma_experts_pairact's kind) into *a, planned (a->stages: 0 where the bulk-copy kernel
+ * does not take it), and the device's SM count; FP4S_EUNSUPPORTED where the launch would decline. */
+struct fp4s_stacked;
+struct fp4s_error;
+int gm_expert_args(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x, int32_t x_div,
+                   int64_t x_stride, int act, float alpha, float limit, const float *norm_w, float eps,
+                   int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s, gm_args *a,
+                   int *sms, struct fp4s_error *err);
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s);
 cudaError_t gm_tma_attrs(void);
 

@@ -42,6 +42,20 @@ int fp4s_cuda_moe_route(const float *logits, int32_t n, int32_t E, int32_t K, in
  * floats rather than 2 I and the exponentials). FP4S_MOE_FUSED = 0..4 picks (A/B comparisons);
  * set_moe_fused forces a mode (tests), -1 back to that. */
 int fp4s_cuda_moe_fused(void);
+
+/* The one-token MoE block in one launch (moe_tma.cu): RMSNorm of h, router, top-k into idx / w,
+ * the normalized token into x1, gate|up (interleaved pairs, form 1: gpt-oss's clamped SwiGLU, 2:
+ * silu(gate) * up) into a1, down into o1 and h += the combine. sync: FP4S_MOE_TMA_SYNC words,
+ * zero, left zero. FP4S_EUNSUPPORTED (nothing enqueued) where it declines, and when
+ * FP4S_MOE_ONE=0 or set_moe_tma(0) turns it off (set_moe_tma(-1): back to the environment). */
+#define FP4S_MOE_TMA_KMAX 64
+#define FP4S_MOE_TMA_SYNC (4 + 2 * FP4S_MOE_TMA_KMAX)
+int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4s_stacked *dn, int form, float alpha,
+                      float limit, const struct fp4s_mat *router, int32_t K, int kind, int norm, float *h,
+                      const float *nw, float eps, int zero_centred, float *lg, unsigned *sync, int32_t *idx, float *w,
+                      float *x1, float *a1, float *o1, cudaStream_t s, struct fp4s_error *err);
+void fp4s_cuda_set_moe_tma(int on);
+unsigned long long fp4s_cuda_moe_tma_launches(void); /* tests: launches so far */
 void fp4s_cuda_set_moe_fused(int mode);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
  * RMSNorm(h; nw) (+ router bias; eps, zero_centred: 1 + nw), then idx/w [K] as

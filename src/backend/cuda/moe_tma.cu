@@ -1,0 +1,489 @@
+/* moe_tma.cu: a one-token MoE block in one launch on the bulk-copy decode kernel's machinery
+ * (gemv_tma.cu): the layer's RMSNorm and router, the top-k, the selected experts' gate|up with
+ * the SwiGLU, their down projection and the combine into the residual.
+ *
+ * Why. qwen3-30b-a3b streams ~32 MB a layer and spends ~57 us on it, six kernels in a chain;
+ * most of that is what each kernel boundary costs (the PDL wait's release, staging x, the slowest
+ * block's tail), not bytes (bench/results/2026-11-22-h100-session11.md). The MoE block was three
+ * launches (router, gate|up, down): here it is one, and the boundaries inside it are narrower:
+ *  - routing. Blocks 0 .. ceil(E / 8) - 1 take a router row a consumer warp (preloaded before
+ *    the PDL wait, as moe.cu's norm_route_kernel), normalize the token themselves, and the last
+ *    of them to finish (a counter) runs the top-k (route.cuh, the same code as moe.cu) and
+ *    raises a flag. Every other block only waits for that flag: no grid has to drain and no
+ *    launch to release;
+ *  - down after gate|up. Each slot's blocks (blockIdx.z) wait for the slot's gate|up blocks
+ *    alone (a counter), not for the whole grid, and their producer warps copy the down weights
+ *    into the ring as soon as their gate|up stages are handed back, so the first down stages are
+ *    in shared memory when the wait ends.
+ * Blocks wait on other blocks of the same grid, so the grid is never larger than what is
+ * resident at once (blocks an SM by the occupancy calculator, times the SMs): every block it
+ * waits for is running. Counters and the flag are per layer and left at zero for the next step.
+ *
+ * Numerics: the router logits, ids and weights are computed as norm_route_kernel's (its sum of
+ * squares summed in another fixed order), the normalized token is written once by block 0 and
+ * staged by every block as plain x (so results are bit-repeatable), and the GEMV steps, the
+ * epilogues and the combine are gemv_tma.cu's and gemv_mma.cuh's. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/cuda/arrive.cuh"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/gemv_tma.cuh"
+#include "backend/cuda/moe_cuda.h"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/route.cuh"
+#include "backend/cuda/swiglu.cuh"
+
+#define MT_PRE 12   /* 16-byte router chunks a lane preloads (BF16 rows up to H = 3072) */
+#define MT_EMAX 512 /* experts at most (the top-k's logits sit in the ring's bytes) */
+
+/* sync words (per layer, zero between launches) */
+#define MT_RCNT 0  /* router blocks done */
+#define MT_FLAG 1  /* routing done */
+#define MT_SEEN 2  /* producers and consumers that saw the flag */
+#define MT_SLOT 4  /* + slot: the slot's gate|up blocks done */
+#define MT_SSEEN (MT_SLOT + FP4S_MOE_TMA_KMAX) /* + slot: its blocks that saw them all done */
+
+struct mt_args {
+	gm_args gu, dn; /* gate|up (pairact, x = the normalized token) and down (with the combine) */
+	const uint8_t *rw; /* router rows [E][H], rfmt */
+	const float *rb;   /* router bias or NULL */
+	const float *h, *nw;
+	float eps;
+	int zc, rfmt, E, H, topk, kind, norm;
+	float *lg, *x1;
+	int32_t *idx;
+	float *w;
+	unsigned *sync;
+	int stages, stride; /* ring slots and their bytes */
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned mt_ld_acquire(const unsigned *p)
+{
+	unsigned v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+static __device__ __forceinline__ void mt_st_release(unsigned *p, unsigned v)
+{
+	asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+static __device__ __forceinline__ void mt_spin(const unsigned *p, unsigned target)
+{
+	while (mt_ld_acquire(p) < target)
+		__nanosleep(32);
+}
+
+/* One row of a stage's chunk sum (BF16 / F16 / F32 router rows) */
+static __device__ __forceinline__ float mt_dot(int rfmt, const uint4 wv, const float *xs)
+{
+	return rfmt == FP4S_WF_BF16 ? nr_chunk_dot<FP4S_WF_BF16>(wv, xs)
+	       : rfmt == FP4S_WF_F16 ? nr_chunk_dot<FP4S_WF_F16>(wv, xs)
+	                             : nr_chunk_dot<FP4S_WF_F32>(wv, xs);
+}
+
+/* The producer's copies of one matrix for expert e: tiles blockIdx.x + i * gridDim.x (strided:
+ * the combine relies on it), each stage into ring slot n % S once handed back, then a stage
+ * marked -1. n runs on across both matrices. (gemv_tma.cu's copies without the tensor maps.) */
+template <int F>
+static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
+                                                  uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
+                                                  uint64_t pol, int lane)
+{
+	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC;
+	const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
+	const int64_t tiles = (a.rows + 15) >> 4;
+	const uint8_t *data = a.data + e * a.stride_data, *scales = a.scales + e * a.stride_scales;
+	int64_t tile = blockIdx.x;
+	int kc = 0;
+	for (;; n++) {
+		const int i = (int)(n % (unsigned)S);
+		if (n >= (unsigned)S)
+			gt_wait(&empty[i], (n / S - 1) & 1);
+		if (tile >= tiles) {
+			if (lane == 0) {
+				hdr[i] = -1;
+				gt_arrive(&full[i]);
+			}
+			n++;
+			return;
+		}
+		const int64_t r0 = tile * 16;
+		const int nr = (int)min((int64_t)16, a.rows - r0);
+		const int klen = min(KC, K - kc * KC);
+		const unsigned cb = (unsigned)klen / 2, sb = F == GM_NVFP4 ? klen / 16 : klen / 32;
+		uint8_t *st = ring + (size_t)i * stride;
+		const unsigned sbytes = a.tscl ? (unsigned)(nr * spr) : (unsigned)nr * sb;
+		if (lane == 0) {
+			hdr[i] = (int)tile;
+			gt_expect(&full[i], (unsigned)nr * cb + sbytes);
+		}
+		__syncwarp();
+		if (a.tflat) {
+			if (lane == 0)
+				gt_copy_ef(st, data + (size_t)r0 * rowb, (unsigned)nr * cb, &full[i], pol);
+			else if (lane == 1)
+				gt_copy_ef(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i], pol);
+		} else if (lane < nr) {
+			gt_copy_ef(st + lane * a.trs, data + (size_t)(r0 + lane) * rowb + (size_t)kc * (KC / 2), cb, &full[i],
+			           pol);
+		} else if (a.tscl) {
+			if (lane == 16)
+				gt_copy_ef(st + 16 * a.trs, scales + (size_t)r0 * spr, sbytes, &full[i], pol);
+		} else if (lane >= 16 && lane - 16 < nr) {
+			gt_copy_ef(st + 16 * a.trs + (lane - 16) * a.tss,
+			           scales + (size_t)(r0 + lane - 16) * spr + (size_t)kc * (F == GM_NVFP4 ? KC / 16 : KC / 32),
+			           sb, &full[i], pol);
+		}
+		if (++kc < nkc)
+			continue;
+		kc = 0;
+		tile += gridDim.x;
+	}
+}
+
+/* The consumers' side of one matrix, one token (gemv_tma.cu's loop at M = 1): steps from the ring
+ * into acc, each tile's warps' partials summed in order by 16 threads, then y[row] = ldexp(sum,
+ * pexp) * post (+ bias), or with pairact the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
+ * the stage marked -1, handing that slot back too (the producer reuses it). */
+template <int F>
+static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
+                                                  uint64_t *full, uint64_t *empty, const int *hdr, unsigned &n,
+                                                  const uint8_t *xs, int cs, float *red, float *yout,
+                                                  const float *bias, float post, int warp, int lane)
+{
+	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
+	const int g = lane >> 2, t = lane & 3;
+	const uint8_t *xcol[1];
+	gm_xcols<1>(xcol, xs, cs, 1, g);
+	float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+	int kc = 0, tile_it = 0;
+	for (;; n++) {
+		const int i = (int)(n % (unsigned)S);
+		gt_wait(&full[i], (n / S) & 1);
+		const int tile = hdr[i];
+		if (tile < 0) {
+			__syncwarp();
+			if (lane == 0)
+				gt_arrive(&empty[i]);
+			n++;
+			return;
+		}
+		const uint8_t *st = ring + (size_t)i * stride, *sc = st + 16 * a.trs;
+		for (int j = 0; j < sps; j++) {
+			const int u = warp * sps + j, s = kc * GT_W * sps + u;
+			if (s >= nsteps)
+				break;
+			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
+			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
+			const int ch = a.tscl ? 4 * s + t : 4 * u + t;
+			uint32_t cai, cbi;
+			if (4 * s + t >= (K >> 5)) {
+				cai = cbi = F == GM_NVFP4 ? 0u : 0x100u;
+			} else if (F == GM_NVFP4) {
+				cai = *reinterpret_cast<const uint16_t *>(sc + g * a.tss + ch * 2);
+				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * a.tss + ch * 2);
+			} else {
+				cai = sc[g * a.tss + ch];
+				cbi = sc[(g + 8) * a.tss + ch];
+			}
+			gm_step<F, 1>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
+		}
+		__syncwarp();
+		if (lane == 0)
+			gt_arrive(&empty[i]);
+		if (++kc < nkc)
+			continue;
+		kc = 0;
+		float *rp = red + (size_t)(tile_it & 1) * GT_W * 16;
+		tile_it++;
+		if (t == 0) {
+			rp[warp * 16 + g] = acc[0][0] + acc[0][1];
+			rp[warp * 16 + g + 8] = acc[0][2] + acc[0][3];
+		}
+		acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = 0.0f;
+		gt_sync();
+		const int r = threadIdx.x & 15;
+		const int64_t row = (int64_t)tile * 16 + r;
+		const bool live = threadIdx.x < 16 && row < a.rows;
+		float out = 0.0f;
+		if (live) {
+			float v = 0.0f;
+			for (int w = 0; w < GT_W; w++)
+				v += rp[w * 16 + r];
+			out = ldexpf(v, a.pexp) * post;
+			if (bias)
+				out += bias[row];
+		}
+		if (a.pairact) {
+			const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
+			if (live && !(r & 1))
+				yout[row >> 1] = a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
+		} else if (live) {
+			yout[row] = out;
+		}
+	}
+}
+#endif
+
+template <int F>
+static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __grid_constant__ mt_args p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	extern __shared__ __align__(128) uint8_t sm[];
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
+	__shared__ int hdr[GT_SMAX];
+	__shared__ float s_red[GT_W];
+	__shared__ int32_t sel[64];
+	__shared__ float selv[64];
+	__shared__ int s_last;
+	const int S = p.stages, stride = p.stride;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int slot = blockIdx.z, nblk = gridDim.x * gridDim.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
+	const int nrb = (p.E + GT_W - 1) / GT_W; /* router blocks: a row a consumer warp */
+	pdl_trigger();
+	if (threadIdx.x < S) {
+		gt_init(&full[threadIdx.x], 1);
+		gt_init(&empty[threadIdx.x], GT_W);
+	}
+	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	__syncthreads();
+
+	if (warp == GT_W) {
+		/* the producer: nothing to copy until the routing names this slot's expert */
+		pdl_wait();
+		int64_t e = 0;
+		if (lane == 0) {
+			mt_spin(&p.sync[MT_FLAG], 1u);
+			e = __ldcg(p.idx + slot);
+			if (fp4s_arrive(&p.sync[MT_SEEN]) == 2u * nblk - 1) { /* everyone saw it: reset */
+				p.sync[MT_FLAG] = 0;
+				p.sync[MT_SEEN] = 0;
+			}
+		}
+		e = __shfl_sync(0xFFFFFFFFu, e, 0);
+		uint64_t pol;
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		unsigned n = 0;
+		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+		mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+		return;
+	}
+
+	/* the router: block bl's warps take rows bl * 8 + warp, preloaded before the wait */
+	const bool router = bl < nrb;
+	const int32_t r = bl * GT_W + warp;
+	const int epc = p.rfmt == FP4S_WF_F32 ? 4 : 8;
+	const int32_t nq = p.H / epc;
+	const uint4 *wr = reinterpret_cast<const uint4 *>(p.rw) + (size_t)min(r, p.E - 1) * nq;
+	uint4 pre[MT_PRE];
+	if (router) {
+#pragma unroll
+		for (int i = 0; i < MT_PRE; i++)
+			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+	}
+	pdl_wait(); /* h belongs to the kernels before this one */
+	if (router) {
+		/* h * norm weight into the ring's bytes (free: this block's producer copies nothing
+		 * before the routing is done, which waits for this block), the sum of squares summed in
+		 * a fixed order */
+		float *hs = reinterpret_cast<float *>(sm);
+		const float c = p.zc ? 1.0f : 0.0f;
+		float ss = 0.0f;
+		for (int i = 4 * threadIdx.x; i < p.H; i += 4 * GT_W * 32) {
+			const float4 v = *reinterpret_cast<const float4 *>(p.h + i);
+			const float4 g = __ldg(reinterpret_cast<const float4 *>(p.nw + i));
+			ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+			*reinterpret_cast<float4 *>(hs + i) =
+				make_float4(v.x * (c + g.x), v.y * (c + g.y), v.z * (c + g.z), v.w * (c + g.w));
+		}
+		for (int o = 16; o; o >>= 1)
+			ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+		if (lane == 0)
+			s_red[warp] = ss;
+		gt_sync();
+		ss = 0.0f;
+#pragma unroll
+		for (int i = 0; i < GT_W; i++)
+			ss += s_red[i];
+		const float inv = 1.0f / sqrtf(ss / (float)p.H + p.eps);
+		if (bl == 0) /* the normalized token every block stages */
+			for (int i = threadIdx.x; i < p.H; i += GT_W * 32)
+				p.x1[i] = hs[i] * inv;
+		float acc = 0.0f;
+#pragma unroll
+		for (int i = 0; i < MT_PRE; i++)
+			if (lane + 32 * i < nq)
+				acc += mt_dot(p.rfmt, pre[i], hs + (size_t)(lane + 32 * i) * epc);
+		for (int32_t q = lane + 32 * MT_PRE; q < nq; q += 32)
+			acc += mt_dot(p.rfmt, __ldg(wr + q), hs + (size_t)q * epc);
+		for (int o = 16; o; o >>= 1)
+			acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+		if (lane == 0 && r < p.E)
+			p.lg[r] = acc * inv + (p.rb ? p.rb[r] : 0.0f);
+		gt_sync(); /* the block's logits (and x1) written; every warp done with hs */
+		if (threadIdx.x == 0)
+			s_last = fp4s_arrive(&p.sync[MT_RCNT]) == (unsigned)nrb - 1;
+		gt_sync();
+		if (s_last && warp == 0) {
+			/* the last router block routes (the ring's bytes again: logits, then taken flags) */
+			float *pr = reinterpret_cast<float *>(sm);
+			uint8_t *taken = sm + (size_t)p.E * 4;
+			for (int32_t e = lane; e < p.E; e += 32) {
+				pr[e] = __ldcg(p.lg + e);
+				taken[e] = 0;
+			}
+			route_warp(pr, taken, p.E, p.topk, p.kind, p.norm, sel, selv, p.idx, p.w);
+			__syncwarp();
+			if (lane == 0) {
+				p.sync[MT_RCNT] = 0;
+				__threadfence();
+				mt_st_release(&p.sync[MT_FLAG], 1u);
+			}
+		}
+	}
+	__shared__ int s_e;
+	if (threadIdx.x == 0) {
+		mt_spin(&p.sync[MT_FLAG], 1u);
+		s_e = __ldcg(p.idx + slot);
+		if (fp4s_arrive(&p.sync[MT_SEEN]) == 2u * nblk - 1) {
+			p.sync[MT_FLAG] = 0;
+			p.sync[MT_SEEN] = 0;
+		}
+	}
+	gt_sync();
+	const int64_t e = s_e;
+	uint8_t *xs = sm + (size_t)S * stride;
+	float s_ss[1];
+	unsigned n = 0;
+
+	/* gate|up: the normalized token as plain x (written in this launch: loads from L2) */
+	{
+		const gm_args &a = p.gu;
+		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
+		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
+		gt_sync();
+		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
+		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
+		              a.y + (size_t)slot * (a.rows / 2), a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
+	}
+	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
+	gt_sync();
+	if (threadIdx.x == 0) {
+		fp4s_arrive(&p.sync[MT_SLOT + slot]);
+		mt_spin(&p.sync[MT_SLOT + slot], gridDim.x);
+		if (fp4s_arrive(&p.sync[MT_SSEEN + slot]) == gridDim.x - 1) {
+			p.sync[MT_SLOT + slot] = 0;
+			p.sync[MT_SSEEN + slot] = 0;
+		}
+	}
+	gt_sync();
+	{
+		const gm_args &a = p.dn;
+		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
+		const float *xin = a.x + (size_t)slot * a.x_stride;
+		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, xin, 0, s_ss, false, threadIdx.x);
+		gt_sync();
+		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
+		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
+		              a.y + (size_t)slot * a.rows, a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
+	}
+	/* the combine, as gemv_tma.cu's: the last of the slots' blocks with this blockIdx.x */
+	gt_sync();
+	if (threadIdx.x == 0)
+		s_last = fp4s_arrive(&p.dn.cnt[blockIdx.x]) == gridDim.z - 1;
+	gt_sync();
+	if (s_last)
+		gm_combine_rows<GT_W * 32>(p.dn);
+#endif
+}
+
+cudaError_t mt_attrs(void)
+{
+	cudaError_t e = cudaFuncSetAttribute(moe_tma_kernel<GM_NVFP4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	                                     GT_SMEM_CAP);
+	if (e == cudaSuccess)
+		e = cudaFuncSetAttribute(moe_tma_kernel<GM_MXFP4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                         GT_SMEM_CAP);
+	return e;
+}
+
+static int mt_forced = -1;
+static unsigned long long mt_launches;
+
+extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launches; }
+
+static int mt_enabled(void)
+{
+	static int off = -1;
+	if (mt_forced >= 0)
+		return mt_forced;
+	return !fp4s_env_off("FP4S_MOE_ONE", &off);
+}
+
+/* the staged activations and tile sums of a K-column matmul (as gm_tma_plan) */
+static size_t mt_xs(int64_t K)
+{
+	return (size_t)2 * gm_col_stride((int)((K + 127) / 128 * 4)) + (size_t)2 * GT_W * 16 * sizeof(float);
+}
+
+extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4s_stacked *dn, int form,
+                                 float alpha, float limit, const struct fp4s_mat *router, int32_t K, int kind,
+                                 int norm, float *h, const float *nw, float eps, int zero_centred, float *lg,
+                                 unsigned *sync, int32_t *idx, float *w, float *x1, float *a1, float *o1,
+                                 cudaStream_t s, struct fp4s_error *err)
+{
+	const int64_t E = router->rows, H = router->cols, I = dn->cols;
+	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
+	if (!mt_enabled() || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
+	    (router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
+	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || gu->cols != H ||
+	    dn->rows != H || gu->rows != 2 * I || ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) ||
+	    ((uintptr_t)nw & 15))
+		return FP4S_EUNSUPPORTED;
+	gm_args A, B;
+	int sms = 0;
+	int rc = gm_expert_args(gu, idx, K, x1, K, H, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, a1, form, s, &A, &sms,
+	                        err);
+	if (!rc)
+		rc = gm_expert_args(dn, idx, K, a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0, w, h, o1, 0, s, &B, &sms, err);
+	if (rc)
+		return rc;
+	if (!A.stages || !B.stages || A.ttensor || B.ttensor)
+		return FP4S_EUNSUPPORTED;
+	const int nv = gu->fmt == FP4S_WF_NVFP4;
+	mt_args p = {};
+	p.gu = A, p.dn = B;
+	p.stride = A.tstage > B.tstage ? A.tstage : B.tstage;
+	const size_t xs = mt_xs(H) > mt_xs(I) ? mt_xs(H) : mt_xs(I), budget = gm_tma_budget();
+	if (xs >= budget)
+		return FP4S_EUNSUPPORTED;
+	size_t st = (budget - xs) / (size_t)p.stride;
+	st = st > GT_SMAX ? GT_SMAX : st;
+	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
+	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < (size_t)E * 5)
+		return FP4S_EUNSUPPORTED;
+	p.stages = (int)st;
+	const size_t smem = st * (size_t)p.stride + xs;
+	p.rw = (const uint8_t *)router->data, p.rb = router->bias, p.h = h, p.nw = nw, p.eps = eps;
+	p.zc = zero_centred, p.rfmt = router->fmt, p.E = (int)E, p.H = (int)H, p.topk = K, p.kind = kind;
+	p.norm = norm, p.lg = lg, p.x1 = x1, p.idx = idx, p.w = w, p.sync = sync;
+	int per_sm = 0;
+	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
+	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));
+	/* blocks wait for blocks of the same grid: all must be resident at once */
+	const int64_t bx = (int64_t)per_sm * sms / K, tiles = (2 * I > H ? 2 * I : H + 15) / 16;
+	const dim3 grid((unsigned)(bx > tiles ? tiles : bx), 1, (unsigned)K);
+	if (per_sm < 1 || bx < 1 || (int64_t)grid.x * K < (E + GT_W - 1) / GT_W)
+		return FP4S_EUNSUPPORTED;
+	struct pdl_launch l;
+	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(pdl_cfg(&l, grid, dim3(GT_THREADS), smem, s, 1), kern, p));
+	mt_launches++;
+	return FP4S_OK;
+}
