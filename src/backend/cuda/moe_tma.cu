@@ -26,10 +26,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/gemv_tma.cuh"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/pdl.cuh"
@@ -39,12 +41,13 @@
 #define MT_PRE 12   /* 16-byte router chunks a lane preloads (BF16 rows up to H = 3072) */
 #define MT_EMAX 512 /* experts at most (the top-k's logits sit in the ring's bytes) */
 
-/* sync words (per layer, zero between launches) */
-#define MT_RCNT 0  /* router blocks done */
-#define MT_FLAG 1  /* routing done */
-#define MT_SEEN 2  /* producers and consumers that saw the flag */
-#define MT_SLOT 4  /* + slot: the slot's gate|up blocks done */
-#define MT_SSEEN (MT_SLOT + FP4S_MOE_TMA_KMAX) /* + slot: its blocks that saw them all done */
+/* sync words (per layer, zero between launches), each counter on a 128-byte line of its own:
+ * the blocks polling one must not queue behind atomics on another */
+#define MT_RCNT 0   /* router blocks done */
+#define MT_FLAG 32  /* routing done */
+#define MT_SEEN 64  /* blocks that saw the flag */
+#define MT_SLOT(z) (96 + 32 * (z))  /* the slot's gate|up blocks done */
+#define MT_SSEEN(z) (MT_SLOT(z) + 1) /* its blocks that saw them all done */
 
 struct mt_args {
 	gm_args gu, dn; /* gate|up (pairact, x = the normalized token) and down (with the combine) */
@@ -58,6 +61,8 @@ struct mt_args {
 	float *w;
 	unsigned *sync;
 	int stages, stride; /* ring slots and their bytes */
+	int phases;         /* 2: all; 1: up to the gate|up SwiGLU (the down GEMV launched after) */
+	int spin;           /* ns between polls of a counter */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -73,10 +78,10 @@ static __device__ __forceinline__ void mt_st_release(unsigned *p, unsigned v)
 	asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-static __device__ __forceinline__ void mt_spin(const unsigned *p, unsigned target)
+static __device__ __forceinline__ void mt_spin(const unsigned *p, unsigned target, int ns)
 {
 	while (mt_ld_acquire(p) < target)
-		__nanosleep(32);
+		__nanosleep(ns);
 }
 
 /* One row of a stage's chunk sum (BF16 / F16 / F32 router rows) */
@@ -236,7 +241,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
-	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], rdy;
 	__shared__ int hdr[GT_SMAX];
 	__shared__ float s_red[GT_W];
 	__shared__ int32_t sel[64];
@@ -250,28 +255,24 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
+		if (threadIdx.x == 0)
+			gt_init(&rdy, 1);
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	__syncthreads();
 
+	__shared__ int s_e;
 	if (warp == GT_W) {
-		/* the producer: nothing to copy until the routing names this slot's expert */
-		pdl_wait();
-		int64_t e = 0;
-		if (lane == 0) {
-			mt_spin(&p.sync[MT_FLAG], 1u);
-			e = __ldcg(p.idx + slot);
-			if (fp4s_arrive(&p.sync[MT_SEEN]) == 2u * nblk - 1) { /* everyone saw it: reset */
-				p.sync[MT_FLAG] = 0;
-				p.sync[MT_SEEN] = 0;
-			}
-		}
-		e = __shfl_sync(0xFFFFFFFFu, e, 0);
+		/* the producer: nothing to copy until the routing names this slot's expert (the
+		 * consumers' thread 0 polls for it and hands it over through rdy) */
+		gt_wait(&rdy, 0);
+		const int64_t e = s_e;
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
 		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane);
-		mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+		if (p.phases == 2)
+			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
 		return;
 	}
 
@@ -347,11 +348,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			}
 		}
 	}
-	__shared__ int s_e;
 	if (threadIdx.x == 0) {
-		mt_spin(&p.sync[MT_FLAG], 1u);
+		mt_spin(&p.sync[MT_FLAG], 1u, p.spin);
 		s_e = __ldcg(p.idx + slot);
-		if (fp4s_arrive(&p.sync[MT_SEEN]) == 2u * nblk - 1) {
+		gt_arrive(&rdy); /* the producer may copy */
+		if (fp4s_arrive(&p.sync[MT_SEEN]) == (unsigned)nblk - 1) { /* every block saw it: reset */
 			p.sync[MT_FLAG] = 0;
 			p.sync[MT_SEEN] = 0;
 		}
@@ -372,14 +373,16 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * (a.rows / 2), a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
 	}
+	if (p.phases == 1)
+		return;
 	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
 	gt_sync();
 	if (threadIdx.x == 0) {
-		fp4s_arrive(&p.sync[MT_SLOT + slot]);
-		mt_spin(&p.sync[MT_SLOT + slot], gridDim.x);
-		if (fp4s_arrive(&p.sync[MT_SSEEN + slot]) == gridDim.x - 1) {
-			p.sync[MT_SLOT + slot] = 0;
-			p.sync[MT_SSEEN + slot] = 0;
+		fp4s_arrive(&p.sync[MT_SLOT(slot)]);
+		mt_spin(&p.sync[MT_SLOT(slot)], gridDim.x, p.spin);
+		if (fp4s_arrive(&p.sync[MT_SSEEN(slot)]) == gridDim.x - 1) {
+			p.sync[MT_SLOT(slot)] = 0;
+			p.sync[MT_SSEEN(slot)] = 0;
 		}
 	}
 	gt_sync();
@@ -416,15 +419,22 @@ cudaError_t mt_attrs(void)
 static int mt_forced = -1;
 static unsigned long long mt_launches;
 
-extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 2 ? on : -1; }
 extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launches; }
 
-static int mt_enabled(void)
+/* FP4S_MOE_ONE: 0 off, 1 (default) all in one launch, 2 the down GEMV a launch of its own
+ * (A/B); FP4S_MOE_ONE_SPIN: ns between polls (default 64) */
+static int mt_mode(int *spin)
 {
-	static int off = -1;
-	if (mt_forced >= 0)
-		return mt_forced;
-	return !fp4s_env_off("FP4S_MOE_ONE", &off);
+	static int env = -1, ns = 64;
+	if (env < 0) {
+		const char *e = getenv("FP4S_MOE_ONE");
+		env = e && (!strcmp(e, "0") || !strcmp(e, "2")) ? atoi(e) : 1;
+		e = getenv("FP4S_MOE_ONE_SPIN");
+		ns = e && atoi(e) >= 0 && atoi(e) <= 10000 ? atoi(e) : 64;
+	}
+	*spin = ns;
+	return mt_forced >= 0 ? mt_forced : env;
 }
 
 /* the staged activations and tile sums of a K-column matmul (as gm_tma_plan) */
@@ -441,7 +451,9 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 {
 	const int64_t E = router->rows, H = router->cols, I = dn->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
-	if (!mt_enabled() || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
+	int spin;
+	const int mode = mt_mode(&spin);
+	if (!mode || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
 	    (router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || gu->cols != H ||
 	    dn->rows != H || gu->rows != 2 * I || ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) ||
@@ -474,6 +486,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.rw = (const uint8_t *)router->data, p.rb = router->bias, p.h = h, p.nw = nw, p.eps = eps;
 	p.zc = zero_centred, p.rfmt = router->fmt, p.E = (int)E, p.H = (int)H, p.topk = K, p.kind = kind;
 	p.norm = norm, p.lg = lg, p.x1 = x1, p.idx = idx, p.w = w, p.sync = sync;
+	p.phases = mode == 2 ? 1 : 2, p.spin = spin;
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));
@@ -485,5 +498,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	struct pdl_launch l;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(pdl_cfg(&l, grid, dim3(GT_THREADS), smem, s, 1), kern, p));
 	mt_launches++;
+	if (p.phases == 1) /* the down GEMV with the combine, as the three-launch path */
+		return fp4s_gemv_mma_experts_ex(dn, idx, K, a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0, w, h, o1, s, err);
 	return FP4S_OK;
 }
