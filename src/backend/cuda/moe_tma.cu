@@ -41,13 +41,18 @@
 #define MT_PRE 12   /* 16-byte router chunks a lane preloads (BF16 rows up to H = 3072) */
 #define MT_EMAX 512 /* experts at most (the top-k's logits sit in the ring's bytes) */
 
-/* sync words (per layer, zero between launches), each counter on a 128-byte line of its own:
- * the blocks polling one must not queue behind atomics on another */
-#define MT_RCNT 0   /* router blocks done */
-#define MT_FLAG 32  /* routing done */
-#define MT_SEEN 64  /* blocks that saw the flag */
-#define MT_SLOT(z) (96 + 32 * (z))  /* the slot's gate|up blocks done */
-#define MT_SSEEN(z) (MT_SLOT(z) + 1) /* its blocks that saw them all done */
+/* Sync counters (per layer, 64-bit, each on a 128-byte line of its own so that blocks polling
+ * one do not queue behind atomics on another). They only grow, so nothing has to be reset, and
+ * no block needs a second atomic to learn that all have seen a value:
+ *  - slot z's counter gains gridDim.x arrivals a launch, so before a block's own arrival it
+ *    holds L * gridDim.x, L = the launches of this layer so far;
+ *  - the routing counter gains one a launch (the last router block's), so routing of launch L is
+ *    done once it reaches L + 1;
+ *  - the router blocks' counter gains nrb a launch.
+ * (Word 0 stays moe.cu's norm_route counter, for the launches that route apart.) */
+#define MT_RCNT 16               /* 64-bit words: router blocks done */
+#define MT_FLAG 32               /* routings done */
+#define MT_SLOT(z) (48 + 16 * (z)) /* the slot's gate|up blocks done */
 
 struct mt_args {
 	gm_args gu, dn; /* gate|up (pairact, x = the normalized token) and down (with the combine) */
@@ -59,26 +64,30 @@ struct mt_args {
 	float *lg, *x1;
 	int32_t *idx;
 	float *w;
-	unsigned *sync;
+	unsigned long long *sync;
 	int stages, stride; /* ring slots and their bytes */
 	int phases;         /* 2: all; 1: up to the gate|up SwiGLU (the down GEMV launched after) */
+	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
 	int spin;           /* ns between polls of a counter */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-static __device__ __forceinline__ unsigned mt_ld_acquire(const unsigned *p)
+static __device__ __forceinline__ unsigned long long mt_ld_acquire(const unsigned long long *p)
 {
-	unsigned v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	unsigned long long v;
+	asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
 	return v;
 }
 
-static __device__ __forceinline__ void mt_st_release(unsigned *p, unsigned v)
+/* adds 1, a release and an acquire at GPU scope (as arrive.cuh's), returning the old value */
+static __device__ __forceinline__ unsigned long long mt_arrive(unsigned long long *p)
 {
-	asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+	unsigned long long old;
+	asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(p) : "memory");
+	return old;
 }
 
-static __device__ __forceinline__ void mt_spin(const unsigned *p, unsigned target, int ns)
+static __device__ __forceinline__ void mt_spin(const unsigned long long *p, unsigned long long target, int ns)
 {
 	while (mt_ld_acquire(p) < target)
 		__nanosleep(ns);
@@ -249,7 +258,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	__shared__ int s_last;
 	const int S = p.stages, stride = p.stride;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int slot = blockIdx.z, nblk = gridDim.x * gridDim.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
+	const int slot = blockIdx.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
 	const int nrb = (p.E + GT_W - 1) / GT_W; /* router blocks: a row a consumer warp */
 	pdl_trigger();
 	if (threadIdx.x < S) {
@@ -277,7 +286,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	}
 
 	/* the router: block bl's warps take rows bl * 8 + warp, preloaded before the wait */
-	const bool router = bl < nrb;
+	const bool router = p.route && bl < nrb;
 	const int32_t r = bl * GT_W + warp;
 	const int epc = p.rfmt == FP4S_WF_F32 ? 4 : 8;
 	const int32_t nq = p.H / epc;
@@ -288,20 +297,35 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		for (int i = 0; i < MT_PRE; i++)
 			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 	}
-	pdl_wait(); /* h belongs to the kernels before this one */
+	pdl_wait(); /* h (or the routing) belongs to the kernels before this one */
+	/* this layer's launches so far: slot z's counter before this block arrives on it */
+	__shared__ unsigned long long s_epoch; /* thread 0's alone (kept out of registers) */
+	if (threadIdx.x == 0)
+		s_epoch = __ldcg(&p.sync[MT_SLOT(slot)]) / gridDim.x;
 	if (router) {
 		/* h * norm weight into the ring's bytes (free: this block's producer copies nothing
-		 * before the routing is done, which waits for this block), the sum of squares summed in
-		 * a fixed order */
+		 * before the routing is done, which waits for this block); all of a thread's loads in
+		 * flight at once (H <= 4096), the sum of squares summed in a fixed order */
 		float *hs = reinterpret_cast<float *>(sm);
 		const float c = p.zc ? 1.0f : 0.0f;
+		float4 v[4], g[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = 4 * (threadIdx.x + u * GT_W * 32);
+			if (i < p.H) {
+				v[u] = *reinterpret_cast<const float4 *>(p.h + i);
+				g[u] = __ldg(reinterpret_cast<const float4 *>(p.nw + i));
+			}
+		}
 		float ss = 0.0f;
-		for (int i = 4 * threadIdx.x; i < p.H; i += 4 * GT_W * 32) {
-			const float4 v = *reinterpret_cast<const float4 *>(p.h + i);
-			const float4 g = __ldg(reinterpret_cast<const float4 *>(p.nw + i));
-			ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-			*reinterpret_cast<float4 *>(hs + i) =
-				make_float4(v.x * (c + g.x), v.y * (c + g.y), v.z * (c + g.z), v.w * (c + g.w));
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = 4 * (threadIdx.x + u * GT_W * 32);
+			if (i < p.H) {
+				ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+				*reinterpret_cast<float4 *>(hs + i) = make_float4(v[u].x * (c + g[u].x), v[u].y * (c + g[u].y),
+				                                                  v[u].z * (c + g[u].z), v[u].w * (c + g[u].w));
+			}
 		}
 		for (int o = 16; o; o >>= 1)
 			ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
@@ -329,7 +353,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			p.lg[r] = acc * inv + (p.rb ? p.rb[r] : 0.0f);
 		gt_sync(); /* the block's logits (and x1) written; every warp done with hs */
 		if (threadIdx.x == 0)
-			s_last = fp4s_arrive(&p.sync[MT_RCNT]) == (unsigned)nrb - 1;
+			s_last = mt_arrive(&p.sync[MT_RCNT]) % (unsigned)nrb == (unsigned)nrb - 1;
 		gt_sync();
 		if (s_last && warp == 0) {
 			/* the last router block routes (the ring's bytes again: logits, then taken flags) */
@@ -341,21 +365,17 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			}
 			route_warp(pr, taken, p.E, p.topk, p.kind, p.norm, sel, selv, p.idx, p.w);
 			__syncwarp();
-			if (lane == 0) {
-				p.sync[MT_RCNT] = 0;
-				__threadfence();
-				mt_st_release(&p.sync[MT_FLAG], 1u);
-			}
+			if (lane == 0)
+				mt_arrive(&p.sync[MT_FLAG]); /* releases idx, w (and, through the counter, x1) */
 		}
 	}
 	if (threadIdx.x == 0) {
-		mt_spin(&p.sync[MT_FLAG], 1u, p.spin);
+		if (p.route)
+			mt_spin(&p.sync[MT_FLAG], s_epoch + 1, p.spin);
+		else if (bl == 0)
+			mt_arrive(&p.sync[MT_FLAG]); /* the routings' count stays the launches' */
 		s_e = __ldcg(p.idx + slot);
 		gt_arrive(&rdy); /* the producer may copy */
-		if (fp4s_arrive(&p.sync[MT_SEEN]) == (unsigned)nblk - 1) { /* every block saw it: reset */
-			p.sync[MT_FLAG] = 0;
-			p.sync[MT_SEEN] = 0;
-		}
 	}
 	gt_sync();
 	const int64_t e = s_e;
@@ -373,18 +393,15 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * (a.rows / 2), a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
 	}
-	if (p.phases == 1)
-		return;
 	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
 	gt_sync();
 	if (threadIdx.x == 0) {
-		fp4s_arrive(&p.sync[MT_SLOT(slot)]);
-		mt_spin(&p.sync[MT_SLOT(slot)], gridDim.x, p.spin);
-		if (fp4s_arrive(&p.sync[MT_SSEEN(slot)]) == gridDim.x - 1) {
-			p.sync[MT_SLOT(slot)] = 0;
-			p.sync[MT_SSEEN(slot)] = 0;
-		}
+		mt_arrive(&p.sync[MT_SLOT(slot)]); /* also with the down apart: the count is the epoch */
+		if (p.phases == 2)
+			mt_spin(&p.sync[MT_SLOT(slot)], (s_epoch + 1) * gridDim.x, p.spin);
 	}
+	if (p.phases == 1)
+		return;
 	gt_sync();
 	{
 		const gm_args &a = p.dn;
@@ -419,17 +436,18 @@ cudaError_t mt_attrs(void)
 static int mt_forced = -1;
 static unsigned long long mt_launches;
 
-extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 2 ? on : -1; }
+extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 3 ? on : -1; }
 extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launches; }
 
-/* FP4S_MOE_ONE: 0 off, 1 (default) all in one launch, 2 the down GEMV a launch of its own
- * (A/B); FP4S_MOE_ONE_SPIN: ns between polls (default 64) */
+/* FP4S_MOE_ONE: 0 off, 1 (default) all in one launch, 2 the down GEMV a launch of its own, 3
+ * the routing a launch of its own (moe.cu's norm_route; A/B); FP4S_MOE_ONE_SPIN: ns between
+ * polls (default 64) */
 static int mt_mode(int *spin)
 {
 	static int env = -1, ns = 64;
 	if (env < 0) {
 		const char *e = getenv("FP4S_MOE_ONE");
-		env = e && (!strcmp(e, "0") || !strcmp(e, "2")) ? atoi(e) : 1;
+		env = e && (!strcmp(e, "0") || !strcmp(e, "2") || !strcmp(e, "3")) ? atoi(e) : 1;
 		e = getenv("FP4S_MOE_ONE_SPIN");
 		ns = e && atoi(e) >= 0 && atoi(e) <= 10000 ? atoi(e) : 64;
 	}
@@ -485,8 +503,9 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	const size_t smem = st * (size_t)p.stride + xs;
 	p.rw = (const uint8_t *)router->data, p.rb = router->bias, p.h = h, p.nw = nw, p.eps = eps;
 	p.zc = zero_centred, p.rfmt = router->fmt, p.E = (int)E, p.H = (int)H, p.topk = K, p.kind = kind;
-	p.norm = norm, p.lg = lg, p.x1 = x1, p.idx = idx, p.w = w, p.sync = sync;
-	p.phases = mode == 2 ? 1 : 2, p.spin = spin;
+	p.norm = norm, p.lg = lg, p.x1 = x1, p.idx = idx, p.w = w;
+	p.sync = reinterpret_cast<unsigned long long *>(sync);
+	p.phases = mode == 2 ? 1 : 2, p.spin = spin, p.route = mode != 3;
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));
@@ -495,6 +514,9 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	const dim3 grid((unsigned)(bx > tiles ? tiles : bx), 1, (unsigned)K);
 	if (per_sm < 1 || bx < 1 || (int64_t)grid.x * K < (E + GT_W - 1) / GT_W)
 		return FP4S_EUNSUPPORTED;
+	if (!p.route && (rc = fp4s_cuda_norm_route(router, K, kind, norm, h, nw, eps, zero_centred, lg, sync, idx, w, x1,
+	                                           s, err)))
+		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued */
 	struct pdl_launch l;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(pdl_cfg(&l, grid, dim3(GT_THREADS), smem, s, 1), kern, p));
 	mt_launches++;
