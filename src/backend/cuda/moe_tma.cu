@@ -250,7 +250,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
-	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], rdy;
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
 	__shared__ int hdr[GT_SMAX];
 	__shared__ float s_red[GT_W];
 	__shared__ int32_t sel[64];
@@ -264,18 +264,25 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
-		if (threadIdx.x == 0)
-			gt_init(&rdy, 1);
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	__syncthreads();
 
-	__shared__ int s_e;
+	/* this layer's launches so far: slot z's counter before any block of this launch arrives on
+	 * it (read before the wait: the kernels it waits for do not touch it) */
+	unsigned long long epoch0 = 0; /* the producer's lane 0 and the consumers' thread 0 */
+	if (threadIdx.x == 0 || threadIdx.x == GT_W * 32)
+		epoch0 = __ldcg(&p.sync[MT_SLOT(slot)]) / gridDim.x;
 	if (warp == GT_W) {
-		/* the producer: nothing to copy until the routing names this slot's expert (the
-		 * consumers' thread 0 polls for it and hands it over through rdy) */
-		gt_wait(&rdy, 0);
-		const int64_t e = s_e;
+		/* the producer: nothing to copy until the routing names this slot's expert */
+		pdl_wait();
+		int64_t e = 0;
+		if (lane == 0) {
+			if (p.route)
+				mt_spin(&p.sync[MT_FLAG], epoch0 + 1, p.spin);
+			e = __ldcg(p.idx + slot);
+		}
+		e = __shfl_sync(0xFFFFFFFFu, e, 0);
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
@@ -284,6 +291,9 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
 		return;
 	}
+	__shared__ unsigned long long s_epoch; /* thread 0's alone (kept out of registers) */
+	if (threadIdx.x == 0)
+		s_epoch = epoch0;
 
 	/* the router: block bl's warps take rows bl * 8 + warp, preloaded before the wait */
 	const bool router = p.route && bl < nrb;
@@ -298,10 +308,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 	}
 	pdl_wait(); /* h (or the routing) belongs to the kernels before this one */
-	/* this layer's launches so far: slot z's counter before this block arrives on it */
-	__shared__ unsigned long long s_epoch; /* thread 0's alone (kept out of registers) */
-	if (threadIdx.x == 0)
-		s_epoch = __ldcg(&p.sync[MT_SLOT(slot)]) / gridDim.x;
 	if (router) {
 		/* h * norm weight into the ring's bytes (free: this block's producer copies nothing
 		 * before the routing is done, which waits for this block); all of a thread's loads in
@@ -369,16 +375,14 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 				mt_arrive(&p.sync[MT_FLAG]); /* releases idx, w (and, through the counter, x1) */
 		}
 	}
-	if (threadIdx.x == 0) {
-		if (p.route)
+	if (p.route) {
+		if (threadIdx.x == 0)
 			mt_spin(&p.sync[MT_FLAG], s_epoch + 1, p.spin);
-		else if (bl == 0)
-			mt_arrive(&p.sync[MT_FLAG]); /* the routings' count stays the launches' */
-		s_e = __ldcg(p.idx + slot);
-		gt_arrive(&rdy); /* the producer may copy */
+		gt_sync();
+	} else if (bl == 0 && threadIdx.x == 0) {
+		mt_arrive(&p.sync[MT_FLAG]); /* the routings' count stays the launches' */
 	}
-	gt_sync();
-	const int64_t e = s_e;
+	const int64_t e = __ldcg(p.idx + slot); /* in flight with the staging's loads */
 	uint8_t *xs = sm + (size_t)S * stride;
 	float s_ss[1];
 	unsigned n = 0;
