@@ -17,7 +17,8 @@
 // a kernel of its own), 2 (the combine inside the down GEMV) and 3 (as 2, the router kernel
 // writing the normalized token for a plain gate|up GEMV), 4, and the default (all in one launch,
 // moe_tma.cu, which must be taken; also with its down GEMV a launch of its own, which must give
-// the same bits, and routed by mode 3's router kernel, which must give mode 3's bits) against the
+// the same bits, and routed by mode 3's router kernel, also with the down GEMV apart, both of
+// which must give mode 3's bits) against the
 // CPU backend's
 // rmsnorm + moe + add and against the CUDA backend's unfused rmsnorm + moe_add: Qwen3-like
 // NVFP4 experts (gate, up, down; per-expert scales) and gpt-oss-like MXFP4 experts (interleaved
@@ -381,9 +382,9 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 	dx = dh + H;
 	/* modes 1-4 with the one-launch kernel off, then (index 5) the default with it on, and (6) it
 	 * with the down GEMV a launch of its own */
-	std::vector<float> hf[7][2], hu(H, NAN);
+	std::vector<float> hf[8][2], hu(H, NAN);
 	unsigned long long one = 0;
-	for (int mode = 1; mode <= 7 && !rc; mode++) {
+	for (int mode = 1; mode <= 8 && !rc; mode++) {
 		fp4s_cuda_set_moe_fused(mode >= 5 ? 3 : mode);
 		fp4s_cuda_set_moe_tma(mode >= 5 ? mode - 4 : 0);
 		const unsigned long long l0 = fp4s_cuda_moe_tma_launches();
@@ -422,6 +423,7 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 		const double e5 = rel_err(hf[4][0], hc, h0); /* all in one launch */
 		const double e35 = rel_err(hf[4][0], hf[2][0], h0), e56 = rel_err(hf[5][0], hf[4][0], h0);
 		const double e37 = rel_err(hf[6][0], hf[2][0], h0); /* routed apart: mode 3's kernel */
+		const double e38 = rel_err(hf[7][0], hf[2][0], h0); /* routed and down apart */
 		const double eu = rel_err(hf[1][0], hu, h0), e12 = rel_err(hf[1][0], hf[0][0], h0);
 		const double ucpu = rel_err(hu, hc, h0);
 		/* modes 1 and 2 normalize inside the gate|up GEMV, whose sum of squares takes shared-memory
@@ -431,7 +433,8 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 		                 !memcmp(hf[3][0].data(), hf[3][1].data(), (size_t)H * 4) &&
 		                 !memcmp(hf[4][0].data(), hf[4][1].data(), (size_t)H * 4) &&
 		                 !memcmp(hf[5][0].data(), hf[5][1].data(), (size_t)H * 4) &&
-		                 !memcmp(hf[6][0].data(), hf[6][1].data(), (size_t)H * 4);
+		                 !memcmp(hf[6][0].data(), hf[6][1].data(), (size_t)H * 4) &&
+		                 !memcmp(hf[7][0].data(), hf[7][1].data(), (size_t)H * 4);
 		if (getenv("FP4S_TEST_VERBOSE"))
 			printf("%s: vs CPU mode1 %.2e mode2 %.2e mode3 %.2e mode4 %.2e one launch %.2e (unfused %.2e); vs "
 			       "unfused %.2e; mode1 vs 2 %.2e; one launch vs mode3 %.2e, vs down apart %.2e, routed apart vs mode3 %.2e (%llu launches)%s\n",
@@ -439,11 +442,11 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 		/* the one-launch kernel normalizes with its own fixed order of the sum of squares: ulps
 		 * from mode 3 */
 		CHECK_MSG(e1 <= 1e-4 && e2 <= 1e-4 && e3 <= 1e-4 && e4 <= 1e-4 && e5 <= 1e-4 && eu <= 1e-4 && e12 <= 1e-5 &&
-		                  e35 <= 1e-5 && e56 == 0.0 && e37 == 0.0 && one == 6 && same && declined,
+		                  e35 <= 1e-5 && e56 == 0.0 && e37 == 0.0 && e38 == 0.0 && one == 8 && same && declined,
 		          "%s: vs CPU mode1 %.3g mode2 %.3g mode3 %.3g mode4 %.3g one launch %.3g (unfused %.3g), vs unfused "
-		          "%.3g, mode1 vs 2 %.3g, one launch vs mode3 %.3g, vs down apart %.3g, routed apart vs mode3 %.3g, one-launch "
-		          "launches %llu of 6, repeatable %d, declines %d",
-		          name, e1, e2, e3, e4, e5, ucpu, eu, e12, e35, e56, e37, one, same, declined);
+		          "%.3g, mode1 vs 2 %.3g, one launch vs mode3 %.3g, vs down apart %.3g, routed apart vs mode3 %.3g (and down "
+		          "apart %.3g), one-launch launches %llu of 8, repeatable %d, declines %d",
+		          name, e1, e2, e3, e4, e5, ucpu, eu, e12, e35, e56, e37, e38, one, same, declined);
 	}
 	gpu->free(gpu, dh);
 	cpu->destroy(cpu);

@@ -68,6 +68,7 @@ struct mt_args {
 	int stages, stride; /* ring slots and their bytes */
 	int phases;         /* 2: all; 1: up to the gate|up SwiGLU (the down GEMV launched after) */
 	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
+	int holdb;          /* diagnostics: no down copies before the slot's gate|up is done */
 	int spin;           /* ns between polls of a counter */
 };
 
@@ -250,7 +251,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
-	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX];
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], bgo;
 	__shared__ int hdr[GT_SMAX];
 	__shared__ float s_red[GT_W];
 	__shared__ int32_t sel[64];
@@ -264,6 +265,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
+		if (threadIdx.x == 0)
+			gt_init(&bgo, 1);
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	__syncthreads();
@@ -287,8 +290,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
 		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane);
-		if (p.phases == 2)
+		if (p.phases == 2) {
+			if (p.holdb)
+				gt_wait(&bgo, 0);
 			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+		}
 		return;
 	}
 	__shared__ unsigned long long s_epoch; /* thread 0's alone (kept out of registers) */
@@ -371,8 +377,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			}
 			route_warp(pr, taken, p.E, p.topk, p.kind, p.norm, sel, selv, p.idx, p.w);
 			__syncwarp();
-			if (lane == 0)
-				mt_arrive(&p.sync[MT_FLAG]); /* releases idx, w (and, through the counter, x1) */
+			if (lane == 0) /* releases idx, w (and, through the router counter, x1) */
+				asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 		}
 	}
 	if (p.route) {
@@ -400,9 +406,13 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
 	gt_sync();
 	if (threadIdx.x == 0) {
-		mt_arrive(&p.sync[MT_SLOT(slot)]); /* also with the down apart: the count is the epoch */
+		/* no return wanted: the target comes from the epoch (also with the down apart: the
+		 * count is the epoch) */
+		asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
 		if (p.phases == 2)
 			mt_spin(&p.sync[MT_SLOT(slot)], (s_epoch + 1) * gridDim.x, p.spin);
+		if (p.holdb)
+			gt_arrive(&bgo);
 	}
 	if (p.phases == 1)
 		return;
@@ -440,22 +450,26 @@ cudaError_t mt_attrs(void)
 static int mt_forced = -1;
 static unsigned long long mt_launches;
 
-extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 3 ? on : -1; }
+extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 4 ? on : -1; }
 extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launches; }
 
 /* FP4S_MOE_ONE: 0 off, 1 (default) all in one launch, 2 the down GEMV a launch of its own, 3
- * the routing a launch of its own (moe.cu's norm_route; A/B); FP4S_MOE_ONE_SPIN: ns between
- * polls (default 64) */
-static int mt_mode(int *spin)
+ * the routing a launch of its own (moe.cu's norm_route), 4 both (A/B); FP4S_MOE_ONE_SPIN: ns
+ * between polls (default 64); FP4S_MOE_ONE_HOLDB=1: no down copies before the slot's gate|up
+ * is done (diagnostics) */
+static int mt_mode(int *spin, int *holdb)
 {
-	static int env = -1, ns = 64;
+	static int env = -1, ns = 64, hb;
 	if (env < 0) {
 		const char *e = getenv("FP4S_MOE_ONE");
-		env = e && (!strcmp(e, "0") || !strcmp(e, "2") || !strcmp(e, "3")) ? atoi(e) : 1;
+		env = e && *e >= '0' && *e <= '4' && !e[1] ? *e - '0' : 1;
 		e = getenv("FP4S_MOE_ONE_SPIN");
 		ns = e && atoi(e) >= 0 && atoi(e) <= 10000 ? atoi(e) : 64;
+		e = getenv("FP4S_MOE_ONE_HOLDB");
+		hb = e && atoi(e) == 1;
 	}
 	*spin = ns;
+	*holdb = hb;
 	return mt_forced >= 0 ? mt_forced : env;
 }
 
@@ -473,8 +487,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 {
 	const int64_t E = router->rows, H = router->cols, I = dn->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
-	int spin;
-	const int mode = mt_mode(&spin);
+	int spin, holdb;
+	const int mode = mt_mode(&spin, &holdb);
 	if (!mode || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
 	    (router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || gu->cols != H ||
@@ -509,7 +523,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.zc = zero_centred, p.rfmt = router->fmt, p.E = (int)E, p.H = (int)H, p.topk = K, p.kind = kind;
 	p.norm = norm, p.lg = lg, p.x1 = x1, p.idx = idx, p.w = w;
 	p.sync = reinterpret_cast<unsigned long long *>(sync);
-	p.phases = mode == 2 ? 1 : 2, p.spin = spin, p.route = mode != 3;
+	p.phases = mode == 2 || mode == 4 ? 1 : 2, p.spin = spin, p.route = mode != 3 && mode != 4;
+	p.holdb = holdb;
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));
