@@ -385,8 +385,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		if (threadIdx.x == 0)
 			mt_spin(&p.sync[MT_FLAG], s_epoch + 1, p.spin);
 		gt_sync();
-	} else if (bl == 0 && threadIdx.x == 0) {
-		mt_arrive(&p.sync[MT_FLAG]); /* the routings' count stays the launches' */
+	} else if (bl == 0 && threadIdx.x == 0) { /* the routings' count stays the launches' */
+		asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 	}
 	const int64_t e = __ldcg(p.idx + slot); /* in flight with the staging's loads */
 	uint8_t *xs = sm + (size_t)S * stride;
@@ -453,16 +453,18 @@ static unsigned long long mt_launches;
 extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 4 ? on : -1; }
 extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launches; }
 
-/* FP4S_MOE_ONE: 0 off, 1 (default) all in one launch, 2 the down GEMV a launch of its own, 3
- * the routing a launch of its own (moe.cu's norm_route), 4 both (A/B); FP4S_MOE_ONE_SPIN: ns
- * between polls (default 64); FP4S_MOE_ONE_HOLDB=1: no down copies before the slot's gate|up
- * is done (diagnostics) */
-static int mt_mode(int *spin, int *holdb)
+/* FP4S_MOE_ONE: unset: all in one launch for MXFP4 experts, off for NVFP4 ones (measured on the
+ * H100, bench/results/2026-11-22-h100-session12.md: gpt-oss-20b +4-5 %; qwen3-30b-a3b -5 to
+ * -7 %, where this kernel's gate|up phase alone is 5 % slower than gemv_tma.cu's, a cause not
+ * found yet); 0 off; 1 on for both; 2 the down GEMV a launch of its own, 3 the routing a launch
+ * of its own (moe.cu's norm_route), 4 both (A/B). FP4S_MOE_ONE_SPIN: ns between polls (default
+ * 64); FP4S_MOE_ONE_HOLDB=1: no down copies before the slot's gate|up is done (diagnostics). */
+static int mt_mode(int nv, int *spin, int *holdb)
 {
-	static int env = -1, ns = 64, hb;
-	if (env < 0) {
+	static int env = -2, ns = 64, hb;
+	if (env == -2) {
 		const char *e = getenv("FP4S_MOE_ONE");
-		env = e && *e >= '0' && *e <= '4' && !e[1] ? *e - '0' : 1;
+		env = e && *e >= '0' && *e <= '4' && !e[1] ? *e - '0' : -1;
 		e = getenv("FP4S_MOE_ONE_SPIN");
 		ns = e && atoi(e) >= 0 && atoi(e) <= 10000 ? atoi(e) : 64;
 		e = getenv("FP4S_MOE_ONE_HOLDB");
@@ -470,7 +472,7 @@ static int mt_mode(int *spin, int *holdb)
 	}
 	*spin = ns;
 	*holdb = hb;
-	return mt_forced >= 0 ? mt_forced : env;
+	return mt_forced >= 0 ? mt_forced : env >= 0 ? env : !nv;
 }
 
 /* the staged activations and tile sums of a K-column matmul (as gm_tma_plan) */
@@ -488,7 +490,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	const int64_t E = router->rows, H = router->cols, I = dn->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
 	int spin, holdb;
-	const int mode = mt_mode(&spin, &holdb);
+	const int mode = mt_mode(gu->fmt == FP4S_WF_NVFP4, &spin, &holdb);
 	if (!mode || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
 	    (router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || gu->cols != H ||
