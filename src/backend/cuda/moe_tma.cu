@@ -297,9 +297,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		}
 		return;
 	}
-	__shared__ unsigned long long s_epoch; /* thread 0's alone (kept out of registers) */
-	if (threadIdx.x == 0)
-		s_epoch = epoch0;
+	/* thread 0's epoch, kept in shared memory past the gate|up staging (not in a register
+	 * through the main loops, and not stored before the wait: that would stall thread 0, and
+	 * with it the block's staging, on the load) */
+	__shared__ unsigned long long s_epoch;
 
 	/* the router: block bl's warps take rows bl * 8 + warp, preloaded before the wait */
 	const bool router = p.route && bl < nrb;
@@ -383,7 +384,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	}
 	if (p.route) {
 		if (threadIdx.x == 0)
-			mt_spin(&p.sync[MT_FLAG], s_epoch + 1, p.spin);
+			mt_spin(&p.sync[MT_FLAG], epoch0 + 1, p.spin);
 		gt_sync();
 	} else if (bl == 0 && threadIdx.x == 0) { /* the routings' count stays the launches' */
 		asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
@@ -398,6 +399,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		const gm_args &a = p.gu;
 		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
 		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
+		if (threadIdx.x == 0)
+			s_epoch = epoch0; /* thread 0 reads it back itself */
 		gt_sync();
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
@@ -408,9 +411,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (threadIdx.x == 0) {
 		/* no return wanted: the target comes from the epoch (also with the down apart: the
 		 * count is the epoch) */
-		asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
-		if (p.phases == 2)
+		if (p.phases == 2) {
+			asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
 			mt_spin(&p.sync[MT_SLOT(slot)], (s_epoch + 1) * gridDim.x, p.spin);
+		} else { /* nothing published: no release (its fence would hold the block's exit) */
+			asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
+		}
 		if (p.holdb)
 			gt_arrive(&bgo);
 	}
