@@ -25,6 +25,7 @@
  * epilogues and the combine are gemv_tma.cu's and gemv_mma.cuh's. */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -522,6 +523,12 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 		return FP4S_EUNSUPPORTED;
 	size_t st = (budget - xs) / (size_t)p.stride;
 	st = st > GT_SMAX ? GT_SMAX : st;
+	static int smax = -1; /* FP4S_MOE_ONE_SMAX: fewer ring slots (diagnostics) */
+	if (smax < 0) {
+		const char *ev = getenv("FP4S_MOE_ONE_SMAX");
+		smax = ev && atoi(ev) >= 2 ? atoi(ev) : GT_SMAX;
+	}
+	st = st > (size_t)smax ? (size_t)smax : st;
 	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
 	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < (size_t)E * 5)
 		return FP4S_EUNSUPPORTED;
@@ -544,6 +551,12 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	if (!p.route && (rc = fp4s_cuda_norm_route(router, K, kind, norm, h, nw, eps, zero_centred, lg, sync, idx, w, x1,
 	                                           s, err)))
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued */
+	static int told;
+	if (!told && getenv("FP4S_MOE_ONE_DEBUG")) { /* diagnostics: the launch's shape, once */
+		told = 1;
+		fprintf(stderr, "moe_tma: grid %u x %u, %d blocks an SM, %zu B shared (%zu slots of %d), mode %d\n", grid.x,
+		        grid.z, per_sm, smem, st, p.stride, mode);
+	}
 	struct pdl_launch l;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(pdl_cfg(&l, grid, dim3(GT_THREADS), smem, s, 1), kern, p));
 	mt_launches++;
