@@ -17,7 +17,15 @@
  *    in shared memory when the wait ends.
  * Blocks wait on other blocks of the same grid, so the grid is never larger than what is
  * resident at once (blocks an SM by the occupancy calculator, times the SMs): every block it
- * waits for is running. Counters and the flag are per layer and left at zero for the next step.
+ * waits for is running. The counters are per layer and only grow (see MT_SLOT).
+ *
+ * Measured on the H100 (bench/results/2026-11-22-h100-session12.md): gpt-oss-20b decode 444 ->
+ * 464 tok/s (417 -> 436 at depth 4096), gpt-oss-120b 310 -> 324 (291 -> 305); almost all of it
+ * from the down projection inside the launch (routing here or in moe.cu's kernel measured the
+ * same, routing here with the down apart 3 % slower). qwen3-30b-a3b lost 5-7 %: its gate|up phase
+ * alone here is 5 % slower than gemv_tma.cu's kernel with the same plan, grid and occupancy
+ * (not the epoch load, the end-of-phase fences or the ring's depth, each measured); the cause
+ * is not found, so NVFP4 experts keep the three launches unless FP4S_MOE_ONE=1.
  *
  * Numerics: the router logits, ids and weights are computed as norm_route_kernel's (its sum of
  * squares summed in another fixed order), the normalized token is written once by block 0 and
