@@ -44,8 +44,9 @@ struct cu_moe {
 	int32_t *idx1, *idxn;
 	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
 	float *x1;     /* norm_moe_add: the normalized token, where the gate|up GEMV declines the norm */
-	unsigned *cnt; /* norm_moe_add: the fused router's block counter, or the one-launch block's
-	                * FP4S_MOE_TMA_SYNC counters (left zero by each launch) */
+	unsigned *cnt; /* norm_moe_add: word 0 the fused router's block counter (left zero by each
+	                * launch), the rest the one-launch block's counters (moe_tma.cu; they only
+	                * grow) */
 	int32_t *gpos, *gsrc, *gexp, *goff, *gm; /* batches: the slots grouped by expert */
 	void *xbn;                               /* batches on the GEMM: BF16 activations */
 	struct cu_moe *next; /* all layers' records, freed with the backend */
@@ -343,8 +344,8 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 	return expert_down(c, m, p, idx, w, slots, h, a, o, (int32_t)n, accumulate, y, err);
 }
 
-/* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): by default all in one launch
- * (moe_tma.cu); else norm, router and top-k in one kernel (which also writes the normalized
+/* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): all in one launch where
+ * moe_tma.cu takes it (by default MXFP4 experts); else norm, router and top-k in one kernel (which also writes the normalized
  * token, or leaves the norm to the gate|up GEMV), the gate|up GEMV, the down GEMV doing the
  * combine (FP4S_MOE_FUSED, moe_cuda.h): 3 launches instead of 6. The small kernels it replaces
  * move little; what they cost is their place in the chain. */
@@ -364,7 +365,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	const int pairact = mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off);
 	int rc;
 	if (pairact && mode == 3) {
-		/* all of it in one launch (moe_tma.cu; FP4S_MOE_ONE=0: the three below) */
+		/* all of it in one launch (moe_tma.cu; where it declines: the three below) */
 		rc = fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, K,
 		                       p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps, zc,
 		                       m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, c->s, err);

@@ -46,9 +46,10 @@ int fp4s_cuda_moe_fused(void);
 /* The one-token MoE block in one launch (moe_tma.cu): RMSNorm of h, router, top-k into idx / w,
  * the normalized token into x1, gate|up (interleaved pairs, form 1: gpt-oss's clamped SwiGLU, 2:
  * silu(gate) * up) into a1, down into o1 and h += the combine. sync: FP4S_MOE_TMA_SYNC words,
- * zero, left zero. FP4S_EUNSUPPORTED (nothing enqueued) where it declines, and when
- * FP4S_MOE_ONE=0 or set_moe_tma(0) turns it off; 2 launches the down GEMV on its own, 3 the
- * routing (set_moe_tma(-1): back to the environment). */
+ * zero at upload, then the layer's alone (counters that only grow; word 0 is left to
+ * fp4s_cuda_norm_route). FP4S_EUNSUPPORTED (nothing enqueued) where it declines: off by default
+ * for NVFP4 experts, and where FP4S_MOE_ONE=0 or set_moe_tma(0) turns it off; 1 on; 2 launches
+ * the down GEMV on its own, 3 the routing, 4 both (set_moe_tma(-1): back to the environment). */
 #define FP4S_MOE_TMA_KMAX 64
 #define FP4S_MOE_TMA_SYNC (2 * (48 + 16 * FP4S_MOE_TMA_KMAX))
 int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4s_stacked *dn, int form, float alpha,

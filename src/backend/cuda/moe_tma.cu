@@ -473,7 +473,8 @@ extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launc
  * -7 %, where this kernel's gate|up phase alone is 5 % slower than gemv_tma.cu's, a cause not
  * found yet); 0 off; 1 on for both; 2 the down GEMV a launch of its own, 3 the routing a launch
  * of its own (moe.cu's norm_route), 4 both (A/B). FP4S_MOE_ONE_SPIN: ns between polls (default
- * 64); FP4S_MOE_ONE_HOLDB=1: no down copies before the slot's gate|up is done (diagnostics). */
+ * 64); FP4S_MOE_ONE_HOLDB=1: no down copies before the slot's gate|up is done;
+ * FP4S_MOE_ONE_DEBUG: the launch's shape on stderr, once (diagnostics). */
 static int mt_mode(int nv, int *spin, int *holdb)
 {
 	static int env = -2, ns = 64, hb;
@@ -531,12 +532,6 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 		return FP4S_EUNSUPPORTED;
 	size_t st = (budget - xs) / (size_t)p.stride;
 	st = st > GT_SMAX ? GT_SMAX : st;
-	static int smax = -1; /* FP4S_MOE_ONE_SMAX: fewer ring slots (diagnostics) */
-	if (smax < 0) {
-		const char *ev = getenv("FP4S_MOE_ONE_SMAX");
-		smax = ev && atoi(ev) >= 2 ? atoi(ev) : GT_SMAX;
-	}
-	st = st > (size_t)smax ? (size_t)smax : st;
 	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
 	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < (size_t)E * 5)
 		return FP4S_EUNSUPPORTED;
@@ -552,7 +547,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));
 	/* blocks wait for blocks of the same grid: all must be resident at once */
-	const int64_t bx = (int64_t)per_sm * sms / K, tiles = (2 * I > H ? 2 * I : H + 15) / 16;
+	/* (no more blocks a slot than the larger matrix has row tiles) */
+	const int64_t bx = (int64_t)per_sm * sms / K, tiles = ((2 * I > H ? 2 * I : H) + 15) / 16;
 	const dim3 grid((unsigned)(bx > tiles ? tiles : bx), 1, (unsigned)K);
 	if (per_sm < 1 || bx < 1 || (int64_t)grid.x * K < (E + GT_W - 1) / GT_W)
 		return FP4S_EUNSUPPORTED;
