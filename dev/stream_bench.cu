@@ -85,6 +85,65 @@ static void timeline(E &enqueue)
 	       m[0], m[1], m[2], m[3], m[4], m[5]);
 }
 
+/* Instruction-cache experiment (FP4S_BENCH_ICACHE=1): before each GEMV launch, a kernel on every
+ * SM whose code is 4N FMAs in a line (code_kernel<N>; ptxas unrolls some N only in part, the sizes
+ * are listed where they run) or the same FMAs in a loop (code_kernel<0>: a few
+ * hundred bytes). The GEMV after a long enough line finds none of its code cached; where its
+ * cost sets in says how much code an SM holds. */
+template <int N>
+static __global__ void __launch_bounds__(128) code_kernel(float *out, float a)
+{
+	float v0 = threadIdx.x, v1 = v0 + 1.0f, v2 = v0 + 2.0f, v3 = v0 + 3.0f;
+	if (N) {
+#pragma unroll
+		for (int i = 0; i < N; i++) {
+			v0 = fmaf(v0, a, (float)i), v1 = fmaf(v1, a, (float)(i + 1)), v2 = fmaf(v2, a, (float)(i + 2));
+			v3 = fmaf(v3, a, (float)(i + 3));
+		}
+	} else {
+		for (int j = 0; j < 32; j++) {
+#pragma unroll
+			for (int i = 0; i < 64; i++) {
+				v0 = fmaf(v0, a, (float)i), v1 = fmaf(v1, a, (float)(i + 1)), v2 = fmaf(v2, a, (float)(i + 2));
+				v3 = fmaf(v3, a, (float)(i + 3));
+			}
+		}
+	}
+	if (v0 + v1 + v2 + v3 == 1234.5f)
+		out[threadIdx.x] = v0;
+}
+
+/* Per launch of enqueue: the span from its first block's entry to its last block's end, and the
+ * medians over its blocks of entry -> after the wait, staging, and staged -> done; medians over
+ * the launches. */
+static void spans(unsigned long long *h, int slots, int blocks, float m[4])
+{
+	std::vector<float> v[4];
+	for (int i = 0; i < slots; i++) {
+		unsigned long long e0 = ~0ull, d1 = 0;
+		std::vector<float> pb[3];
+		for (int b = 0; b < blocks; b++) {
+			const unsigned long long *t = &h[((size_t)i * blocks + b) * 4];
+			if (!t[3])
+				continue;
+			e0 = std::min(e0, t[0]), d1 = std::max(d1, t[3]);
+			for (int k = 0; k < 3; k++)
+				pb[k].push_back((float)(t[k + 1] - t[k]) * 1e-3f);
+		}
+		if (pb[0].empty() || i < 4)
+			continue;
+		v[0].push_back((float)(d1 - e0) * 1e-3f);
+		for (int k = 0; k < 3; k++) {
+			std::sort(pb[k].begin(), pb[k].end());
+			v[k + 1].push_back(pb[k][pb[k].size() / 2]);
+		}
+	}
+	for (int j = 0; j < 4; j++) {
+		std::sort(v[j].begin(), v[j].end());
+		m[j] = v[j].empty() ? 0.0f : v[j][v[j].size() / 2];
+	}
+}
+
 /* us a launch of enqueue(n)'s launches: 4 warm-up launches, then n captured in a CUDA graph (PDL
  * as in a decode step) and replayed 8 times, the first discarded; the median replay / n. */
 template <typename E>
@@ -188,6 +247,79 @@ int main(void)
 	if (fp4s_gemv_mma_setup(0, &err)) {
 		fprintf(stderr, "%s\n", err.msg);
 		return 1;
+	}
+	const char *ic = getenv("FP4S_BENCH_ICACHE");
+	if (ic && atoi(ic) == 1) {
+		cudaStream_t is;
+		CK(cudaStreamCreateWithFlags(&is, cudaStreamNonBlocking));
+		float *xo, *yo, *junk;
+		CK(cudaMalloc(&xo, 16384 * sizeof(float)));
+		CK(cudaMalloc(&yo, 131072 * sizeof(float)));
+		CK(cudaMalloc(&junk, 128 * sizeof(float)));
+		fill_kernel<<<64, 256>>>((uint8_t *)xo, 16384 * 4, 7, 1);
+		const int64_t ish[][2] = {{4096, 4096}, {2048, 4096}, {14336, 4096}};
+		for (auto &sh : ish) {
+			const int64_t rows = sh[0], k = sh[1];
+			const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16), mb = db + sb;
+			const int copies = (int)std::max<size_t>(2, 150000000 / mb + 1);
+			std::vector<fp4s_mat> w((size_t)copies);
+			for (int c = 0; c < copies; c++) {
+				void *d, *sc;
+				CK(cudaMalloc(&d, db));
+				CK(cudaMalloc(&sc, sb));
+				fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
+				fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
+				w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
+				if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
+					fprintf(stderr, "%s\n", err.msg);
+					return 1;
+				}
+			}
+			CK(cudaDeviceSynchronize());
+			/* 0: GEMVs alone, 1: the loop kernel between, 2..: code_kernel<ICN[mode]> between */
+			/* (code bytes with nvcc 12 for sm_90a: 17, 33, 66, 99, 132 and 197 KB; ptxas unrolls
+			 * 3072 and 8192 partly) */
+			static const int ICN[] = {0, 0, 256, 512, 1024, 3072, 2048, 8192};
+			void (*ck[])(float *, float) = {code_kernel<0>,    code_kernel<0>,    code_kernel<256>,  code_kernel<512>,
+			                                code_kernel<1024>, code_kernel<3072>, code_kernel<2048>, code_kernel<8192>};
+			for (int mode = 0; mode < 8; mode++) {
+				if (rows != 4096 && mode > 1 && mode != 7)
+					continue;
+				auto enqueue = [&](int n) {
+					for (int i = 0; i < n; i++) {
+						if (mode)
+							ck[mode]<<<p.multiProcessorCount * 4, 128, 0, is>>>(junk, 0.999f);
+						if (fp4s_cuda_matmul(&w[(size_t)(i % copies)], xo, 1, yo, is, &err)) {
+							fprintf(stderr, "%s\n", err.msg);
+							exit(1);
+						}
+					}
+				};
+				const double us = graph_us(enqueue, 40, is);
+				const int slots = 40, blocks = 1024;
+				unsigned long long *dst;
+				CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
+				CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
+				fp4s_gemv_mma_stamps(dst, slots, blocks);
+				enqueue(slots);
+				fp4s_gemv_mma_stamps(NULL, 0, 0);
+				CK(cudaDeviceSynchronize());
+				std::vector<unsigned long long> h((size_t)slots * blocks * 4);
+				CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
+				CK(cudaFree(dst));
+				float m[4];
+				spans(h.data(), slots, blocks, m);
+				printf("icache %6lldx%-6lld %-6s %5d FMAs %8.2f us a pair | GEMV span %6.2f us, a block: entry->wait "
+				       "%5.2f, staging %5.2f, stream %6.2f\n",
+				       (long long)rows, (long long)k, mode == 0 ? "alone" : mode == 1 ? "loop" : "line", ICN[mode], us,
+				       m[0], m[1], m[2], m[3]);
+			}
+			for (auto &mm : w) {
+				CK(cudaFree((void *)mm.data));
+				CK(cudaFree((void *)mm.scales));
+			}
+		}
+		return 0;
 	}
 	const char *ex = getenv("FP4S_BENCH_EXPERTS"); /* 1: the expert GEMVs only */
 	if (ex && atoi(ex) == 1) {

@@ -66,7 +66,9 @@
 #include "backend/cuda/gemv_tma.cuh"
 #include "backend/cuda/pdl.cuh"
 
-template <int F, int NG>
+/* C: a copy of the same code under another name (diagnostics, FP4S_GEMV_TMA_CLONE: what a
+ * launch whose code is not in the SM's instruction caches costs) */
+template <int F, int NG, int C = 0>
 static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __grid_constant__ gm_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -552,13 +554,13 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	return 0;
 }
 
-template <int F, int NG>
+template <int F, int NG, int C = 0>
 static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaStream_t s)
 {
 	const size_t smem = (size_t)a.stages * a.tstage + (size_t)2 * a.M * gm_col_stride((a.K + 127) / 128 * 4) +
 	                    (size_t)2 * GT_W * a.M * 16 * sizeof(float);
 	int per_sm = 0;
-	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG>, GT_THREADS, smem);
+	cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, NG, C>, GT_THREADS, smem);
 	if (e != cudaSuccess)
 		return e;
 	if (per_sm < 1)
@@ -568,12 +570,21 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaS
 	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
 	struct pdl_launch l;
 	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1),
-	                          gemv_tma_kernel<F, NG>, a);
+	                          gemv_tma_kernel<F, NG, C>, a);
 }
 
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
 {
 	const int64_t tiles = (a.rows + 15) >> 4;
+	static int clone = -1;
+	if (clone < 0) {
+		const char *e = getenv("FP4S_GEMV_TMA_CLONE");
+		clone = e ? atoi(e) & 7 : 0;
+	}
+	/* 1: expert slots, 2: single matrices added into y, 4: single matrices on normalized x */
+	if (a.M == 1 && (((clone & 1) && a.idx) || ((clone & 2) && !a.idx && !a.g_m && a.accumulate) ||
+	                 ((clone & 4) && !a.idx && !a.g_m && a.norm_w)))
+		return nv ? gt_go<GM_NVFP4, 1, 1>(a, tiles, sms, nz, s) : gt_go<GM_MXFP4, 1, 1>(a, tiles, sms, nz, s);
 	if (nv)
 		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, nz, s)
 		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, nz, s)
@@ -586,9 +597,9 @@ cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_
 cudaError_t gm_tma_attrs(void)
 {
 	cudaError_t e = cudaSuccess;
-#define GT_ATTR(F, NG)                                                                                     \
+#define GT_ATTR(F, ...)                                                                                    \
 	if (e == cudaSuccess)                                                                              \
-		e = cudaFuncSetAttribute(gemv_tma_kernel<F, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+		e = cudaFuncSetAttribute(gemv_tma_kernel<F, __VA_ARGS__>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
 		                         GT_SMEM_CAP);
 	GT_ATTR(GM_NVFP4, 1)
 	GT_ATTR(GM_NVFP4, 2)
@@ -596,6 +607,8 @@ cudaError_t gm_tma_attrs(void)
 	GT_ATTR(GM_MXFP4, 1)
 	GT_ATTR(GM_MXFP4, 2)
 	GT_ATTR(GM_MXFP4, 4)
+	GT_ATTR(GM_NVFP4, 1, 1)
+	GT_ATTR(GM_MXFP4, 1, 1)
 #undef GT_ATTR
 	if (e == cudaSuccess)
 		e = mt_attrs();
