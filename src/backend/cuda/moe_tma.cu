@@ -64,7 +64,7 @@
 #define MT_SLOT(z) (48 + 16 * (z)) /* the slot's gate|up blocks done */
 
 struct mt_args {
-	gm_args m[2]; /* gate|up (pairact, x = the normalized token) and down (with the combine) */
+	gm_args gu, dn; /* gate|up (pairact, x = the normalized token) and down (with the combine) */
 	const uint8_t *rw; /* router rows [E][H], rfmt */
 	const float *rb;   /* router bias or NULL */
 	const float *h, *nw;
@@ -298,10 +298,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
-		for (int ph = 0; ph < p.phases; ph++) { /* one copy of the copy loop, as the consumers' */
-			if (ph && p.holdb)
+		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+		if (p.phases == 2) {
+			if (p.holdb)
 				gt_wait(&bgo, 0);
-			mt_produce<F>(p.m[ph], e, sm, stride, S, full, empty, hdr, n, pol, lane);
+			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
 		}
 		return;
 	}
@@ -402,51 +403,52 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	float s_ss[1];
 	unsigned n = 0;
 
-	/* The phases, gate|up then down, through one copy of the staging and of the consumer loop
-	 * (a loop over the two matrices, not two inlined copies): what decides how much of a decode
-	 * layer's code the SM's instruction caches keep. A launch whose code is not cached costs
-	 * ~1-1.7 us in a decode step (bench/results/2026-11-22-h100-session13.md). */
-	for (int ph = 0; ph < p.phases; ph++) {
-		const gm_args &a = p.m[ph];
+	/* gate|up: the normalized token as plain x (written in this launch: loads from L2) */
+	{
+		const gm_args &a = p.gu;
 		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
-		/* gate|up: the normalized token, written in this launch (loads from L2); down: the
-		 * slot's SwiGLU rows */
-		const float *xin = a.x + (size_t)(slot / a.x_div) * a.x_stride;
-		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, xin, 0, s_ss, false, threadIdx.x);
-		if (ph == 0 && threadIdx.x == 0)
+		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
+		if (threadIdx.x == 0)
 			s_epoch = epoch0; /* thread 0 reads it back itself */
 		gt_sync();
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * (a.pairact ? a.rows / 2 : a.rows), a.bias ? a.bias + e * a.rows : NULL,
-		              post, warp, lane);
-		if (ph)
-			break;
-		/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
-		gt_sync();
-		if (threadIdx.x == 0) {
-			/* no return wanted: the target comes from the epoch (also with the down apart: the
-			 * count is the epoch) */
-			if (p.phases == 2) {
-				asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
-				mt_spin(&p.sync[MT_SLOT(slot)], (s_epoch + 1) * gridDim.x, p.spin);
-			} else { /* nothing published: no release (its fence would hold the block's exit) */
-				asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
-			}
-			if (p.holdb)
-				gt_arrive(&bgo);
+		              a.y + (size_t)slot * (a.rows / 2), a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
+	}
+	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
+	gt_sync();
+	if (threadIdx.x == 0) {
+		/* no return wanted: the target comes from the epoch (also with the down apart: the
+		 * count is the epoch) */
+		if (p.phases == 2) {
+			asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
+			mt_spin(&p.sync[MT_SLOT(slot)], (s_epoch + 1) * gridDim.x, p.spin);
+		} else { /* nothing published: no release (its fence would hold the block's exit) */
+			asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_SLOT(slot)]) : "memory");
 		}
-		gt_sync();
+		if (p.holdb)
+			gt_arrive(&bgo);
 	}
 	if (p.phases == 1)
 		return;
+	gt_sync();
+	{
+		const gm_args &a = p.dn;
+		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
+		const float *xin = a.x + (size_t)slot * a.x_stride;
+		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, xin, 0, s_ss, false, threadIdx.x);
+		gt_sync();
+		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
+		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
+		              a.y + (size_t)slot * a.rows, a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
+	}
 	/* the combine, as gemv_tma.cu's: the last of the slots' blocks with this blockIdx.x */
 	gt_sync();
 	if (threadIdx.x == 0)
-		s_last = fp4s_arrive(&p.m[1].cnt[blockIdx.x]) == gridDim.z - 1;
+		s_last = fp4s_arrive(&p.dn.cnt[blockIdx.x]) == gridDim.z - 1;
 	gt_sync();
 	if (s_last)
-		gm_combine_rows<GT_W * 32>(p.m[1]);
+		gm_combine_rows<GT_W * 32>(p.dn);
 #endif
 }
 
@@ -523,7 +525,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 		return FP4S_EUNSUPPORTED;
 	const int nv = gu->fmt == FP4S_WF_NVFP4;
 	mt_args p = {};
-	p.m[0] = A, p.m[1] = B;
+	p.gu = A, p.dn = B;
 	p.stride = A.tstage > B.tstage ? A.tstage : B.tstage;
 	const size_t xs = mt_xs(H) > mt_xs(I) ? mt_xs(H) : mt_xs(I), budget = gm_tma_budget();
 	if (xs >= budget)
