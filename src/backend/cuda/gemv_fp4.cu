@@ -246,11 +246,8 @@ static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const u
 #pragma unroll
 		for (int r = 0; r < R; r++)
 			dense_to_f32<F>(cur[r], d[r]);
-		/* NORM: the norm weight of these K (1 / rms is applied at the store); a NORM kernel
-		 * launched without one (FP4S_GEMV_FAST_ONE, one token) multiplies plain x */
-		const bool nw = NORM && (MT > 1 || na->norm_w);
-		float gv[EPC];
-		if (nw) {
+		float gv[EPC]; /* NORM: the norm weight of these K (1 / rms is applied at the store) */
+		if (NORM) {
 			const float4 *gp = reinterpret_cast<const float4 *>(na->norm_w + (size_t)c * EPC);
 #pragma unroll
 			for (int q = 0; q < EPC / 4; q++) {
@@ -273,7 +270,7 @@ static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const u
 				xv[4 * q + 2] = u.z;
 				xv[4 * q + 3] = u.w;
 			}
-			if (nw) {
+			if (NORM) {
 #pragma unroll
 				for (int e = 0; e < EPC; e++) {
 					ss[t] = fmaf(xv[e], xv[e], ss[t]);
@@ -321,7 +318,7 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 			float v = 0.0f;
 			for (int k = 0; k < ksplit; k++)
 				v += s_ss[g0 + k][t];
-			ss[t] = MT > 1 || a.norm_w ? 1.0f / sqrtf(v / (float)a.K + a.eps) : 1.0f;
+			ss[t] = 1.0f / sqrtf(v / (float)a.K + a.eps);
 		}
 	}
 #pragma unroll
@@ -701,15 +698,7 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 		return e;
 	}
 	if constexpr (!gemv_fmt_traits<F>::FP4) {
-		/* FP4S_GEMV_FAST_ONE=1: dense matrices without a norm on the NORM kernel too (gpt-oss's
-		 * o projection then runs the code its qkv projection ran one launch earlier, which the
-		 * SM may still hold in its instruction caches; products bit-identical: x * 1) */
-		static int one = -1;
-		if (one < 0) {
-			const char *e = getenv("FP4S_GEMV_FAST_ONE");
-			one = e && atoi(e) == 1;
-		}
-		if (a.norm_w || (one && MT == 1)) {
+		if (a.norm_w) {
 			pdl_launch(gemv_fast<F, R, MT, true>, dim3((unsigned)grid), block, 0, s, a);
 			return cudaGetLastError();
 		}
