@@ -221,7 +221,7 @@ static __global__ void attn_merge_kernel(const float *__restrict__ work, int32_t
 #define ATT_COUNTERS 8192
 static __device__ unsigned att_counters[ATT_COUNTERS];
 
-template <int D, int W, bool RING, bool F8>
+template <int D, int W, bool RING, bool F8, int C = 0> /* C: fp4s_diag_clone's copy */
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
 	extern __shared__ float4 att_smem[];
@@ -259,6 +259,17 @@ static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused,
 		 * streams the older keys and values while they finish (attention_mma.cuh) */
 		struct pdl_launch l;
 		cudaLaunchConfig_t *cfg = pdl_cfg(&l, grid, dim3(W * 32), smem, s, 2);
+#ifdef FP4S_DIAG_CLONE
+		if (fp4s_diag_clone(8) && a.stages <= 1 && !f8) {
+			cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, W, false, false, 1>,
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+			if (e == cudaSuccess)
+				e = cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, false, false, 1>, a);
+			if (e == cudaSuccess && !fused)
+				attn_mma_merge_kernel<D><<<dim3((unsigned)n, (unsigned)a.nkv), ATT_MERGE_THREADS, 0, s>>>(a);
+			return e != cudaSuccess ? e : cudaGetLastError();
+		}
+#endif
 		cudaError_t e = a.stages > 1 ? (f8 ? cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, true, true>, a)
 		                                   : cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, true, false>, a))
 		                             : (f8 ? cudaLaunchKernelEx(cfg, attn_mma_kernel<D, W, false, true>, a)

@@ -23,6 +23,26 @@
 
 /* 1 when the environment variable `name` is "0" (the diagnostic switches that turn a fusion or a
  * kernel variant off for A/B), read once into *cache (-1 before) */
+/* Diagnostics, in builds with -DFP4S_DIAG_CLONE only: FP4S_DIAG_CLONE's bits pick launches that
+ * run a second copy of their kernel's code (same instructions, other addresses), so they find
+ * none of it in the SM's instruction caches: 1 expert GEMVs, 2 single matrices added into y,
+ * 4 single matrices on normalized x, 8 decode attention, 16 the router (what a launch whose code
+ * is not cached costs: bench/results/2026-11-22-h100-session13.md). 0 elsewhere. */
+static inline int fp4s_diag_clone(int bit)
+{
+#ifdef FP4S_DIAG_CLONE
+	static int v = -1;
+	if (v < 0) {
+		const char *e = getenv("FP4S_DIAG_CLONE");
+		v = e ? atoi(e) & 31 : 0;
+	}
+	return v & bit;
+#else
+	(void)bit;
+	return 0;
+#endif
+}
+
 static inline int fp4s_env_off(const char *name, int *cache)
 {
 	if (*cache < 0) {

@@ -62,12 +62,12 @@
 #include <string.h>
 
 #include "backend/cuda/arrive.cuh"
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/gemv_tma.cuh"
 #include "backend/cuda/pdl.cuh"
 
-/* C: a copy of the same code under another name (diagnostics, FP4S_GEMV_TMA_CLONE: what a
- * launch whose code is not in the SM's instruction caches costs) */
+/* C: a second copy of the code (diagnostics: fp4s_diag_clone in cuda_common.h) */
 template <int F, int NG, int C = 0>
 static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __grid_constant__ gm_args a)
 {
@@ -576,15 +576,11 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaS
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
 {
 	const int64_t tiles = (a.rows + 15) >> 4;
-	static int clone = -1;
-	if (clone < 0) {
-		const char *e = getenv("FP4S_GEMV_TMA_CLONE");
-		clone = e ? atoi(e) & 7 : 0;
-	}
-	/* 1: expert slots, 2: single matrices added into y, 4: single matrices on normalized x */
-	if (a.M == 1 && (((clone & 1) && a.idx) || ((clone & 2) && !a.idx && !a.g_m && a.accumulate) ||
-	                 ((clone & 4) && !a.idx && !a.g_m && a.norm_w)))
+#ifdef FP4S_DIAG_CLONE
+	if (a.M == 1 && ((fp4s_diag_clone(1) && a.idx) || (fp4s_diag_clone(2) && !a.idx && !a.g_m && a.accumulate) ||
+	                 (fp4s_diag_clone(4) && !a.idx && !a.g_m && a.norm_w)))
 		return nv ? gt_go<GM_NVFP4, 1, 1>(a, tiles, sms, nz, s) : gt_go<GM_MXFP4, 1, 1>(a, tiles, sms, nz, s);
+#endif
 	if (nv)
 		return a.M <= 4 ? gt_go<GM_NVFP4, 1>(a, tiles, sms, nz, s)
 		       : a.M <= 8 ? gt_go<GM_NVFP4, 2>(a, tiles, sms, nz, s)
@@ -607,8 +603,10 @@ cudaError_t gm_tma_attrs(void)
 	GT_ATTR(GM_MXFP4, 1)
 	GT_ATTR(GM_MXFP4, 2)
 	GT_ATTR(GM_MXFP4, 4)
+#ifdef FP4S_DIAG_CLONE
 	GT_ATTR(GM_NVFP4, 1, 1)
 	GT_ATTR(GM_MXFP4, 1, 1)
+#endif
 #undef GT_ATTR
 	if (e == cudaSuccess)
 		e = mt_attrs();

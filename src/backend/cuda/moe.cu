@@ -59,7 +59,8 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
 #define NR_WARPS 4
 #define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
 
-template <int FMT, int PRE> /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads */
+/* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads; C: fp4s_diag_clone's copy */
+template <int FMT, int PRE, int C = 0>
 static __global__ void __launch_bounds__(NR_WARPS * 32)
 norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
                   const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
@@ -150,6 +151,15 @@ static cudaError_t nr_launch(int32_t nq, dim3 grid, size_t smem, cudaStream_t s,
                              int32_t E, int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K,
                              int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
 {
+#ifdef FP4S_DIAG_CLONE
+	if (fp4s_diag_clone(16))
+		return nq <= 32 * 4 ? pdl_launch(norm_route_kernel<FMT, 4, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h,
+		                                 nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn)
+		       : nq <= 32 * 8 ? pdl_launch(norm_route_kernel<FMT, 8, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H,
+		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn)
+		                      : pdl_launch(norm_route_kernel<FMT, 16, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H,
+		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn);
+#endif
 	if (nq <= 32 * 4)
 		return pdl_launch(norm_route_kernel<FMT, 4>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
 			kind, norm, lg, cnt, idx, w, xn);
