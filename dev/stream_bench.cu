@@ -2,7 +2,8 @@
 //
 // Build: part of the CMake build when nvcc exists (target stream_bench). Run: ./stream_bench
 // (NVFP4, M = 1, the default kernel: on Hopper gemv_tma.cu's bulk-copy kernel; FP4S_BENCH_MX=1:
-// MXFP4). Set
+// MXFP4; FP4S_BENCH_EXPERTS=1: the expert GEMVs only; FP4S_BENCH_ICACHE=1: the instruction-cache
+// experiment only). Set
 // FP4S_GEMV_TMA_PROBE=1 (consumers skip the MMA steps) or =2 (and the staging of x) to time the
 // copy pipeline alone (results are then garbage).
 //
@@ -235,6 +236,83 @@ static void experts(const char *name, int mx, int E, int64_t rows, int64_t K, in
 		CK(cudaFree(q));
 }
 
+/* The instruction-cache experiment: three GEMV shapes, each in a chain of launches alone, after
+ * the loop kernel, and after code_kernel lines of 17-197 KB (the bigger ones for 4096x4096 only) */
+static int icache(const cudaDeviceProp &p, int mx)
+{
+	fp4s_error err = {};
+	cudaStream_t is;
+	CK(cudaStreamCreateWithFlags(&is, cudaStreamNonBlocking));
+	float *xo, *yo, *junk;
+	CK(cudaMalloc(&xo, 16384 * sizeof(float)));
+	CK(cudaMalloc(&yo, 131072 * sizeof(float)));
+	CK(cudaMalloc(&junk, 128 * sizeof(float)));
+	fill_kernel<<<64, 256>>>((uint8_t *)xo, 16384 * 4, 7, 1);
+	const int64_t ish[][2] = {{4096, 4096}, {2048, 4096}, {14336, 4096}};
+	for (auto &sh : ish) {
+		const int64_t rows = sh[0], k = sh[1];
+		const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16), mb = db + sb;
+		const int copies = (int)std::max<size_t>(2, 150000000 / mb + 1);
+		std::vector<fp4s_mat> w((size_t)copies);
+		for (int c = 0; c < copies; c++) {
+			void *d, *sc;
+			CK(cudaMalloc(&d, db));
+			CK(cudaMalloc(&sc, sb));
+			fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
+			fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
+			w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
+			if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
+				fprintf(stderr, "%s\n", err.msg);
+				return 1;
+			}
+		}
+		CK(cudaDeviceSynchronize());
+		/* 0: GEMVs alone, 1: the loop kernel between, 2..: code_kernel<ICN[mode]> between */
+		/* (code bytes with nvcc 12 for sm_90a: 17, 33, 66, 99, 132 and 197 KB; ptxas unrolls
+		 * 3072 and 8192 partly) */
+		static const int ICN[] = {0, 0, 256, 512, 1024, 3072, 2048, 8192};
+		void (*ck[])(float *, float) = {code_kernel<0>,    code_kernel<0>,    code_kernel<256>,  code_kernel<512>,
+		                                code_kernel<1024>, code_kernel<3072>, code_kernel<2048>, code_kernel<8192>};
+		for (int mode = 0; mode < 8; mode++) {
+			if (rows != 4096 && mode > 1 && mode != 7)
+				continue;
+			auto enqueue = [&](int n) {
+				for (int i = 0; i < n; i++) {
+					if (mode)
+						ck[mode]<<<p.multiProcessorCount * 4, 128, 0, is>>>(junk, 0.999f);
+					if (fp4s_cuda_matmul(&w[(size_t)(i % copies)], xo, 1, yo, is, &err)) {
+						fprintf(stderr, "%s\n", err.msg);
+						exit(1);
+					}
+				}
+			};
+			const double us = graph_us(enqueue, 40, is);
+			const int slots = 40, blocks = 1024;
+			unsigned long long *dst;
+			CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
+			CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
+			fp4s_gemv_mma_stamps(dst, slots, blocks);
+			enqueue(slots);
+			fp4s_gemv_mma_stamps(NULL, 0, 0);
+			CK(cudaDeviceSynchronize());
+			std::vector<unsigned long long> h((size_t)slots * blocks * 4);
+			CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
+			CK(cudaFree(dst));
+			float m[4];
+			spans(h.data(), slots, blocks, m);
+			printf("icache %6lldx%-6lld %-6s %5d FMAs %8.2f us a pair | GEMV span %6.2f us, a block: entry->wait "
+			       "%5.2f, staging %5.2f, stream %6.2f\n",
+			       (long long)rows, (long long)k, mode == 0 ? "alone" : mode == 1 ? "loop" : "line", ICN[mode], us,
+			       m[0], m[1], m[2], m[3]);
+		}
+		for (auto &mm : w) {
+			CK(cudaFree((void *)mm.data));
+			CK(cudaFree((void *)mm.scales));
+		}
+	}
+	return 0;
+}
+
 int main(void)
 {
 	cudaDeviceProp p;
@@ -248,79 +326,9 @@ int main(void)
 		fprintf(stderr, "%s\n", err.msg);
 		return 1;
 	}
-	const char *ic = getenv("FP4S_BENCH_ICACHE");
-	if (ic && atoi(ic) == 1) {
-		cudaStream_t is;
-		CK(cudaStreamCreateWithFlags(&is, cudaStreamNonBlocking));
-		float *xo, *yo, *junk;
-		CK(cudaMalloc(&xo, 16384 * sizeof(float)));
-		CK(cudaMalloc(&yo, 131072 * sizeof(float)));
-		CK(cudaMalloc(&junk, 128 * sizeof(float)));
-		fill_kernel<<<64, 256>>>((uint8_t *)xo, 16384 * 4, 7, 1);
-		const int64_t ish[][2] = {{4096, 4096}, {2048, 4096}, {14336, 4096}};
-		for (auto &sh : ish) {
-			const int64_t rows = sh[0], k = sh[1];
-			const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16), mb = db + sb;
-			const int copies = (int)std::max<size_t>(2, 150000000 / mb + 1);
-			std::vector<fp4s_mat> w((size_t)copies);
-			for (int c = 0; c < copies; c++) {
-				void *d, *sc;
-				CK(cudaMalloc(&d, db));
-				CK(cudaMalloc(&sc, sb));
-				fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
-				fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
-				w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
-				if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
-					fprintf(stderr, "%s\n", err.msg);
-					return 1;
-				}
-			}
-			CK(cudaDeviceSynchronize());
-			/* 0: GEMVs alone, 1: the loop kernel between, 2..: code_kernel<ICN[mode]> between */
-			/* (code bytes with nvcc 12 for sm_90a: 17, 33, 66, 99, 132 and 197 KB; ptxas unrolls
-			 * 3072 and 8192 partly) */
-			static const int ICN[] = {0, 0, 256, 512, 1024, 3072, 2048, 8192};
-			void (*ck[])(float *, float) = {code_kernel<0>,    code_kernel<0>,    code_kernel<256>,  code_kernel<512>,
-			                                code_kernel<1024>, code_kernel<3072>, code_kernel<2048>, code_kernel<8192>};
-			for (int mode = 0; mode < 8; mode++) {
-				if (rows != 4096 && mode > 1 && mode != 7)
-					continue;
-				auto enqueue = [&](int n) {
-					for (int i = 0; i < n; i++) {
-						if (mode)
-							ck[mode]<<<p.multiProcessorCount * 4, 128, 0, is>>>(junk, 0.999f);
-						if (fp4s_cuda_matmul(&w[(size_t)(i % copies)], xo, 1, yo, is, &err)) {
-							fprintf(stderr, "%s\n", err.msg);
-							exit(1);
-						}
-					}
-				};
-				const double us = graph_us(enqueue, 40, is);
-				const int slots = 40, blocks = 1024;
-				unsigned long long *dst;
-				CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
-				CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
-				fp4s_gemv_mma_stamps(dst, slots, blocks);
-				enqueue(slots);
-				fp4s_gemv_mma_stamps(NULL, 0, 0);
-				CK(cudaDeviceSynchronize());
-				std::vector<unsigned long long> h((size_t)slots * blocks * 4);
-				CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
-				CK(cudaFree(dst));
-				float m[4];
-				spans(h.data(), slots, blocks, m);
-				printf("icache %6lldx%-6lld %-6s %5d FMAs %8.2f us a pair | GEMV span %6.2f us, a block: entry->wait "
-				       "%5.2f, staging %5.2f, stream %6.2f\n",
-				       (long long)rows, (long long)k, mode == 0 ? "alone" : mode == 1 ? "loop" : "line", ICN[mode], us,
-				       m[0], m[1], m[2], m[3]);
-			}
-			for (auto &mm : w) {
-				CK(cudaFree((void *)mm.data));
-				CK(cudaFree((void *)mm.scales));
-			}
-		}
-		return 0;
-	}
+	const char *ic = getenv("FP4S_BENCH_ICACHE"); /* 1: the instruction-cache experiment only */
+	if (ic && atoi(ic) == 1)
+		return icache(p, mx);
 	const char *ex = getenv("FP4S_BENCH_EXPERTS"); /* 1: the expert GEMVs only */
 	if (ex && atoi(ex) == 1) {
 		cudaStream_t es;

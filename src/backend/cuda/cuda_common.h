@@ -21,8 +21,6 @@
 
 #define FP4S_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
-/* 1 when the environment variable `name` is "0" (the diagnostic switches that turn a fusion or a
- * kernel variant off for A/B), read once into *cache (-1 before) */
 /* Diagnostics, in builds with -DFP4S_DIAG_CLONE only: FP4S_DIAG_CLONE's bits pick launches that
  * run a second copy of their kernel's code (same instructions, other addresses), so they find
  * none of it in the SM's instruction caches: 1 expert GEMVs, 2 single matrices added into y,
@@ -43,6 +41,8 @@ static inline int fp4s_diag_clone(int bit)
 #endif
 }
 
+/* 1 when the environment variable `name` is "0" (the diagnostic switches that turn a fusion or a
+ * kernel variant off for A/B), read once into *cache (-1 before) */
 static inline int fp4s_env_off(const char *name, int *cache)
 {
 	if (*cache < 0) {
