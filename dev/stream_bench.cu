@@ -36,13 +36,10 @@ static __global__ void fill_kernel(uint8_t *p, size_t n, uint64_t seed, int scal
 	}
 }
 
-/* Where a launch's time goes: the same 40 launches in a graph with each block's %globaltimer at
- * entry, after the PDL wait, with x staged and done (gemv_mma.h's stamps); medians over the
- * launches of the first / last block's readings, us after the previous launch's last block. */
+/* enqueue(slots)'s launches with their blocks' stamps (gemv_mma.h): [slot][block][4] */
 template <typename E>
-static void timeline(E &enqueue)
+static std::vector<unsigned long long> stamps(E &enqueue, int slots, int blocks)
 {
-	const int slots = 40, blocks = 1024;
 	unsigned long long *dst;
 	CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
 	CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
@@ -53,6 +50,49 @@ static void timeline(E &enqueue)
 	std::vector<unsigned long long> h((size_t)slots * blocks * 4);
 	CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
 	CK(cudaFree(dst));
+	return h;
+}
+
+/* Copies of one rows x k matrix, random codes with realistic scales, enough that > 150 MB (3x the
+ * L2) lie between two uses of one when launches rotate over them */
+static std::vector<fp4s_mat> weight_copies(int64_t rows, int64_t k, int mx)
+{
+	const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16);
+	const int copies = (int)std::max<size_t>(2, 150000000 / (db + sb) + 1);
+	std::vector<fp4s_mat> w((size_t)copies);
+	for (int c = 0; c < copies; c++) {
+		void *d, *sc;
+		CK(cudaMalloc(&d, db));
+		CK(cudaMalloc(&sc, sb));
+		fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
+		fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
+		w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
+		fp4s_error err = {};
+		if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
+			fprintf(stderr, "%s\n", err.msg);
+			exit(1);
+		}
+	}
+	CK(cudaDeviceSynchronize());
+	return w;
+}
+
+static void free_copies(std::vector<fp4s_mat> &w)
+{
+	for (auto &m : w) {
+		CK(cudaFree((void *)m.data));
+		CK(cudaFree((void *)m.scales));
+	}
+}
+
+/* Where a launch's time goes: the same 40 launches in a graph with each block's %globaltimer at
+ * entry, after the PDL wait, with x staged and done (gemv_mma.h's stamps); medians over the
+ * launches of the first / last block's readings, us after the previous launch's last block. */
+template <typename E>
+static void timeline(E &enqueue)
+{
+	const int slots = 40, blocks = 1024;
+	const std::vector<unsigned long long> h = stamps(enqueue, slots, blocks);
 	std::vector<float> v[6];
 	unsigned long long prev = 0;
 	for (int i = 0; i < slots; i++) {
@@ -117,7 +157,7 @@ static __global__ void __launch_bounds__(128) code_kernel(float *out, float a)
 /* Per launch of enqueue: the span from its first block's entry to its last block's end, and the
  * medians over its blocks of entry -> after the wait, staging, and staged -> done; medians over
  * the launches. */
-static void spans(unsigned long long *h, int slots, int blocks, float m[4])
+static void spans(const unsigned long long *h, int slots, int blocks, float m[4])
 {
 	std::vector<float> v[4];
 	for (int i = 0; i < slots; i++) {
@@ -251,24 +291,11 @@ static int icache(const cudaDeviceProp &p, int mx)
 	const int64_t ish[][2] = {{4096, 4096}, {2048, 4096}, {14336, 4096}};
 	for (auto &sh : ish) {
 		const int64_t rows = sh[0], k = sh[1];
-		const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16), mb = db + sb;
-		const int copies = (int)std::max<size_t>(2, 150000000 / mb + 1);
-		std::vector<fp4s_mat> w((size_t)copies);
-		for (int c = 0; c < copies; c++) {
-			void *d, *sc;
-			CK(cudaMalloc(&d, db));
-			CK(cudaMalloc(&sc, sb));
-			fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
-			fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
-			w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
-			if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
-				fprintf(stderr, "%s\n", err.msg);
-				return 1;
-			}
-		}
-		CK(cudaDeviceSynchronize());
+		const size_t mb = (size_t)rows * k / 2 + (size_t)rows * k / (mx ? 32 : 16);
+		std::vector<fp4s_mat> w = weight_copies(rows, k, mx);
+		const int copies = (int)w.size();
 		/* 0: GEMVs alone, 1: the loop kernel between, 2..: code_kernel<ICN[mode]> between */
-		/* (code bytes with nvcc 12 for sm_90a: 17, 33, 66, 99, 132 and 197 KB; ptxas unrolls
+		/* (code bytes with nvcc 13 for sm_90a: 17, 33, 66, 99, 132 and 197 KB; ptxas unrolls
 		 * 3072 and 8192 partly) */
 		static const int ICN[] = {0, 0, 256, 512, 1024, 3072, 2048, 8192};
 		void (*ck[])(float *, float) = {code_kernel<0>,    code_kernel<0>,    code_kernel<256>,  code_kernel<512>,
@@ -288,27 +315,14 @@ static int icache(const cudaDeviceProp &p, int mx)
 			};
 			const double us = graph_us(enqueue, 40, is);
 			const int slots = 40, blocks = 1024;
-			unsigned long long *dst;
-			CK(cudaMalloc(&dst, (size_t)slots * blocks * 4 * 8));
-			CK(cudaMemset(dst, 0, (size_t)slots * blocks * 4 * 8));
-			fp4s_gemv_mma_stamps(dst, slots, blocks);
-			enqueue(slots);
-			fp4s_gemv_mma_stamps(NULL, 0, 0);
-			CK(cudaDeviceSynchronize());
-			std::vector<unsigned long long> h((size_t)slots * blocks * 4);
-			CK(cudaMemcpy(h.data(), dst, h.size() * 8, cudaMemcpyDeviceToHost));
-			CK(cudaFree(dst));
 			float m[4];
-			spans(h.data(), slots, blocks, m);
+			spans(stamps(enqueue, slots, blocks).data(), slots, blocks, m);
 			printf("icache %6lldx%-6lld %-6s %5d FMAs %8.2f us a pair | GEMV span %6.2f us, a block: entry->wait "
 			       "%5.2f, staging %5.2f, stream %6.2f\n",
 			       (long long)rows, (long long)k, mode == 0 ? "alone" : mode == 1 ? "loop" : "line", ICN[mode], us,
 			       m[0], m[1], m[2], m[3]);
 		}
-		for (auto &mm : w) {
-			CK(cudaFree((void *)mm.data));
-			CK(cudaFree((void *)mm.scales));
-		}
+		free_copies(w);
 	}
 	return 0;
 }
@@ -350,22 +364,9 @@ int main(void)
 	std::vector<double> xs, ts;
 	for (auto &sh : shapes) {
 		const int64_t rows = sh[0], k = sh[1];
-		const size_t db = (size_t)rows * k / 2, sb = (size_t)rows * k / (mx ? 32 : 16), mb = db + sb;
-		const int copies = (int)std::max<size_t>(2, 150000000 / mb + 1);
-		std::vector<fp4s_mat> w((size_t)copies);
-		for (int c = 0; c < copies; c++) {
-			void *d, *sc;
-			CK(cudaMalloc(&d, db));
-			CK(cudaMalloc(&sc, sb));
-			fill_kernel<<<1024, 256>>>((uint8_t *)d, db, 11 + c, 0);
-			fill_kernel<<<1024, 256>>>((uint8_t *)sc, sb, 101 + c, mx ? 2 : 1);
-			w[(size_t)c] = fp4s_mat{mx ? FP4S_WF_MXFP4 : FP4S_WF_NVFP4, rows, k, d, (uint8_t *)sc, 1.0f / 1024, NULL};
-			if (mx && fp4s_cuda_mx_scale_range(&w[(size_t)c], 0, &err)) {
-				fprintf(stderr, "%s\n", err.msg);
-				return 1;
-			}
-		}
-		CK(cudaDeviceSynchronize());
+		const size_t mb = (size_t)rows * k / 2 + (size_t)rows * k / (mx ? 32 : 16);
+		std::vector<fp4s_mat> w = weight_copies(rows, k, mx);
+		const int copies = (int)w.size();
 		auto enqueue = [&](int n) {
 			for (int i = 0; i < n; i++)
 				if (fp4s_cuda_matmul(&w[(size_t)(i % copies)], x, 1, y, s, &err)) {
@@ -380,10 +381,7 @@ int main(void)
 			xs.push_back(mb / 1e6), ts.push_back(us);
 		if ((rows == 4096 && k == 4096) || rows == 28672)
 			timeline(enqueue);
-		for (auto &m : w) {
-			CK(cudaFree((void *)m.data));
-			CK(cudaFree((void *)m.scales));
-		}
+		free_copies(w);
 	}
 	/* time = fixed + MB / rate, least squares over the K = 4096 shapes */
 	double sx = 0, sy = 0, sxx = 0, sxy = 0, n = (double)xs.size();
