@@ -370,11 +370,58 @@ static void test_scale_checks(void)
 	CHECK_EQ_INT(bad, 3);
 }
 
+/* The permuted word layout: a bijection on words, and each pair decoded from it equals the
+ * natural word's pair (gm_pair's formula) and, times 2^126, the codes' values: every code at
+ * every position (all 256 code pairs of each pair, the other bits random), then random words. */
+static uint32_t natural_pair(uint32_t q, int k)
+{
+	const uint32_t s = q << (4 * k);
+	return (s & 0x80008000u) | ((s >> 6) & 0x01C001C0u);
+}
+
+static float bf16_half(uint32_t pair, int hi) { return fp4s_bits_f32((hi ? pair >> 16 : pair & 0xFFFFu) << 16); }
+
+static void test_e2m1_permuted(void)
+{
+	uint32_t seen = 0;
+	for (int i = 0; i < 8; i++)
+		for (int b = 0; b < 3; b++)
+			seen |= 1u << (fp4s_e2m1_perm_mag[i] + b);
+	for (int i = 0; i < 8; i++)
+		seen |= 1u << fp4s_e2m1_perm_sign[i];
+	CHECK_MSG(seen == 0xFFFFFFFFu, "the permutation covers bits 0x%08x", seen);
+	for (int k = 0; k < 4; k++)
+		for (uint32_t ab = 0; ab < 256; ab++) {
+			const uint32_t lo = ab & 15u, hi = ab >> 4;
+			uint32_t w = (uint32_t)t_rand_u64() & ~((15u << (4 * (3 - k))) | (15u << (4 * (7 - k))));
+			w |= (lo << (4 * (3 - k))) | (hi << (4 * (7 - k)));
+			const uint32_t r = fp4s_e2m1_permute_word(w), p = fp4s_e2m1_perm_pair(r, k);
+			CHECK_MSG(p == natural_pair(w, k), "word 0x%08x pair %d: 0x%08x, natural 0x%08x", w, k, p,
+			          natural_pair(w, k));
+			const float vl = bf16_half(p, 0) * ldexpf(1.0f, 126), vh = bf16_half(p, 1) * ldexpf(1.0f, 126);
+			CHECK_MSG(vl == fp4s_e2m1_to_f32(lo) && signbit(vl) == signbit(fp4s_e2m1_to_f32(lo)) &&
+			                  vh == fp4s_e2m1_to_f32(hi) && signbit(vh) == signbit(fp4s_e2m1_to_f32(hi)),
+			          "pair %d of codes 0x%x, 0x%x: %g, %g", k, lo, hi, (double)vl, (double)vh);
+			CHECK_EQ_INT(fp4s_e2m1_unpermute_word(r), w);
+		}
+	for (int n = 0; n < 1 << 20; n++) {
+		const uint32_t w = (uint32_t)t_rand_u64(), r = fp4s_e2m1_permute_word(w);
+		int ok = fp4s_e2m1_unpermute_word(r) == w;
+		for (int k = 0; k < 4; k++)
+			ok = ok && fp4s_e2m1_perm_pair(r, k) == natural_pair(w, k);
+		if (!ok) {
+			CHECK_MSG(0, "random word 0x%08x (permuted 0x%08x)", w, r);
+			break;
+		}
+	}
+}
+
 int main(void)
 {
 	t_seed_from_env();
 	test_e2m1_table();
 	test_decode_tricks();
+	test_e2m1_permuted();
 	test_e4m3();
 	test_e8m0();
 	test_half_round_trips();
