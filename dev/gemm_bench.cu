@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemm_cuda.h"
 #include "numerics/numerics.h"
 #include "numerics/quant.h"
@@ -178,6 +179,8 @@ int main(int argc, char **argv)
 			for (auto &w : sets) {
 				CK(cudaMalloc(&w.data, data_b));
 				CK(cudaMemcpy(w.data, q.data(), data_b, cudaMemcpyHostToDevice));
+				if (sc_b)
+					CK(fp4s_cuda_e2m1_permute(w.data, data_b, 0)); /* the device's code layout */
 				w.scales = NULL;
 				if (sc_b) {
 					CK(cudaMalloc(&w.scales, sc_b));

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/pdl.cuh"
@@ -144,6 +145,8 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (int i = 0; i < nmats; i++) {
 		CK(cudaMalloc(&dd[(size_t)i], data_b));
 		CK(cudaMemcpy(dd[(size_t)i], hd.data(), data_b, cudaMemcpyHostToDevice));
+		if (sc_b)
+			CK(fp4s_cuda_e2m1_permute(dd[(size_t)i], data_b, 0)); /* the device's code layout */
 		if (sc_b) {
 			CK(cudaMalloc(&ds[(size_t)i], sc_b));
 			CK(cudaMemcpy(ds[(size_t)i], hs.data(), sc_b, cudaMemcpyHostToDevice));

@@ -220,48 +220,71 @@ static FP4S_HD int64_t fp4s_sf_swizzled_offset(int64_t r, int64_t c, int64_t col
 	return ((r >> 7) * ktiles + (c >> 2)) * 512 + (r & 31) * 16 + ((r >> 5) & 3) * 4 + (c & 3);
 }
 
-/* ---- E2M1 words permuted for a cheap BF16 decode ------------------------------------------ */
+/* ---- E2M1 words on the device: permuted for a cheap BF16 decode ---------------------------- */
 
-/* Not yet used by the kernels (issue #6's next step; bench/results/2026-11-22-h100-session14.md).
- * The decode GEMVs turn a word of 8 codes (code i in bits 4i..4i+3) into four BF16 pairs, pair k
- * = (code 3 - k, code 7 - k) as the value times 2^-126: magnitude bits at 6..8 and 22..24, signs
- * at 15 and 31. From the natural layout each pair costs two shifts, a mask and a merge (15
- * operations a word), because a code's sign sits next to its magnitude while BF16 wants it 9 bits
- * above. With each word's bits permuted once at upload, the pairs are a mask, a rotate and a
- * mask, and two rotates, a mask and a merge twice: 11 operations (the fewest any permutation
- * allows). Code i's magnitude goes to bits fp4s_e2m1_perm_mag[i]..+2 and its sign to
- * fp4s_e2m1_perm_sign[i]. */
-static const uint8_t fp4s_e2m1_perm_mag[8] = {9, 0, 3, 6, 25, 16, 19, 22};
-static const uint8_t fp4s_e2m1_perm_sign[8] = {14, 13, 12, 15, 30, 29, 28, 31};
+/* The CUDA backend keeps FP4 codes with the bits of each 32-bit word (8 codes, code i in bits
+ * 4i..4i+3 as stored) permuted once at upload (fp4s_cuda_e2m1_permute), because of the decode
+ * GEMVs: they turn a word into four BF16 pairs, pair k = (code 3 - k, code 7 - k) as the value
+ * times 2^-126 (magnitude bits at 6..8 and 22..24, signs at 15 and 31). From the stored layout
+ * each pair costs two shifts, a mask and a merge (15 operations a word, plus the scale
+ * multiplies), because a code's sign sits next to its magnitude while BF16 wants it 9 bits above.
+ * Permuted, the pairs are a mask, a rotate and a mask, and two rotates, a mask and a merge twice:
+ * 11 operations, the fewest any permutation allows (bench/results/2026-11-22-h100-session14.md).
+ * Code i's magnitude goes to bits fp4s_e2m1_perm_mag(i)..+2, its sign to fp4s_e2m1_perm_sign(i):
+ *   code       0   1   2   3   4   5   6   7
+ *   magnitude  9   0   3   6  25  16  19  22
+ *   sign      14  13  12  15  30  29  28  31 */
+static FP4S_HD int fp4s_e2m1_perm_mag(int i)
+{
+	const int j = i & 3;
+	return (j == 0 ? 9 : 3 * (j - 1)) + 16 * (i >> 2);
+}
 
-/* natural word -> permuted word (host: at upload) */
-static inline uint32_t fp4s_e2m1_permute_word(uint32_t w)
+static FP4S_HD int fp4s_e2m1_perm_sign(int i)
+{
+	const int j = i & 3;
+	return (j == 3 ? 15 : 14 - j) + 16 * (i >> 2);
+}
+
+/* stored word -> permuted word */
+static FP4S_HD uint32_t fp4s_e2m1_permute_word(uint32_t w)
 {
 	uint32_t r = 0;
 	for (int i = 0; i < 8; i++) {
 		const uint32_t c = (w >> (4 * i)) & 15u;
-		r |= (c & 7u) << fp4s_e2m1_perm_mag[i];
-		r |= (c >> 3) << fp4s_e2m1_perm_sign[i];
+		r |= (c & 7u) << fp4s_e2m1_perm_mag(i);
+		r |= (c >> 3) << fp4s_e2m1_perm_sign(i);
 	}
 	return r;
 }
 
-/* permuted word -> natural word */
-static inline uint32_t fp4s_e2m1_unpermute_word(uint32_t r)
+/* code i (0..7) of a permuted word */
+static FP4S_HD uint32_t fp4s_e2m1_perm_code(uint32_t r, int i)
+{
+	return ((r >> fp4s_e2m1_perm_mag(i)) & 7u) | (((r >> fp4s_e2m1_perm_sign(i)) & 1u) << 3);
+}
+
+/* permuted word -> stored word (the decode paths that want codes in order) */
+static FP4S_HD uint32_t fp4s_e2m1_unpermute_word(uint32_t r)
 {
 	uint32_t w = 0;
-	for (int i = 0; i < 8; i++) {
-		const uint32_t c = ((r >> fp4s_e2m1_perm_mag[i]) & 7u) | (((r >> fp4s_e2m1_perm_sign[i]) & 1u) << 3);
-		w |= c << (4 * i);
-	}
+	for (int i = 0; i < 8; i++)
+		w |= fp4s_e2m1_perm_code(r, i) << (4 * i);
 	return w;
 }
 
-static FP4S_HD uint32_t fp4s_rotl32(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+/* n in 1..31 (one funnel shift on the GPU) */
+static FP4S_HD uint32_t fp4s_rotl32(uint32_t x, int n)
+{
+#if defined(__CUDA_ARCH__)
+	return __funnelshift_l(x, x, n);
+#else
+	return (x << n) | (x >> (32 - n));
+#endif
+}
 
 /* Pair k (0..3) of a permuted word: codes 3 - k (low half) and 7 - k (high half) as BF16 bits of
- * value * 2^-126 (what gemv_mma.cuh's gm_pair gives from the natural word). Rotates are one
- * funnel shift each on the GPU. */
+ * value * 2^-126 */
 static FP4S_HD uint32_t fp4s_e2m1_perm_pair(uint32_t r, int k)
 {
 	if (k == 0)

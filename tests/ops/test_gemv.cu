@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/moe_cuda.h"
@@ -109,6 +110,8 @@ static int run_case(const struct gcase *c, const char *filter)
 	float *dx, *db, *dy;
 	CK(cudaMalloc(&dd, h.data_b));
 	CK(cudaMemcpy(dd, h.data, h.data_b, cudaMemcpyHostToDevice));
+	if (h.scales)
+		CK(fp4s_cuda_e2m1_permute(dd, h.data_b, 0)); /* the device's code layout */
 	if (h.scales) {
 		CK(cudaMalloc(&ds, h.scales_b));
 		CK(cudaMemcpy(ds, h.scales, h.scales_b, cudaMemcpyHostToDevice));
@@ -232,6 +235,8 @@ static void run_repeat(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, in
 	float *dx, *db, *dy;
 	CK(cudaMalloc(&dd, h.data_b));
 	CK(cudaMemcpy(dd, h.data, h.data_b, cudaMemcpyHostToDevice));
+	if (h.scales)
+		CK(fp4s_cuda_e2m1_permute(dd, h.data_b, 0)); /* the device's code layout */
 	CK(cudaMalloc(&ds, h.scales_b));
 	CK(cudaMemcpy(ds, h.scales, h.scales_b, cudaMemcpyHostToDevice));
 	CK(cudaMalloc(&dx, (size_t)nx * sizeof(float)));
@@ -351,6 +356,8 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 	float *dx, *dn, *dy;
 	CK(cudaMalloc(&dd, h.data_b));
 	CK(cudaMemcpy(dd, h.data, h.data_b, cudaMemcpyHostToDevice));
+	if (h.scales)
+		CK(fp4s_cuda_e2m1_permute(dd, h.data_b, 0)); /* the device's code layout */
 	CK(cudaMalloc(&ds, h.scales_b));
 	CK(cudaMemcpy(ds, h.scales, h.scales_b, cudaMemcpyHostToDevice));
 	CK(cudaMalloc(&dx, (size_t)nx * sizeof(float)));

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/moe_cuda.h"
@@ -102,6 +103,7 @@ static void run_experts(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 	CK(cudaMalloc(&dws, sizeof ws2));
 	CK(cudaMalloc(&didx, sizeof idx));
 	CK(cudaMemcpy(dd, hd, db * E, cudaMemcpyHostToDevice));
+	CK(fp4s_cuda_e2m1_permute(dd, db * E, 0)); /* the device's code layout */
 	CK(cudaMemcpy(ds, hs, sb * E, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(db_, bias, sizeof(float) * rows * E, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(dx, x, sizeof(float) * xs * nrows_x, cudaMemcpyHostToDevice));
@@ -246,6 +248,7 @@ static void run_grouped(enum fp4s_wformat fmt, int64_t rows, int64_t k, int act,
 	CK(cudaMalloc(&dx, sizeof(float) * xs * nrows_x));
 	CK(cudaMalloc(&dy, sizeof(float) * rows * slots));
 	CK(cudaMemcpy(dd, hd, db * E, cudaMemcpyHostToDevice));
+	CK(fp4s_cuda_e2m1_permute(dd, db * E, 0)); /* the device's code layout */
 	CK(cudaMemcpy(ds, hs, sb * E, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(db_, bias, sizeof(float) * rows * E, cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(dx, act ? xg : x, sizeof(float) * xs * nrows_x, cudaMemcpyHostToDevice));

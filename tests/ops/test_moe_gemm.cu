@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemm_cuda.h"
 #include "backend/cuda/moe_cuda.h"
 #include "numerics/numerics.h"
@@ -107,6 +108,7 @@ static void upload(const struct mcase *c, struct hmat *m, int64_t rows, int64_t 
 	float ws2[64];
 	for (int e = 0; e < c->E; e++) {
 		CK(cudaMemcpy(o->d + db * e, m[e].data, db, cudaMemcpyHostToDevice));
+		CK(fp4s_cuda_e2m1_permute(o->d + db * e, db, 0)); /* the device's code layout */
 		CK(cudaMemcpy(o->s + sb * e, m[e].scales, sb, cudaMemcpyHostToDevice));
 		ws2[e] = m[e].ws2;
 	}

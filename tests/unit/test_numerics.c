@@ -370,7 +370,7 @@ static void test_scale_checks(void)
 	CHECK_EQ_INT(bad, 3);
 }
 
-/* The permuted word layout: a bijection on words, and each pair decoded from it equals the
+/* The device's permuted word layout: a bijection on words, and each pair decoded from it equals the
  * natural word's pair (gm_pair's formula) and, times 2^126, the codes' values: every code at
  * every position (all 256 code pairs of each pair, the other bits random), then random words. */
 static uint32_t natural_pair(uint32_t q, int k)
@@ -386,9 +386,9 @@ static void test_e2m1_permuted(void)
 	uint32_t seen = 0;
 	for (int i = 0; i < 8; i++)
 		for (int b = 0; b < 3; b++)
-			seen |= 1u << (fp4s_e2m1_perm_mag[i] + b);
+			seen |= 1u << (fp4s_e2m1_perm_mag(i) + b);
 	for (int i = 0; i < 8; i++)
-		seen |= 1u << fp4s_e2m1_perm_sign[i];
+		seen |= 1u << fp4s_e2m1_perm_sign(i);
 	CHECK_MSG(seen == 0xFFFFFFFFu, "the permutation covers bits 0x%08x", seen);
 	for (int k = 0; k < 4; k++)
 		for (uint32_t ab = 0; ab < 256; ab++) {
@@ -403,6 +403,8 @@ static void test_e2m1_permuted(void)
 			                  vh == fp4s_e2m1_to_f32(hi) && signbit(vh) == signbit(fp4s_e2m1_to_f32(hi)),
 			          "pair %d of codes 0x%x, 0x%x: %g, %g", k, lo, hi, (double)vl, (double)vh);
 			CHECK_EQ_INT(fp4s_e2m1_unpermute_word(r), w);
+			CHECK_EQ_INT(fp4s_e2m1_perm_code(r, 3 - k), lo);
+			CHECK_EQ_INT(fp4s_e2m1_perm_code(r, 7 - k), hi);
 		}
 	for (int n = 0; n < 1 << 20; n++) {
 		const uint32_t w = (uint32_t)t_rand_u64(), r = fp4s_e2m1_permute_word(w);

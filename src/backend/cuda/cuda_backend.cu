@@ -35,12 +35,12 @@ static __device__ __forceinline__ float w_elem(int fmt, const void *data, const 
 	case FP4S_WF_F32: return ((const float *)data)[i];
 	case FP4S_WF_BF16: return fp4s_bf16_to_f32(((const uint16_t *)data)[i]);
 	case FP4S_WF_F16: return fp4s_f16_to_f32(((const uint16_t *)data)[i]);
-	case FP4S_WF_NVFP4: {
-		const uint32_t code = (((const uint8_t *)data)[i >> 1] >> ((i & 1) * 4)) & 15u;
+	case FP4S_WF_NVFP4: { /* codes in the device's permuted words (numerics.h), rows whole words */
+		const uint32_t code = fp4s_e2m1_perm_code(((const uint32_t *)data)[i >> 3], (int)(i & 7));
 		return fp4s_e2m1_to_f32(code) * fp4s_e4m3_to_f32(scales[r * (K / 16) + c / 16]);
 	}
 	default: {
-		const uint32_t code = (((const uint8_t *)data)[i >> 1] >> ((i & 1) * 4)) & 15u;
+		const uint32_t code = fp4s_e2m1_perm_code(((const uint32_t *)data)[i >> 3], (int)(i & 7));
 		return fp4s_e2m1_to_f32(code) * fp4s_e8m0_to_f32(scales[r * (K / 32) + c / 32]);
 	}
 	}

@@ -1,14 +1,48 @@
 /* cuda_upload.cu: weights to the device (backend.h upload_mat, upload_f32, upload_fused,
- * upload_gate_up). Weights stay as stored (packed FP4 codes and scales); only where rows sit
- * changes: fused projections share one allocation, and a dense MLP's gate and up rows can
- * alternate so that the decode matmul's epilogue sees each (gate, up) pair in one tile. */
+ * upload_gate_up). Weights stay packed (FP4 codes and scales); two things change: the bits of
+ * each word of FP4 codes are permuted (e2m1_device.h), and where rows sit: fused projections
+ * share one allocation, and a dense MLP's gate and up rows can alternate so that the decode
+ * matmul's epilogue sees each (gate, up) pair in one tile. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemv_mma.h"
+#include "numerics/numerics.h"
+
+static __global__ void e2m1_permute_kernel(uint32_t *w, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		w[i] = fp4s_e2m1_permute_word(w[i]);
+}
+
+extern "C" cudaError_t fp4s_cuda_e2m1_permute(void *codes, size_t bytes, cudaStream_t s)
+{
+	if (bytes % 4 || (uintptr_t)codes % 4)
+		return cudaErrorInvalidValue;
+	const size_t n = bytes / 4;
+	if (!n)
+		return cudaSuccess;
+	const size_t blocks = (n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096;
+	e2m1_permute_kernel<<<(unsigned)blocks, 256, 0, s>>>((uint32_t *)codes, n);
+	return cudaGetLastError();
+}
+
+/* an FP4 matrix's codes after their copy to the device (rows must be whole words) */
+static int permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream_t s, struct fp4s_error *err)
+{
+	if (m->fmt != FP4S_WF_NVFP4 && m->fmt != FP4S_WF_MXFP4)
+		return FP4S_OK;
+	if (m->cols % 8)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "cuda: FP4 rows of %lld codes (a multiple of 8 is needed)",
+		                      (long long)m->cols);
+	FP4S_CUDA_TRY(err, fp4s_cuda_e2m1_permute(d, bytes, s));
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(s));
+	return FP4S_OK;
+}
 
 static int upload(struct cuda_impl *c, const void *host, size_t bytes, void **dev, struct fp4s_error *err)
 {
@@ -34,7 +68,7 @@ static int cu_upload_mat(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4
 	}
 	void *d;
 	int rc;
-	if ((rc = upload(c, m->data, data_b, &d, err)))
+	if ((rc = upload(c, m->data, data_b, &d, err)) || (rc = permute_codes(m, d, data_b, c->s, err)))
 		return rc;
 	m->data = d;
 	if (scale_b) {
@@ -125,6 +159,8 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 		}
 		r0 += m->rows;
 	}
+	if ((rc = permute_codes(fused, d, per_row_d * (size_t)rows, c->s, err)))
+		return rc;
 	for (int i = 0; i < n; i++)
 		if ((rc = fp4s_cuda_mx_scale_range(parts[i], c->s, err)))
 			return rc;
@@ -192,6 +228,8 @@ static int cu_upload_gate_up(struct fp4s_backend *be, struct fp4s_mat *gate, str
 	const cudaError_t e = cu_put_pairs(gate, up, rd, rs, d, sc, bias, tmp);
 	cudaFree(tmp);
 	FP4S_CUDA_TRY(err, e);
+	if ((rc = permute_codes(gate, d, 2 * db, c->s, err)))
+		return rc;
 	*fused = *gate;
 	fused->rows = 2 * gate->rows;
 	fused->data = d, fused->scales = sc, fused->bias = bias;

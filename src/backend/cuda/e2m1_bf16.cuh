@@ -1,6 +1,6 @@
-/* e2m1_bf16.cuh: eight E2M1 codes (a 32-bit word, code i in bits 4i..4i+3) to BF16 with byte
- * permutes, and a block scale to a BF16 pair: the decode shared by the prefill GEMMs
- * (gemm_fp4.cu, gemm_wgmma.cu). */
+/* e2m1_bf16.cuh: eight E2M1 codes (a 32-bit word in the device's permuted layout, numerics.h) to
+ * BF16, and a block scale to a BF16 pair: the decode shared by the prefill GEMMs (gemm_fp4.cu,
+ * gemm_wgmma.cu). */
 #ifndef FP4S_E2M1_BF16_CUH
 #define FP4S_E2M1_BF16_CUH
 
@@ -9,21 +9,25 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
-/* No shared table (whose random indices cost ~3-4 way bank conflicts): a word's 8 magnitudes
- * are 4-bit nibbles already, i.e. prmt selectors, so two byte permutes against 8-byte tables
- * give the low and high bytes of 4 BF16 values, two more interleave them, and the sign bits are
- * moved into place with shifts. o[i] = the codes of byte i, the low nibble in the low half. */
+#include "numerics/numerics.h"
+
+/* A word of 8 codes in the device's permuted layout (numerics.h) to o[i] = the BF16 values of
+ * codes 2i (low half) and 2i + 1 (high half): the decode GEMVs' four pairs (codes 3-k, 7-k, each
+ * value * 2^-126), regrouped by byte permutes and multiplied by 2^126 (exact: a power of two,
+ * every result normal or zero). */
 static __device__ __forceinline__ void e2m1x8_to_bf16(uint32_t w, uint32_t (&o)[4])
 {
-	/* low / high byte of the BF16 of magnitudes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6 */
-	const uint32_t L0 = 0xC0800000u, L1 = 0xC0804000u, H0 = 0x3F3F3F00u, H1 = 0x40404040u;
-	const uint32_t s0 = w & 0x7777u, s1 = (w >> 16) & 0x7777u; /* bit 3 clear: no sign mode */
-	const uint32_t l0 = __byte_perm(L0, L1, s0), h0 = __byte_perm(H0, H1, s0);
-	const uint32_t l1 = __byte_perm(L0, L1, s1), h1 = __byte_perm(H0, H1, s1);
-	o[0] = __byte_perm(l0, h0, 0x5140) | ((w & 0x8u) << 12) | ((w & 0x80u) << 24);
-	o[1] = __byte_perm(l0, h0, 0x7362) | ((w & 0x800u) << 4) | ((w & 0x8000u) << 16);
-	o[2] = __byte_perm(l1, h1, 0x5140) | ((w & 0x80000u) >> 4) | ((w & 0x800000u) << 8);
-	o[3] = __byte_perm(l1, h1, 0x7362) | ((w & 0x8000000u) >> 12) | (w & 0x80000000u);
+	const uint32_t d0 = fp4s_e2m1_perm_pair(w, 0), d1 = fp4s_e2m1_perm_pair(w, 1); /* (3, 7), (2, 6) */
+	const uint32_t d2 = fp4s_e2m1_perm_pair(w, 2), d3 = fp4s_e2m1_perm_pair(w, 3); /* (1, 5), (0, 4) */
+	const uint32_t g[4] = {__byte_perm(d3, d2, 0x5410), __byte_perm(d1, d0, 0x5410), __byte_perm(d3, d2, 0x7632),
+	                       __byte_perm(d1, d0, 0x7632)};
+	const uint32_t up = 0x7E807E80u; /* 2^126 in both halves */
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&g[i]),
+		                                 *reinterpret_cast<const __nv_bfloat162 *>(&up));
+		o[i] = *reinterpret_cast<const uint32_t *>(&v);
+	}
 }
 
 /* A block scale as a BF16 pair (both halves equal); FMT 0: an NVFP4 E4M3 byte, 1: an MXFP4 E8M0

@@ -123,9 +123,12 @@ __device__ __forceinline__ void store_w(uint8_t *sw, const uint32_t *lut, int r,
 	for (int j = 0; j < 4; j++) {
 		const __nv_bfloat162 s2 = *reinterpret_cast<const __nv_bfloat162 *>(&sc[j >> 1]);
 		uint32_t o[4];
+		/* the table is indexed by a byte of two stored codes; the device's words are permuted
+		 * (numerics.h), so they are put back in order first */
+		const uint32_t w = fp4s_e2m1_unpermute_word(words[j]);
 #pragma unroll
 		for (int b = 0; b < 4; b++) {
-			uint32_t pair = lut[(words[j] >> (8 * b)) & 0xFF];
+			uint32_t pair = lut[(w >> (8 * b)) & 0xFF];
 			__nv_bfloat162 v = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&pair), s2);
 			o[b] = *reinterpret_cast<uint32_t *>(&v);
 		}

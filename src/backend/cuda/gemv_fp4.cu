@@ -101,10 +101,12 @@ static __device__ __forceinline__ float2 h2bits_to_f2(uint32_t h)
 	return f;
 }
 
-/* 8 E2M1 codes of one word (element i in bits 4i..4i+3) -> d[i] = value * 2^-14, exact. Pair k
- * puts code k in the low half and code k+4 in the high half of a half2. */
-static __device__ __forceinline__ void e2m1x8_to_f32(uint32_t w, float d[8])
+/* 8 E2M1 codes of one word (element i in bits 4i..4i+3 once the device's permutation, numerics.h,
+ * is undone) -> d[i] = value * 2^-14, exact. Pair k puts code k in the low half and code k+4 in
+ * the high half of a half2. */
+static __device__ __forceinline__ void e2m1x8_to_f32(uint32_t wp, float d[8])
 {
+	const uint32_t w = fp4s_e2m1_unpermute_word(wp);
 	const uint32_t p0 = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
 	const uint32_t p1 = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
 	const uint32_t p2 = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
@@ -588,8 +590,10 @@ __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 	for (int k = threadIdx.x; k < K; k += blockDim.x) {
 		float w;
 		if (fmt == G_NVFP4 || fmt == G_MXFP4) {
-			const uint32_t b = a.data[(size_t)row * (K / 2) + k / 2];
-			const float e = fp4s_e2m1_to_f32(k & 1 ? b >> 4 : b & 15);
+			/* code k of the row: code k % 8 of its (permuted, numerics.h) word; rows are whole
+			 * words (K % 8 == 0) */
+			const uint32_t wd = reinterpret_cast<const uint32_t *>(a.data)[((size_t)row * K + k) / 8];
+			const float e = fp4s_e2m1_to_f32(fp4s_e2m1_perm_code(wd, k & 7));
 			const float s = fmt == G_NVFP4 ? fp4s_e4m3_to_f32(a.scales[(size_t)row * (K / 16) + k / 16])
 			                               : fp4s_e8m0_to_f32(a.scales[(size_t)row * (K / 32) + k / 32]);
 			w = e * s;

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/ld_stream.cuh"
 #include "backend/cuda/swiglu.cuh"
+#include "numerics/numerics.h"
 
 #define GM_WARPS_MAX 8          /* warps per block of the largest variant */
 #define GM_SMEM_MAX (112 * 1024) /* activation staging per block: two blocks an SM still fit */
@@ -121,12 +122,12 @@ static __device__ __forceinline__ uint32_t gm_word(const uint4 &v, int j)
 	return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
-/* Pair k of a word of 8 codes (code i in bits 4i..4i+3): codes 3-k (low half) and 7-k (high) as
- * BF16 bits, each value * 2^-126. */
+/* Pair k of a word of 8 codes in the device's permuted layout (numerics.h): codes 3-k (low half)
+ * and 7-k (high) as BF16 bits, each value * 2^-126; 11 operations a word where the stored layout
+ * took 15 (llama3-8b decode +2.7-3.3 %, bench/results/2026-11-22-h100-session14.md). */
 static __device__ __forceinline__ uint32_t gm_pair(uint32_t q, int k)
 {
-	const uint32_t s = q << (4 * k);
-	return (s & 0x80008000u) | ((s >> 6) & 0x01C001C0u);
+	return fp4s_e2m1_perm_pair(q, k);
 }
 
 static __device__ __forceinline__ uint32_t gm_hmul2(uint32_t a, uint32_t b)

@@ -231,7 +231,7 @@ static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, co
 				for (int u = 0; u < 4; u++)
 #pragma unroll
 					for (int b = 0; b < 8; b++)
-						part[u / 2] += e2m1_scaled((w4[u] >> (4 * b)) & 15u) * xv[8 * u + b];
+						part[u / 2] += e2m1_scaled(fp4s_e2m1_perm_code(w4[u], b)) * xv[8 * u + b];
 				if (FMT == FP4S_WF_NVFP4) {
 					const uint8_t *s = sc + r * (K / 16) + c / 16;
 					acc[q] += part[0] * fp4s_e4m3_to_f32(s[0]) + part[1] * fp4s_e4m3_to_f32(s[1]);
