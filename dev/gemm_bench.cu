@@ -179,10 +179,9 @@ int main(int argc, char **argv)
 			for (auto &w : sets) {
 				CK(cudaMalloc(&w.data, data_b));
 				CK(cudaMemcpy(w.data, q.data(), data_b, cudaMemcpyHostToDevice));
-				if (sc_b)
-					CK(fp4s_cuda_e2m1_permute(w.data, data_b, 0)); /* the device's code layout */
 				w.scales = NULL;
 				if (sc_b) {
+					CK(fp4s_cuda_e2m1_permute(w.data, data_b, 0)); /* the device's code layout */
 					CK(cudaMalloc(&w.scales, sc_b));
 					CK(cudaMemcpy(w.scales, s.data(), sc_b, cudaMemcpyHostToDevice));
 				}

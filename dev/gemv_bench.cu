@@ -145,9 +145,8 @@ static void run(const shape &sh, enum fp4s_wformat fmt, const cudaDeviceProp &p,
 	for (int i = 0; i < nmats; i++) {
 		CK(cudaMalloc(&dd[(size_t)i], data_b));
 		CK(cudaMemcpy(dd[(size_t)i], hd.data(), data_b, cudaMemcpyHostToDevice));
-		if (sc_b)
-			CK(fp4s_cuda_e2m1_permute(dd[(size_t)i], data_b, 0)); /* the device's code layout */
 		if (sc_b) {
+			CK(fp4s_cuda_e2m1_permute(dd[(size_t)i], data_b, 0)); /* the device's code layout */
 			CK(cudaMalloc(&ds[(size_t)i], sc_b));
 			CK(cudaMemcpy(ds[(size_t)i], hs.data(), sc_b, cudaMemcpyHostToDevice));
 		}

@@ -156,9 +156,8 @@ static int run_case(const struct gcase *c, const char *filter)
 	void *dws = NULL;
 	CK(cudaMalloc(&dd, h.data_b));
 	CK(cudaMemcpy(dd, h.data, h.data_b, cudaMemcpyHostToDevice));
-	if (h.scales)
-		CK(fp4s_cuda_e2m1_permute(dd, h.data_b, 0)); /* the device's code layout */
 	if (h.scales) {
+		CK(fp4s_cuda_e2m1_permute(dd, h.data_b, 0)); /* the device's code layout */
 		CK(cudaMalloc(&ds, h.scales_b));
 		CK(cudaMemcpy(ds, h.scales, h.scales_b, cudaMemcpyHostToDevice));
 	}

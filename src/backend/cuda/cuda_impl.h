@@ -79,6 +79,9 @@ void cu_upload_install(struct fp4s_backend *be);
  * through the device buffer tmp (>= a part's codes and its rows' floats); sc, bias NULL: none */
 cudaError_t cu_put_pairs(const struct fp4s_mat *a, const struct fp4s_mat *b, size_t rd, size_t rs, uint8_t *d,
                          uint8_t *sc, float *bias, void *tmp);
+/* m's format is FP4: its codes at d (bytes, whole rows, already copied) to the device's permuted
+ * word layout (e2m1_device.h), done before it returns; other formats: nothing */
+int cu_permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream_t s, struct fp4s_error *err);
 
 /* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
 void cu_moe_install(struct fp4s_backend *be);

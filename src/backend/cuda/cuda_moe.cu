@@ -10,7 +10,6 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/e2m1_device.h"
 #include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/moe_cuda.h"
@@ -129,13 +128,8 @@ static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *part
 			r0 += m->rows;
 		}
 	}
-	if (m0->fmt == FP4S_WF_NVFP4 || m0->fmt == FP4S_WF_MXFP4) { /* the device's code layout (e2m1_device.h) */
-		if (m0->cols % 8)
-			return fp4s_error_set(err, FP4S_EUNSUPPORTED, "moe: FP4 rows of %lld codes (a multiple of 8 is needed)",
-			                      (long long)m0->cols);
-		FP4S_CUDA_TRY(err, fp4s_cuda_e2m1_permute(d, row_d * (size_t)rows * (size_t)E, c->s));
-		FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
-	}
+	if ((rc = cu_permute_codes(m0, d, row_d * (size_t)rows * (size_t)E, c->s, err)))
+		return rc;
 	if (per_expert_ws2) {
 		float *h = (float *)malloc((size_t)E * sizeof(float));
 		if (!h)

@@ -31,12 +31,11 @@ extern "C" cudaError_t fp4s_cuda_e2m1_permute(void *codes, size_t bytes, cudaStr
 	return cudaGetLastError();
 }
 
-/* an FP4 matrix's codes after their copy to the device (rows must be whole words) */
-static int permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream_t s, struct fp4s_error *err)
+int cu_permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream_t s, struct fp4s_error *err)
 {
 	if (m->fmt != FP4S_WF_NVFP4 && m->fmt != FP4S_WF_MXFP4)
 		return FP4S_OK;
-	if (m->cols % 8)
+	if (m->cols % 8) /* rows must be whole words */
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "cuda: FP4 rows of %lld codes (a multiple of 8 is needed)",
 		                      (long long)m->cols);
 	FP4S_CUDA_TRY(err, fp4s_cuda_e2m1_permute(d, bytes, s));
@@ -68,7 +67,7 @@ static int cu_upload_mat(struct fp4s_backend *be, struct fp4s_mat *m, struct fp4
 	}
 	void *d;
 	int rc;
-	if ((rc = upload(c, m->data, data_b, &d, err)) || (rc = permute_codes(m, d, data_b, c->s, err)))
+	if ((rc = upload(c, m->data, data_b, &d, err)) || (rc = cu_permute_codes(m, d, data_b, c->s, err)))
 		return rc;
 	m->data = d;
 	if (scale_b) {
@@ -159,7 +158,7 @@ static int cu_upload_fused(struct fp4s_backend *be, struct fp4s_mat **parts, int
 		}
 		r0 += m->rows;
 	}
-	if ((rc = permute_codes(fused, d, per_row_d * (size_t)rows, c->s, err)))
+	if ((rc = cu_permute_codes(fused, d, per_row_d * (size_t)rows, c->s, err)))
 		return rc;
 	for (int i = 0; i < n; i++)
 		if ((rc = fp4s_cuda_mx_scale_range(parts[i], c->s, err)))
@@ -228,7 +227,7 @@ static int cu_upload_gate_up(struct fp4s_backend *be, struct fp4s_mat *gate, str
 	const cudaError_t e = cu_put_pairs(gate, up, rd, rs, d, sc, bias, tmp);
 	cudaFree(tmp);
 	FP4S_CUDA_TRY(err, e);
-	if ((rc = permute_codes(gate, d, 2 * db, c->s, err)))
+	if ((rc = cu_permute_codes(gate, d, 2 * db, c->s, err)))
 		return rc;
 	*fused = *gate;
 	fused->rows = 2 * gate->rows;
