@@ -225,6 +225,7 @@ template <int D, int W, bool RING, bool F8, int C = 0> /* C: fp4s_diag_clone's c
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
 	extern __shared__ float4 att_smem[];
+	TL_SCOPE(TL_ATTN, a.kc);
 	att_mma_block<D, W, RING, F8>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem);
 }
 
@@ -235,6 +236,7 @@ static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kerne
 {
 	__shared__ float wt[8][ATT_MERGE_MAX], wl[8][ATT_MERGE_MAX];
 	__shared__ float4 red[ATT_MERGE_THREADS];
+	TL_SCOPE(TL_ATTN_MERGE, a.kc);
 	const int32_t i = blockIdx.x, g0 = blockIdx.y, G = a.nh / a.nkv;
 	const att_range r = att_range_of(a.pos[i], a.window, a.splits, a.min_tiles);
 	if (r.nact <= 1)

@@ -49,7 +49,9 @@ static __device__ __forceinline__ float w_elem(int fmt, const void *data, const 
 static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *scales, float ws2,
                                     int64_t K, const int32_t *tok, float *out)
 {
+	TL_SCOPE(TL_EMBED, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int32_t i = blockIdx.x;
 	for (int64_t c = threadIdx.x; c < K; c += blockDim.x)
 		out[(int64_t)i * K + c] = w_elem(fmt, data, scales, K, tok[i], c) * ws2;
@@ -62,7 +64,9 @@ static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *sc
 static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t width, float eps,
                                       int zero_centred, float *y)
 {
+	TL_SCOPE(TL_RMSNORM, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	__shared__ float red[32];
 	const float *xr = x + (int64_t)blockIdx.x * width;
 	float *yr = y + (int64_t)blockIdx.x * width;
@@ -113,7 +117,9 @@ static __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t wi
 
 static __global__ void add_kernel(float *x, const float *y, int64_t n)
 {
+	TL_SCOPE(TL_SMALL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		x[i] += y[i];
 }
@@ -122,7 +128,9 @@ static __global__ void add_kernel(float *x, const float *y, int64_t n)
 static __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t nh, int32_t nkv,
                                    int32_t d, int32_t rot, const float *inv_freq, float mscale)
 {
+	TL_SCOPE(TL_SMALL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int32_t i = blockIdx.x, h = blockIdx.y;
 	float *v = h < nh ? q + ((int64_t)i * nh + h) * d : k + ((int64_t)i * nkv + (h - nh)) * d;
 	const int half = rot / 2;
@@ -143,7 +151,9 @@ static __global__ void norm_rope_kernel(float *q, float *k, const float *qn, con
                                         int zero_centred, const int32_t *pos, int32_t nh, int32_t nkv, int32_t d,
                                         int32_t rot, const float *inv_freq, float mscale)
 {
+	TL_SCOPE(TL_SMALL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	__shared__ float s_v[512], red[32];
 	const int32_t i = blockIdx.x, h = blockIdx.y;
 	float *v = h < nh ? q + ((int64_t)i * nh + h) * d : k + ((int64_t)i * nkv + (h - nh)) * d;
@@ -185,7 +195,9 @@ static __global__ void kv_write_kernel(void *kc, void *vc, int dtype, const floa
                                        const int32_t *pos, const int32_t *seq, const int32_t *table,
                                        int32_t table_stride, int32_t layer, int32_t n_blocks, int32_t kvw)
 {
+	TL_SCOPE(TL_SMALL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int32_t i = blockIdx.x;
 	const int32_t blk = table[(size_t)seq[i] * table_stride + pos[i] / FP4S_KV_BLOCK];
 	const size_t base = (((size_t)layer * n_blocks + blk) * FP4S_KV_BLOCK + pos[i] % FP4S_KV_BLOCK) * kvw;
@@ -208,7 +220,9 @@ static __global__ void kv_write_kernel(void *kc, void *vc, int dtype, const floa
 
 static __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, float *out)
 {
+	TL_SCOPE(TL_SMALL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		out[i] = silu_mul(g[i], u[i]);
 }
@@ -216,7 +230,9 @@ static __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, 
 /* out[i] = silu(gu[2i]) * gu[2i + 1]: a pairs matrix's output (gate, up alternating) */
 static __global__ void swiglu_pairs_kernel(const float2 *gu, int64_t n, float *out)
 {
+	TL_SCOPE(TL_SMALL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
 		const float2 p = gu[i];
 		out[i] = silu_mul(p.x, p.y);
@@ -252,7 +268,9 @@ static __device__ void argmax_block(float &bv, int32_t &bi)
 
 static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, float *pv, int32_t *pi)
 {
+	TL_SCOPE(TL_ARGMAX, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const float *l = logits + (int64_t)blockIdx.y * vocab;
 	const int64_t per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
 	const int64_t b = (int64_t)blockIdx.x * per, e = b + per < vocab ? b + per : vocab;
@@ -267,7 +285,9 @@ static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, fl
 
 static __global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int32_t *out)
 {
+	TL_SCOPE(TL_ARGMAX_FINAL, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	float bv = -INFINITY;
 	int32_t bi = 0x7FFFFFFF;
 	for (int j = threadIdx.x; j < ARGMAX_PARTS; j += blockDim.x)
@@ -311,6 +331,10 @@ static int cu_alloc(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4
 static void cu_free(struct fp4s_backend *be, void *p) { cudaFree(p); }
 
 static void cu_graph_reset(struct fp4s_backend *be);
+#ifdef FP4S_DIAG_TL
+extern "C" void fp4s_tl_before(cudaStream_t s);
+extern "C" void fp4s_tl_after(cudaStream_t s);
+#endif
 
 static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_width, int32_t n_blocks,
                       int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype dtype, struct fp4s_error *err)
@@ -735,7 +759,13 @@ static int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ct
 	struct cuda_impl *c = impl_of(be);
 	for (int32_t i = 0; i < c->n_graphs; i++)
 		if (c->graphs[i].key == key) {
+#ifdef FP4S_DIAG_TL
+			fp4s_tl_before(c->s);
+#endif
 			FP4S_CUDA_TRY(err, cudaGraphLaunch(c->graphs[i].exec, c->s));
+#ifdef FP4S_DIAG_TL
+			fp4s_tl_after(c->s);
+#endif
 			return FP4S_OK;
 		}
 	if (c->n_graphs == 8)

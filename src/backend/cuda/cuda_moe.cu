@@ -19,14 +19,18 @@
 /* the host-routed path's per-token SwiGLU (gpt-oss) and weighted sum */
 static __global__ void swiglu_oai_kernel(const float *gu, int64_t n, float alpha, float limit, float *out)
 {
+	TL_SCOPE(TL_SMALL + 2, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		out[i] = swiglu_oai(gu[2 * i], gu[2 * i + 1], alpha, limit);
 }
 
 static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n, int first)
 {
+	TL_SCOPE(TL_SMALL + 2, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		y[i] = first ? a * x[i] : y[i] + a * x[i];
 }

@@ -138,3 +138,81 @@ extern "C" int fp4s_cuda_pdl(void)
 	}
 	return pdl_dev[dev] == 1 ? mode : 0;
 }
+
+#ifdef FP4S_DIAG_TL
+/* The step timeline (timeline.cuh; diagnostics). FP4S_TL=path records the replays
+ * FP4S_TL_STEP .. FP4S_TL_STEP + FP4S_TL_COUNT - 1 of the decode graphs (defaults 40 and 3) and
+ * writes every block's record to path as text, one replay after another ("# replay n"). */
+#include "backend/cuda/timeline.cuh"
+
+#define TL_BINDS 64
+#define TL_CAP (1u << 19)
+static void (*tl_binds[TL_BINDS])(const struct tl_state *);
+static int tl_nbinds;
+static struct tl_state tl_host; /* the armed buffers (rec NULL: none) */
+static FILE *tl_out;
+
+extern "C" int fp4s_tl_register(void (*bind)(const struct tl_state *st))
+{
+	if (tl_nbinds < TL_BINDS)
+		tl_binds[tl_nbinds++] = bind;
+	return tl_nbinds;
+}
+
+static void tl_bind_all(const struct tl_state *st)
+{
+	for (int i = 0; i < tl_nbinds; i++)
+		tl_binds[i](st);
+}
+
+extern "C" void fp4s_tl_before(cudaStream_t s)
+{
+	static int n, first = -1, count;
+	static const char *path;
+	if (first < 0) {
+		path = getenv("FP4S_TL");
+		const char *e = getenv("FP4S_TL_STEP");
+		first = e ? atoi(e) : 40;
+		e = getenv("FP4S_TL_COUNT");
+		count = e ? atoi(e) : 3;
+	}
+	n++;
+	if (!path || n < first || n >= first + count)
+		return;
+	if (!tl_out && !(tl_out = fopen(path, "w")))
+		return;
+	if (cudaMalloc(&tl_host.rec, (size_t)TL_CAP * sizeof(struct tl_rec)) != cudaSuccess ||
+	    cudaMalloc(&tl_host.cur, sizeof(unsigned)) != cudaSuccess) {
+		tl_host.rec = NULL;
+		return;
+	}
+	tl_host.cap = TL_CAP;
+	cudaMemset(tl_host.cur, 0, sizeof(unsigned));
+	cudaStreamSynchronize(s);
+	tl_bind_all(&tl_host);
+	fprintf(tl_out, "# replay %d\n", n);
+}
+
+extern "C" void fp4s_tl_after(cudaStream_t s)
+{
+	if (!tl_host.rec)
+		return;
+	cudaStreamSynchronize(s);
+	struct tl_state none = {NULL, NULL, 0};
+	tl_bind_all(&none);
+	unsigned cnt = 0;
+	cudaMemcpy(&cnt, tl_host.cur, sizeof cnt, cudaMemcpyDeviceToHost);
+	cnt = cnt < TL_CAP ? cnt : TL_CAP;
+	struct tl_rec *r = (struct tl_rec *)malloc((size_t)cnt * sizeof *r + 1);
+	if (r && cudaMemcpy(r, tl_host.rec, (size_t)cnt * sizeof *r, cudaMemcpyDeviceToHost) == cudaSuccess) {
+		for (unsigned i = 0; i < cnt; i++)
+			fprintf(tl_out, "%u %llx %u %u %llu %llu %llu %llu\n", r[i].kid, r[i].tag, r[i].where & 255u,
+			        r[i].where >> 8, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3]);
+	}
+	fflush(tl_out);
+	free(r);
+	cudaFree(tl_host.rec);
+	cudaFree(tl_host.cur);
+	tl_host.rec = NULL;
+}
+#endif

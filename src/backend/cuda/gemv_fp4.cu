@@ -384,6 +384,7 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 	/* the weights depend on no earlier kernel: with a.prew the first chunk's loads go out before
 	 * the PDL wait, while the previous kernel finishes (x and y are read after it) */
 	pdl_trigger();
+	TL_SCOPE(TL_SMALL + 4, a.data);
 	if (!a.prew)
 		pdl_wait();
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
@@ -492,7 +493,9 @@ static __device__ __forceinline__ void cp_async_wait()
 template <int F, int R, int MT, int ST>
 __global__ void __launch_bounds__(256) gemv_async(gemv_args a)
 {
+	TL_SCOPE(TL_SMALL + 3, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
 	constexpr bool FP4 = gemv_fmt_traits<F>::FP4;
 	/* per warp and stage: R rows x 32 lanes x 16 code bytes, then R x 32 scale words */
@@ -581,7 +584,9 @@ __global__ void __launch_bounds__(256) gemv_async(gemv_args a)
  * shared numerics helpers. Slow, and the reference the fast path must agree with too. */
 __global__ void __launch_bounds__(128) gemv_generic(gemv_args a, int fmt)
 {
+	TL_SCOPE(TL_SMALL + 3, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int64_t row = blockIdx.x;
 	const int t = blockIdx.y;
 	const int K = a.K;

@@ -85,6 +85,7 @@ static __global__ void __launch_bounds__(W * 32, (D == 4 ? 16 : 8) / W) gemv_mma
 	};
 	stamp(0);
 	pdl_trigger();
+	TL_SCOPE(TL_GEMV_MMA, a.data);
 	/* the MoE forms learn their experts from the router's output: wait for it first */
 	if (a.idx || a.g_m)
 		pdl_wait();

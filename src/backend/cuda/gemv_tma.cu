@@ -84,6 +84,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	};
 	stamp(0);
 	pdl_trigger();
+	TL_SCOPE(TL_GEMV_TMA, a.data);
 	/* steps: the last may be partial (K % 128 == 32, 64, 96): its staged x is zero and the
 	 * chunks past K get zero scales, so the stale shared bytes beside them add nothing */
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
@@ -227,6 +228,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	/* the consumers */
 	pdl_wait(); /* x and y belong to the kernels before this one */
 	stamp(1);
+	TL_MARK(1);
 	int M = a.M, goff = 0; /* tokens of this block (a.M: of the shared-memory layout) */
 	const float *xin = a.x, *bias = a.bias;
 	float *yout = a.y;
@@ -269,6 +271,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	if (a.thold && threadIdx.x == 0)
 		gt_arrive(&xrdy);
 	stamp(2);
+	TL_MARK(2);
 	const int g = lane >> 2, t = lane & 3;
 	const uint8_t *xcol[NG];
 	gm_xcols<NG>(xcol, xs, cs, M, g);

@@ -31,7 +31,9 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
                                         int kind, int norm, int32_t *__restrict__ idx,
                                         float *__restrict__ w)
 {
+	TL_SCOPE(TL_SMALL + 1, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	extern __shared__ float pr[]; /* [E] values, then [E] taken flags */
 	uint8_t *taken = reinterpret_cast<uint8_t *>(pr + E);
 	__shared__ int32_t sel[64];
@@ -73,6 +75,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	__shared__ float selv[64];
 	__shared__ int last;
 	pdl_trigger();
+	TL_SCOPE(TL_NORM_ROUTE, rw);
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int32_t r = blockIdx.x * NR_WARPS + warp;
 	constexpr int EPC = FMT == FP4S_WF_F32 ? 4 : 8; /* elements per 16-byte chunk */
@@ -83,6 +86,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 	pdl_wait(); /* h is the previous kernel's output */
+	TL_MARK(1);
 	const float c = zc ? 1.0f : 0.0f;
 	float ss = 0.0f;
 	for (int32_t base = 0; base < H; base += 4 * NR_WARPS * 32 * NR_NV) {
@@ -187,7 +191,9 @@ static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, co
                                             const float *__restrict__ x, int32_t x_div, int64_t x_stride,
                                             float *__restrict__ y)
 {
+	TL_SCOPE(TL_SMALL + 1, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int32_t slot = blockIdx.y;
 	const int64_t r0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * EXP_ROWS;
 	const int lane = threadIdx.x & 31;
@@ -255,7 +261,9 @@ static __global__ void expert_matmul_kernel(const uint8_t *__restrict__ data, co
 static __global__ void moe_act_kernel(const float *__restrict__ h, int64_t inter, int form,
                                       float alpha, float limit, float *__restrict__ a)
 {
+	TL_SCOPE(TL_SMALL + 1, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int32_t slot = blockIdx.y;
 	const float *hs = h + (int64_t)slot * 2 * inter;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < inter; i += (int64_t)gridDim.x * blockDim.x) {
@@ -274,7 +282,9 @@ static __global__ void moe_combine_kernel(const float *__restrict__ o, const flo
                                           const int32_t *__restrict__ perm, int32_t K, int64_t H, int accumulate,
                                           float *__restrict__ y)
 {
+	TL_SCOPE(TL_SMALL + 1, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	const int32_t t = blockIdx.y;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < H; i += (int64_t)gridDim.x * blockDim.x) {
 		float acc = 0.0f;
@@ -396,7 +406,9 @@ static __global__ void moe_group_kernel(const int32_t *__restrict__ idx, int32_t
                                         int32_t *__restrict__ src, int32_t *__restrict__ g_expert,
                                         int32_t *__restrict__ g_off, int32_t *__restrict__ g_m)
 {
+	TL_SCOPE(TL_SMALL + 1, __LINE__);
 	pdl_enter();
+	TL_MARK(1);
 	extern __shared__ int32_t sh[]; /* cnt[E], off[E], gbase[E] */
 	int32_t *cnt = sh, *off = sh + E, *gbase = sh + 2 * E;
 	__shared__ int32_t total;

@@ -271,6 +271,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	const int slot = blockIdx.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
 	const int nrb = (p.E + GT_W - 1) / GT_W; /* router blocks: a row a consumer warp */
 	pdl_trigger();
+	TL_SCOPE(TL_MOE_TMA, p.gu.data);
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
@@ -324,6 +325,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 	}
 	pdl_wait(); /* h (or the routing) belongs to the kernels before this one */
+	TL_MARK(1);
 	if (router) {
 		/* h * norm weight into the ring's bytes (free: this block's producer copies nothing
 		 * before the routing is done, which waits for this block); all of a thread's loads in

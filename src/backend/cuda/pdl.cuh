@@ -22,6 +22,8 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/timeline.cuh"
+
 static __device__ __forceinline__ void pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
