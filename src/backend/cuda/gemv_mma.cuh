@@ -95,6 +95,7 @@ struct gm_args {
 	int thold; /* gemv_tma.cu: after the PDL wait the producer copies nothing more until x is staged */
 	int tpre;  /* gemv_tma.cu: rounds of tiles strided (and copied) before the PDL wait (-1: the
 	            * producer waits first, diagnostics) */
+	int twarm;  /* gemv_tma.cu: the norm weight prefetched into L2 before the PDL wait */
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
 };

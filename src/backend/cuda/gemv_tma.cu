@@ -226,13 +226,21 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	}
 
 	/* the consumers */
-	pdl_wait(); /* x and y belong to the kernels before this one */
-	stamp(1);
-	TL_MARK(1);
 	int M = a.M, goff = 0; /* tokens of this block (a.M: of the shared-memory layout) */
 	const float *xin = a.x, *bias = a.bias;
 	float *yout = a.y;
 	float post = a.post;
+	const int cs = gm_col_stride(nsteps * 4);
+	uint8_t *xs = sm + (size_t)S * a.tstage;
+	float *red = reinterpret_cast<float *>(xs + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
+	/* The norm weight (a.twarm): a few KB a layer, read by every block right after the wait, and
+	 * long out of L2 by then (its last use was a step ago); fetched now, while the block waits
+	 * anyway, by a few blocks for all. */
+	if (a.twarm && a.norm_w && threadIdx.x == 0 && blockIdx.x < 4 && blockIdx.z == 0)
+		gm_l2_prefetch(a.norm_w, (uint32_t)K * 4u);
+	pdl_wait(); /* x and y belong to the kernels before this one */
+	stamp(1);
+	TL_MARK(1);
 	if (a.g_m) { /* group blockIdx.z: g_m[z] tokens of expert g_expert[z], rows g_off[z] + i */
 		const int z = blockIdx.z;
 		M = a.g_m[z];
@@ -258,9 +266,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		xin += (int64_t)(slot / a.x_div) * a.x_stride;
 		yout += (int64_t)slot * (a.pairact ? a.rows / 2 : a.rows);
 	}
-	const int cs = gm_col_stride(nsteps * 4);
-	uint8_t *xs = sm + (size_t)S * a.tstage;
-	float *red = reinterpret_cast<float *>(xs + (size_t)2 * a.M * cs); /* [2][warps][M][16] */
 	if (a.tprobe == 2)
 		;
 	else if (a.tsu == 4 && !a.norm_w && !a.act)
@@ -470,7 +475,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 {
 	static int tsu, tevict, tprobe, tscl_env, ttensor, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
 	                                                          * _TENSOR, _GUFLAT */
-	static int thold, tpre; /* FP4S_GEMV_TMA_HOLD, _PRE */
+	static int thold, tpre, twarm; /* FP4S_GEMV_TMA_HOLD, _PRE, _WARM */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -499,10 +504,12 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		guflat = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_HOLD");
 		thold = !(e && atoi(e) == 0);
+		e = getenv("FP4S_GEMV_TMA_WARM"); /* 0: no norm weight prefetch before the PDL wait (A/B) */
+		twarm = !(e && atoi(e) == 0);
 		e = getenv("FP4S_GEMV_TMA_PRE"); /* -1: nothing copied before the PDL wait */
 		tpre = e && atoi(e) >= -1 && atoi(e) <= 4 && atoi(e) != 0 ? atoi(e) : 1;
 	}
-	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe;
+	a->tsu = tsu, a->tevict = tevict, a->tprobe = tprobe, a->twarm = twarm;
 	a->thold = thold && !a->idx && !a->g_m;
 	a->tpre = tpre;
 	const int div = nv ? 16 : 32;

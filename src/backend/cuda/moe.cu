@@ -67,7 +67,7 @@ static __global__ void __launch_bounds__(NR_WARPS * 32)
 norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
                   const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
-                  int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn)
+                  int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn, int warm)
 {
 	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] + [E] flags */
 	__shared__ float red[NR_WARPS];
@@ -85,6 +85,8 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 #pragma unroll
 	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+	if (warm && warp == 0)
+		route_warm(K, kind, norm, sel, selv); /* the top-k's code into this SM's caches (route.cuh) */
 	pdl_wait(); /* h is the previous kernel's output */
 	TL_MARK(1);
 	const float c = zc ? 1.0f : 0.0f;
@@ -153,25 +155,26 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 template <int FMT>
 static cudaError_t nr_launch(int32_t nq, dim3 grid, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb,
                              int32_t E, int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K,
-                             int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn)
+                             int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn,
+                             int warm)
 {
 #ifdef FP4S_DIAG_CLONE
 	if (fp4s_diag_clone(16))
 		return nq <= 32 * 4 ? pdl_launch(norm_route_kernel<FMT, 4, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h,
-		                                 nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn)
+		                                 nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, warm)
 		       : nq <= 32 * 8 ? pdl_launch(norm_route_kernel<FMT, 8, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H,
-		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn)
+		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, warm)
 		                      : pdl_launch(norm_route_kernel<FMT, 16, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H,
-		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn);
+		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, warm);
 #endif
 	if (nq <= 32 * 4)
 		return pdl_launch(norm_route_kernel<FMT, 4>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-			kind, norm, lg, cnt, idx, w, xn);
+			kind, norm, lg, cnt, idx, w, xn, warm);
 	if (nq <= 32 * 8)
 		return pdl_launch(norm_route_kernel<FMT, 8>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-			kind, norm, lg, cnt, idx, w, xn);
+			kind, norm, lg, cnt, idx, w, xn, warm);
 	return pdl_launch(norm_route_kernel<FMT, 16>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-		kind, norm, lg, cnt, idx, w, xn);
+		kind, norm, lg, cnt, idx, w, xn, warm);
 }
 
 /* E2M1 code -> float via the FP16 bit trick (formats.md §2.2): value * 2^-14, exact */
@@ -336,20 +339,22 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 		return FP4S_EUNSUPPORTED;
 	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	const uint8_t *d = (const uint8_t *)router->data;
+	static int warm_off = -1; /* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code (A/B) */
+	const int warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
 	const int32_t nq = (int32_t)(H * esz / 16);
 	cudaError_t e;
 	switch (router->fmt) {
 	case FP4S_WF_BF16:
 		e = nr_launch<FP4S_WF_BF16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
-		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
+		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn, warm);
 		break;
 	case FP4S_WF_F16:
 		e = nr_launch<FP4S_WF_F16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
-		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn, warm);
 		break;
 	default:
 		e = nr_launch<FP4S_WF_F32>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
-		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn);
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn, warm);
 	}
 	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;

@@ -78,6 +78,7 @@ struct mt_args {
 	int phases;         /* 2: all; 1: up to the gate|up SwiGLU (the down GEMV launched after) */
 	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
 	int holdb;          /* diagnostics: no down copies before the slot's gate|up is done */
+	int warm;           /* the router blocks run the top-k once before the PDL wait (route_warm) */
 	int spin;           /* ns between polls of a counter */
 };
 
@@ -323,6 +324,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 #pragma unroll
 		for (int i = 0; i < MT_PRE; i++)
 			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+		if (p.warm && warp == 0)
+			route_warm(p.topk, p.kind, p.norm, sel, selv); /* the top-k's code warm (route.cuh) */
 	}
 	pdl_wait(); /* h (or the routing) belongs to the kernels before this one */
 	TL_MARK(1);
@@ -545,6 +548,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.sync = reinterpret_cast<unsigned long long *>(sync);
 	p.phases = mode == 2 || mode == 4 ? 1 : 2, p.spin = spin, p.route = mode != 3 && mode != 4;
 	p.holdb = holdb;
+	static int warm_off = -1; /* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code (A/B) */
+	p.warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));

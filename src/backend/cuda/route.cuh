@@ -21,8 +21,10 @@ static __device__ __forceinline__ void argmax_pick(float &bv, int32_t &bi, float
 
 /* Top-k of pr[E] and its weights by one warp (the other threads of the block take no part).
  * The caller has filled pr[e] and cleared taken[e] for e = lane + 32 i, so until the first
- * __syncwarp a lane only reads what it wrote. idx/w: this token's K results. */
-static __device__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t K, int kind, int norm,
+ * __syncwarp a lane only reads what it wrote. idx/w: this token's K results (global or shared).
+ * Not inlined: one copy of the code, which route_warm runs early so that the real call finds it
+ * in the SM's instruction caches. */
+static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t K, int kind, int norm,
                                   int32_t *sel, float *selv, int32_t *__restrict__ idx, float *__restrict__ w)
 {
 	const int lane = threadIdx.x & 31;
@@ -81,6 +83,25 @@ static __device__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t 
 		for (int32_t j = 0; j < K; j++)
 			idx[j] = sel[j];
 	}
+}
+
+/* Why. The top-k runs once a layer, by one warp of the router's last block, on the critical path
+ * of the step, and its code is cold by then: the step's timeline (timeline.cuh) showed that
+ * block leaving 6.5-7 us after the router's other blocks on qwen3-30b-a3b, for a few hundred
+ * instructions. Every router block runs route_warp once on scratch in shared memory while it
+ * waits for the previous kernel anyway (before its PDL wait, writing nothing global), so
+ * whichever block is last finds the code in its SM's instruction caches. Warp 0 only. */
+static __device__ __forceinline__ void route_warm(int32_t K, int kind, int norm, int32_t *sel, float *selv)
+{
+	__shared__ float pr[32];
+	__shared__ uint8_t taken[32];
+	__shared__ int32_t ids[32];
+	__shared__ float ws[32];
+	const int lane = threadIdx.x & 31;
+	pr[lane] = (float)((lane * 7) & 31) * 0.125f;
+	taken[lane] = 0;
+	route_warp(pr, taken, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws);
+	__syncwarp();
 }
 
 template <int FMT>
