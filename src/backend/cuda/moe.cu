@@ -138,6 +138,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	__syncthreads(); /* also: every warp is done with xs */
 	if (threadIdx.x == 0)
 		last = fp4s_arrive(cnt) == gridDim.x - 1;
+	TL_MARK(2);
 	__syncthreads();
 	if (!last || warp != 0)
 		return;
