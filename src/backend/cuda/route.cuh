@@ -11,12 +11,14 @@
 
 #include "backend/cuda/moe_cuda.h"
 
-/* One warp per token: softmax and k rounds of a warp argmax (ties to the lower expert id, NaN
- * never chosen unless nothing else is left, as in the CPU's loop). */
-static __device__ __forceinline__ void argmax_pick(float &bv, int32_t &bi, float v, int32_t i)
+/* A float as a key whose unsigned order is the float's: NaN 1 (below every number, above 0, which
+ * stands for "nothing"), -0 as +0. */
+static __device__ __forceinline__ uint32_t route_key(float v)
 {
-	if (v > bv || (v == bv && i < bi))
-		bv = v, bi = i;
+	if (v != v)
+		return 1u;
+	const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+	return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
 /* Top-k of pr[E] and its weights by one warp (the other threads of the block take no part).
@@ -44,26 +46,29 @@ static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_
 			pr[e] /= sum;
 	}
 	__syncwarp();
+	/* K rounds of a warp argmax over the untaken experts. Each lane keeps to its own experts
+	 * (e = lane + 32 i: only it reads and sets their taken flags) and offers its best one as an
+	 * order-preserving key; two warp reductions (redux.sync) find the largest key and then the
+	 * lowest expert id holding it. That is the CPU's choice: the largest value, ties to the lower
+	 * id, -0 equal to +0, NaN (key 1) only once nothing else is left, and then the lowest id.
+	 * (It replaced five dependent pairs of shuffles a round: the top-8 of 128 took ~6 us of
+	 * one warp, the last router block's tail in the step's timeline.) */
 	for (int32_t j = 0; j < K; j++) {
-		float bv = -INFINITY;
-		int32_t bi = INT32_MAX;
+		uint32_t kb = 0u, bi = 0xFFFFFFFFu;
 		for (int32_t e = lane; e < E; e += 32)
-			if (!taken[e])
-				argmax_pick(bv, bi, pr[e], e);
-		for (int o = 16; o; o >>= 1) {
-			const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
-			const int32_t oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-			argmax_pick(bv, bi, ov, oi);
-		}
+			if (!taken[e]) {
+				const uint32_t k = route_key(pr[e]);
+				if (k > kb)
+					kb = k, bi = (uint32_t)e;
+			}
+		const uint32_t km = __reduce_max_sync(0xFFFFFFFFu, kb);
+		const uint32_t id = __reduce_min_sync(0xFFFFFFFFu, kb == km ? bi : 0xFFFFFFFFu);
+		if ((int)(id & 31u) == lane)
+			taken[id] = 1;
 		if (lane == 0) {
-			if (bi == INT32_MAX) /* only NaN left: the lowest untaken id, as the CPU */
-				for (bi = 0; taken[bi]; bi++)
-					;
-			taken[bi] = 1;
-			sel[j] = bi;
-			selv[j] = pr[bi];
+			sel[j] = (int32_t)id;
+			selv[j] = pr[id];
 		}
-		__syncwarp();
 	}
 	if (lane == 0) {
 		if (kind == 0) {
@@ -85,12 +90,12 @@ static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_
 	}
 }
 
-/* Why. The top-k runs once a layer, by one warp of the router's last block, on the critical path
- * of the step, and its code is cold by then: the step's timeline (timeline.cuh) showed that
- * block leaving 6.5-7 us after the router's other blocks on qwen3-30b-a3b, for a few hundred
- * instructions. Every router block runs route_warp once on scratch in shared memory while it
- * waits for the previous kernel anyway (before its PDL wait, writing nothing global), so
- * whichever block is last finds the code in its SM's instruction caches. Warp 0 only. */
+/* The top-k runs once a layer, by one warp of the router's last block, on the critical path of
+ * the step, with its code cold by then. Every router block runs route_warp once on scratch in
+ * shared memory while it waits for the previous kernel anyway (before its PDL wait, writing
+ * nothing global), so whichever block is last finds the code in its SM's instruction caches.
+ * Warp 0 only. Measured with the step's timeline (timeline.cuh) on qwen3-30b-a3b: the last
+ * block's tail 0.8 us shorter, decode +1.2-1.6 % (bench/results/2026-11-23-h100-session15.md). */
 static __device__ __forceinline__ void route_warm(int32_t K, int kind, int norm, int32_t *sel, float *selv)
 {
 	__shared__ float pr[32];
