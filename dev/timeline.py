@@ -123,7 +123,7 @@ def main():
             recs, rep = [], line[1:].strip()
             continue
         f = line.split()
-        if len(f) != 8:
+        if len(f) not in (8, 12):
             continue
         recs.append({"kid": int(f[0]), "tag": int(f[1], 16), "sm": int(f[2]), "blk": int(f[3]),
                      "t0": int(f[4]), "t1": int(f[5]), "t2": int(f[6]), "t3": int(f[7])})

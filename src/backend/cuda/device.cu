@@ -206,8 +206,9 @@ extern "C" void fp4s_tl_after(cudaStream_t s)
 	struct tl_rec *r = (struct tl_rec *)malloc((size_t)cnt * sizeof *r + 1);
 	if (r && cudaMemcpy(r, tl_host.rec, (size_t)cnt * sizeof *r, cudaMemcpyDeviceToHost) == cudaSuccess) {
 		for (unsigned i = 0; i < cnt; i++)
-			fprintf(tl_out, "%u %llx %u %u %llu %llu %llu %llu\n", r[i].kid, r[i].tag, r[i].where & 255u,
-			        r[i].where >> 8, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3]);
+			fprintf(tl_out, "%u %llx %u %u %llu %llu %llu %llu %llu %llu %llu %llu\n", r[i].kid, r[i].tag,
+			        r[i].where & 255u, r[i].where >> 8, r[i].t[0], r[i].t[1], r[i].t[2], r[i].t[3], r[i].t[4],
+			        r[i].t[5], r[i].t[6], r[i].t[7]);
 	}
 	fflush(tl_out);
 	free(r);

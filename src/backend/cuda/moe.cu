@@ -150,7 +150,9 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	}
 	if (lane == 0)
 		*cnt = 0; /* ready for the next launch */
+	TL_MARK(4);
 	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
+	TL_MARK(5);
 }
 
 template <int FMT>

@@ -39,7 +39,8 @@ enum {
 struct tl_rec {
 	unsigned long long tag; /* what tells launches of one kernel apart (a weight's address) */
 	unsigned kid, where;    /* where: SM id | linear block index << 8 */
-	unsigned long long t[4]; /* entry, after the PDL wait, work started, exit (0: not reached) */
+	unsigned long long t[8]; /* entry, after the PDL wait, work started, exit, then a kernel's own
+	                          * marks 4-7 (0: not reached) */
 };
 
 struct tl_state {
@@ -81,7 +82,8 @@ static __device__ __forceinline__ unsigned tl_begin(int kid, const void *tag)
 	r[i].kid = (unsigned)kid;
 	r[i].where = (smid & 255u) | (b << 8);
 	r[i].t[0] = t;
-	r[i].t[1] = r[i].t[2] = r[i].t[3] = 0;
+	for (int k = 1; k < 8; k++)
+		r[i].t[k] = 0;
 	return i;
 }
 
