@@ -85,8 +85,10 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 #pragma unroll
 	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
+	TL_MARK(6);
 	if (warm && warp == 0)
 		route_warm(K, kind, norm, sel, selv); /* the top-k's code into this SM's caches (route.cuh) */
+	TL_MARK(7);
 	pdl_wait(); /* h is the previous kernel's output */
 	TL_MARK(1);
 	const float c = zc ? 1.0f : 0.0f;
@@ -153,6 +155,9 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	TL_MARK(4);
 	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
 	TL_MARK(5);
+#ifdef FP4S_DIAG_TL
+	route_warm(K, kind, norm, sel, selv); /* diagnostics: the same code again, now warm (exit mark) */
+#endif
 }
 
 template <int FMT>
