@@ -155,9 +155,6 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	TL_MARK(4);
 	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
 	TL_MARK(5);
-#ifdef FP4S_DIAG_TL
-	route_warm(K, kind, norm, sel, selv); /* diagnostics: the same code again, now warm (exit mark) */
-#endif
 }
 
 template <int FMT>
