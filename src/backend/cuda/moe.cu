@@ -60,6 +60,7 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
  * block 0 also writes the normalized token there. */
 #define NR_WARPS 4
 #define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
+#define NR_RANK_MAX 1024 /* experts route_block ranks (each thread compares against all E) */
 
 /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads; C: fp4s_diag_clone's copy */
 template <int FMT, int PRE, int C = 0>
@@ -86,8 +87,10 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 	TL_MARK(6);
-	if (warm && warp == 0)
-		route_warm(K, kind, norm, sel, selv); /* the top-k's code into this SM's caches (route.cuh) */
+	if (warm && E <= NR_RANK_MAX)
+		route_warm_block<NR_WARPS * 32>(K, kind, norm, sel, selv); /* the top-k's code warm (route.cuh) */
+	else if (warm && warp == 0)
+		route_warm(K, kind, norm, sel, selv);
 	TL_MARK(7);
 	pdl_wait(); /* h is the previous kernel's output */
 	TL_MARK(1);
@@ -142,18 +145,24 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 		last = fp4s_arrive(cnt) == gridDim.x - 1;
 	TL_MARK(2);
 	__syncthreads();
-	if (!last || warp != 0)
+	if (!last)
 		return;
+	/* the last block: every warp takes part in the top-k (route_block) */
 	float *pr = xs;
-	uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
-	for (int32_t e = lane; e < E; e += 32) {
+	for (int32_t e = threadIdx.x; e < E; e += NR_WARPS * 32)
 		pr[e] = __ldcg(lg + e);
-		taken[e] = 0;
-	}
-	if (lane == 0)
+	if (threadIdx.x == 0)
 		*cnt = 0; /* ready for the next launch */
+	__syncthreads();
 	TL_MARK(4);
-	route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
+	if (E <= NR_RANK_MAX) {
+		route_block<NR_WARPS * 32>(pr, reinterpret_cast<uint32_t *>(xs + E), E, K, kind, norm, sel, selv, idx, w);
+	} else if (warp == 0) { /* more experts than any model has: the rounds of one warp */
+		uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
+		for (int32_t e = lane; e < E; e += 32)
+			taken[e] = 0;
+		route_warp(pr, taken, E, K, kind, norm, sel, selv, idx, w);
+	}
 	TL_MARK(5);
 }
 
@@ -337,7 +346,8 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 {
 	const int64_t E = router->rows, H = router->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
-	const size_t smem = (size_t)(H * 4 > E * 5 ? H * 4 : (E * 5 + 15) / 16 * 16);
+	const int64_t lb = E <= NR_RANK_MAX ? E * 8 : (E * 5 + 15) / 16 * 16; /* the last block's logits, keys/flags */
+	const size_t smem = (size_t)(H * 4 > lb ? H * 4 : lb);
 	if ((router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > 64 || K > E || E > 8192 || H < 4 || H % (16 / esz) || H > (1 << 20) || smem > 48 * 1024 ||
 	    ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) || ((uintptr_t)nw & 15))

@@ -21,20 +21,16 @@ static __device__ __forceinline__ uint32_t route_key(float v)
 	return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
-/* Top-k of pr[E] and its weights by one warp (the other threads of the block take no part).
- * The caller has filled pr[e] and cleared taken[e] for e = lane + 32 i, so until the first
- * __syncwarp a lane only reads what it wrote. idx/w: this token's K results (global or shared).
- * Not inlined: one copy of the code, which route_warm runs early so that the real call finds it
- * in the SM's instruction caches. */
-static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t K, int kind, int norm,
-                                  int32_t *sel, float *selv, int32_t *__restrict__ idx, float *__restrict__ w)
+/* The softmax of pr[E] in place (kind 0; kind 1 leaves pr), by one warp: the caller has filled
+ * pr[e] for e = lane + 32 i. Ends with __syncwarp. */
+static __device__ __forceinline__ void route_softmax(float *pr, int32_t E, int kind)
 {
 	const int lane = threadIdx.x & 31;
-	float m = -INFINITY;
-	for (int32_t e = lane; e < E; e += 32)
-		m = fmaxf(m, pr[e]);
 	if (kind == 0) {
 		/* softmax over all experts, in FP32 as transformers does */
+		float m = -INFINITY;
+		for (int32_t e = lane; e < E; e += 32)
+			m = fmaxf(m, pr[e]);
 		for (int o = 16; o; o >>= 1)
 			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
 		float sum = 0.0f;
@@ -46,13 +42,47 @@ static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_
 			pr[e] /= sum;
 	}
 	__syncwarp();
+}
+
+/* The K picks sel[j], selv[j] (largest first) -> idx and the weights w, by lane 0. */
+static __device__ __forceinline__ void route_weights(int32_t K, int kind, int norm, const int32_t *sel, float *selv,
+                                                     int32_t *__restrict__ idx, float *__restrict__ w)
+{
+	if (kind == 0) {
+		float sum = 0.0f;
+		for (int32_t j = 0; j < K; j++)
+			sum += selv[j];
+		for (int32_t j = 0; j < K; j++)
+			w[j] = norm ? selv[j] / sum : selv[j];
+	} else {
+		const float mx = selv[0];
+		float sum = 0.0f;
+		for (int32_t j = 0; j < K; j++)
+			sum += selv[j] = expf(selv[j] - mx);
+		for (int32_t j = 0; j < K; j++)
+			w[j] = selv[j] / sum;
+	}
+	for (int32_t j = 0; j < K; j++)
+		idx[j] = sel[j];
+}
+
+/* Top-k of pr[E] and its weights by one warp (the other threads of the block take no part).
+ * The caller has filled pr[e] and cleared taken[e] for e = lane + 32 i, so until the first
+ * __syncwarp a lane only reads what it wrote. idx/w: this token's K results (global or shared).
+ * Not inlined: one copy of the code, which route_warm runs early so that the real call finds it
+ * in the SM's instruction caches. */
+static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t K, int kind, int norm,
+                                               int32_t *sel, float *selv, int32_t *__restrict__ idx,
+                                               float *__restrict__ w)
+{
+	const int lane = threadIdx.x & 31;
+	route_softmax(pr, E, kind);
 	/* K rounds of a warp argmax over the untaken experts. Each lane keeps to its own experts
 	 * (e = lane + 32 i: only it reads and sets their taken flags) and offers its best one as an
 	 * order-preserving key; two warp reductions (redux.sync) find the largest key and then the
 	 * lowest expert id holding it. That is the CPU's choice: the largest value, ties to the lower
 	 * id, -0 equal to +0, NaN (key 1) only once nothing else is left, and then the lowest id.
-	 * (It replaced five dependent pairs of shuffles a round: the top-8 of 128 took ~6 us of
-	 * one warp, the last router block's tail in the step's timeline.) */
+	 * (It replaced five dependent pairs of shuffles a round: bench/results/2026-11-23-h100-session15.md.) */
 	for (int32_t j = 0; j < K; j++) {
 		uint32_t kb = 0u, bi = 0xFFFFFFFFu;
 		for (int32_t e = lane; e < E; e += 32)
@@ -70,24 +100,44 @@ static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_
 			selv[j] = pr[id];
 		}
 	}
-	if (lane == 0) {
-		if (kind == 0) {
-			float sum = 0.0f;
-			for (int32_t j = 0; j < K; j++)
-				sum += selv[j];
-			for (int32_t j = 0; j < K; j++)
-				w[j] = norm ? selv[j] / sum : selv[j];
-		} else {
-			const float mx = selv[0];
-			float sum = 0.0f;
-			for (int32_t j = 0; j < K; j++)
-				sum += selv[j] = expf(selv[j] - mx);
-			for (int32_t j = 0; j < K; j++)
-				w[j] = selv[j] / sum;
+	if (lane == 0)
+		route_weights(K, kind, norm, sel, selv, idx, w);
+}
+
+/* The same choices and weights by all NT threads of a block (every one must call): warp 0 takes
+ * the softmax as route_warp, then every expert is ranked by one thread against all the others
+ * (the number that come before it: a larger key, or an equal key and a lower id), and the
+ * ranks below K are the picks, in route_warp's order. pr[E] filled by the caller (any thread,
+ * then a barrier); keys: E words of shared scratch. Not inlined, for route_warm_block. Why: route_warp's K dependent rounds in one
+ * warp took ~5 us a layer on qwen3-30b-a3b (128 experts, top 8), the router's last block's tail
+ * (bench/results/2026-11-23-h100-session15.md). */
+template <int NT>
+static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32_t E, int32_t K, int kind,
+                                                   int norm, int32_t *sel, float *selv, int32_t *__restrict__ idx,
+                                                   float *__restrict__ w)
+{
+	const int tid = threadIdx.x;
+	if (tid < 32)
+		route_softmax(pr, E, kind);
+	__syncthreads();
+	for (int32_t e = tid; e < E; e += NT)
+		keys[e] = route_key(pr[e]);
+	__syncthreads();
+	for (int32_t e = tid; e < E; e += NT) {
+		const uint32_t k = keys[e];
+		int32_t rank = 0;
+		for (int32_t o = 0; o < E; o++) {
+			const uint32_t ko = keys[o];
+			rank += ko > k || (ko == k && o < e);
 		}
-		for (int32_t j = 0; j < K; j++)
-			idx[j] = sel[j];
+		if (rank < K) {
+			sel[rank] = e;
+			selv[rank] = pr[e];
+		}
 	}
+	__syncthreads();
+	if (tid == 0)
+		route_weights(K, kind, norm, sel, selv, idx, w);
 }
 
 /* The top-k runs once a layer, by one warp of the router's last block, on the critical path of
@@ -107,6 +157,21 @@ static __device__ __forceinline__ void route_warm(int32_t K, int kind, int norm,
 	taken[lane] = 0;
 	route_warp(pr, taken, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws);
 	__syncwarp();
+}
+
+/* The same for route_block, by all NT threads of the block (every one must call). */
+template <int NT>
+static __device__ __forceinline__ void route_warm_block(int32_t K, int kind, int norm, int32_t *sel, float *selv)
+{
+	__shared__ float pr[32];
+	__shared__ uint32_t keys[32];
+	__shared__ int32_t ids[32];
+	__shared__ float ws[32];
+	if (threadIdx.x < 32)
+		pr[threadIdx.x] = (float)((threadIdx.x * 7) & 31) * 0.125f;
+	__syncthreads();
+	route_block<NT>(pr, keys, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws);
+	__syncthreads();
 }
 
 template <int FMT>
