@@ -1,7 +1,8 @@
 /* route.cuh: a token's router logits to its experts, shared by moe.cu's route kernels and
  * moe_tma.cu's one-launch MoE block so that all give the same ids and weights for the same
  * logits: a 16-byte chunk of a router row (BF16, FP16 or FP32) against staged activations, and
- * the top-k of a row of logits by one warp. */
+ * the top-k of a row of logits, by one warp (route_warp) or by a block (route_block), with the
+ * same choices and the same weights. */
 #ifndef FP4S_ROUTE_CUH
 #define FP4S_ROUTE_CUH
 
@@ -140,12 +141,13 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 		route_weights(K, kind, norm, sel, selv, idx, w);
 }
 
-/* The top-k runs once a layer, by one warp of the router's last block, on the critical path of
- * the step, with its code cold by then. Every router block runs route_warp once on scratch in
- * shared memory while it waits for the previous kernel anyway (before its PDL wait, writing
- * nothing global), so whichever block is last finds the code in its SM's instruction caches.
- * Warp 0 only. Measured with the step's timeline (timeline.cuh) on qwen3-30b-a3b: the last
- * block's tail 0.8 us shorter, decode +1.2-1.6 % (bench/results/2026-11-23-h100-session15.md). */
+/* The top-k runs once a layer, by the router's last block, on the critical path of the step,
+ * with its code cold by then. Every router block runs it once on scratch in shared memory while
+ * it waits for the previous kernel anyway (before its PDL wait, writing nothing global), so
+ * whichever block is last finds the code in its SM's instruction caches. route_warm: warp 0,
+ * for route_warp; route_warm_block below: the whole block, for route_block. Measured with the
+ * step's timeline (timeline.cuh) on qwen3-30b-a3b, for route_warp: the last block's tail 0.8 us
+ * shorter, decode +1.2-1.6 % (bench/results/2026-11-23-h100-session15.md). */
 static __device__ __forceinline__ void route_warm(int32_t K, int kind, int norm, int32_t *sel, float *selv)
 {
 	__shared__ float pr[32];
