@@ -70,7 +70,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
                   int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn, int warm)
 {
-	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] + [E] flags */
+	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] logits, [E] keys */
 	__shared__ float red[NR_WARPS];
 	__shared__ int32_t sel[64];
 	__shared__ float selv[64];
