@@ -1,23 +1,44 @@
 #!/usr/bin/env python3
 """The MoE router's last block in a timeline recording (timeline.cuh, FP4S_TL): per layer, when it
-arrived on the counter, read the logits back, finished the top-k and left, against the other blocks.
-usage: router_marks.py FILE[.gz]"""
+arrived on the counter, read the logits back, had the softmax and keys, the ranks, the weights, and
+left, against the other blocks. Kernel 5 (moe.cu's norm_route) or, with --kid 2, moe_tma.cu's
+one-launch MoE (its last router block: the one with mark 4).
+usage: router_marks.py FILE[.gz] [--kid 5|2]"""
 import collections
 import gzip
+import statistics
 import sys
 
-recs=[]
-for line in (gzip.open(sys.argv[1],"rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])):
+kid = sys.argv[sys.argv.index("--kid") + 1] if "--kid" in sys.argv else "5"
+recs = []
+for line in (gzip.open(sys.argv[1], "rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])):
     if line.startswith('#'):
-        if recs: break
+        if recs:
+            break
         continue
-    f=line.split()
-    if f[0]=='5': recs.append(dict(tag=f[1],blk=int(f[3]),t=[int(x) for x in f[4:]]))
-g=collections.defaultdict(list)
-for r in recs: g[r['tag']].append(r)
-print("router launches (kid 5), times in us from the first block's release; marks: 2 arrive on the counter, 4 logits read back, 5 top-k done, 3 exit; 6/7 around the warm-up before the wait")
-for tag,rs in list(g.items())[3:12]:
-    rs.sort(key=lambda r:r['t'][3]); t0=min(r['t'][1] for r in rs); L=rs[-1]
-    f=lambda t: (t-t0)/1000 if t else float('nan')
-    wu=sorted((r['t'][7]-r['t'][6])/1000 for r in rs if r['t'][6] and r['t'][7])
-    print("last blk %2d: arrive %.2f lg-read %.2f routed %.2f exit %.2f | 2nd-last exit %.2f | warm-up med %s"%(L['blk'],f(L['t'][2]),f(L['t'][4]),f(L['t'][5]),f(L['t'][3]),f(rs[-2]['t'][3]), "%.2f"%wu[len(wu)//2] if wu else "-"))
+    f = line.split()
+    if f[0] == kid:
+        recs.append(dict(tag=f[1], blk=int(f[3]), t=[int(x) for x in f[4:]]))
+g = collections.defaultdict(list)
+for r in recs:
+    g[r['tag']].append(r)
+print("kernel %s, times in us from the first block's release; marks: 2 arrive on the counter, 4 logits read back,"
+      " 6 softmax and keys, 7 ranked, 5 weights written, 3 exit" % kid)
+cols = collections.defaultdict(list)
+for tag, rs in list(g.items())[3:]:
+    t0 = min(r['t'][1] for r in rs if r['t'][1])
+    last = [r for r in rs if len(r['t']) > 4 and r['t'][4]]
+    if not last:
+        continue
+    L = last[0]
+    f = lambda t: (t - t0) / 1000 if t else float('nan')
+    ex = sorted(r['t'][3] for r in rs)
+    row = dict(arrive=f(L['t'][2]), lg=f(L['t'][4]), soft=f(L['t'][6]), rank=f(L['t'][7]), wts=f(L['t'][5]),
+               exit=f(L['t'][3]), others=f(ex[-2] if ex[-1] == L['t'][3] else ex[-1]))
+    for k, v in row.items():
+        cols[k].append(v)
+    if len(cols['arrive']) <= 8:
+        print("blk %3d: " % L['blk'] + " ".join("%s %.2f" % (k, v) for k, v in row.items()))
+if cols:
+    print("median over %d layers: " % len(cols['arrive']) +
+          " ".join("%s %.2f" % (k, statistics.median(v)) for k, v in cols.items()))

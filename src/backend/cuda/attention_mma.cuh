@@ -132,6 +132,15 @@ ATT_DEV unsigned att_atomic_inc_ar(unsigned *p) { return fp4s_arrive(p); }
 /* programmatic dependent launch (pdl.cuh): no-ops where the launch did not ask for it */
 ATT_DEV void att_grid_wait(void) { pdl_wait(); }
 ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }
+/* a mark in the step's timeline (timeline.cuh; -DFP4S_DIAG_TL builds only) */
+ATT_DEV void att_mark(unsigned tl, int k)
+{
+#ifdef FP4S_DIAG_TL
+	tl_mark_at(tl, k);
+#else
+	(void)tl, (void)k;
+#endif
+}
 /* one value into the cache, encoded as kv_write_kernel (cuda_backend.cu) encodes it */
 ATT_DEV void att_kv_put(uint16_t *p, float x) { *p = fp4s_f32_to_bf16(x); }
 ATT_DEV void att_kv_put(uint8_t *p, float x) { *p = fp4s_kv_e4m3(x); }
@@ -410,7 +419,8 @@ ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, in
  * tile's K loaded once the scores are out of the K registers and its V once P.V is done (many
  * blocks per SM: the batch default, where that streams faster). */
 template <int D, int W, bool RING, bool F8>
-ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem)
+ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem,
+                           unsigned tl = ~0u)
 {
 	typedef typename att_kv<F8>::elem E;
 	typedef typename att_kv<F8>::piece P;
@@ -513,6 +523,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	if (a.trigger == 2) /* diagnostics: the next kernel may launch once the tiles are requested */
 		att_grid_trigger();
 	att_grid_wait();
+	att_mark(tl, 1);
 
 	float *qs = (float *)(smem + att_smem_pro_off(att_smem_bytes<D, W, F8>(S))); /* [G + 2][D] */
 	if (pro) {
@@ -593,6 +604,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	for (int t = 0; t < NH * 8; t++)
 		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 	float m = -INFINITY, l = 0.0f;
+	att_mark(tl, 2);
 
 	for (int32_t k = 0; k < nt; k++) {
 		const int32_t b = b_begin + warp + k * W;
@@ -718,6 +730,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	 * the tiles stream, cost 10 % in session 3 and 4 % on qwen3-30b-a3b and gpt-oss-20b now. */
 	if (a.trigger == 1)
 		att_grid_trigger();
+	att_mark(tl, 4);
 	l += att_shfl_xor(l, 1);
 	l += att_shfl_xor(l, 2);
 
@@ -784,11 +797,13 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	if (a.oldmerge)
 		att_fence();
 	att_sync();
+	att_mark(tl, 5);
 	if (tid == 0)
 		*last = (a.oldmerge ? att_atomic_inc(cnt) : att_atomic_inc_ar(cnt)) == (unsigned)r.nact - 1;
 	att_sync();
 	if (!*last)
 		return;
+	att_mark(tl, 6);
 	if (a.oldmerge)
 		att_fence();
 	if (!a.oldmerge && G * D / 4 <= 32 * W)
@@ -797,6 +812,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
 	if (tid == 0)
 		*cnt = 0u; /* ready for the next call */
+	att_mark(tl, 7);
 }
 
 #endif

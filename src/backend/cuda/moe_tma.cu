@@ -79,6 +79,8 @@ struct mt_args {
 	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
 	int holdb;          /* diagnostics: no down copies before the slot's gate|up is done */
 	int warm;           /* the router blocks run the top-k once before the PDL wait (route_warm) */
+	int rblock;         /* the top-k by the last router block's every consumer warp (route_block),
+	                     * with these route_block flags + 1; 0: by its warp 0 (route_warp) */
 	int spin;           /* ns between polls of a counter */
 };
 
@@ -324,8 +326,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 #pragma unroll
 		for (int i = 0; i < MT_PRE; i++)
 			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
-		if (p.warm && warp == 0)
-			route_warm(p.topk, p.kind, p.norm, sel, selv); /* the top-k's code warm (route.cuh) */
+		if (p.warm && p.rblock) /* the top-k's code warm (route.cuh) */
+			route_warm_block<GT_W * 32>(p.topk, p.kind, p.norm, sel, selv, p.rblock - 1);
+		else if (p.warm && warp == 0)
+			route_warm(p.topk, p.kind, p.norm, sel, selv);
 	}
 	pdl_wait(); /* h (or the routing) belongs to the kernels before this one */
 	TL_MARK(1);
@@ -382,7 +386,20 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		if (threadIdx.x == 0)
 			s_last = mt_arrive(&p.sync[MT_RCNT]) % (unsigned)nrb == (unsigned)nrb - 1;
 		gt_sync();
-		if (s_last && warp == 0) {
+		if (s_last && p.rblock) {
+			/* the last router block routes, every consumer warp (the ring's bytes again: logits,
+			 * then keys; route.cuh) */
+			float *pr = reinterpret_cast<float *>(sm);
+			for (int32_t e = threadIdx.x; e < p.E; e += GT_W * 32)
+				pr[e] = __ldcg(p.lg + e);
+			gt_sync();
+			TL_MARK(4);
+			route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(sm + (size_t)p.E * 4), p.E, p.topk, p.kind,
+			                       p.norm, sel, selv, p.idx, p.w, p.rblock - 1, TL_INDEX());
+			TL_MARK(5);
+			if (threadIdx.x == 0) /* thread 0 wrote idx and w: releases them (and x1) */
+				asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
+		} else if (s_last && warp == 0) {
 			/* the last router block routes (the ring's bytes again: logits, then taken flags) */
 			float *pr = reinterpret_cast<float *>(sm);
 			uint8_t *taken = sm + (size_t)p.E * 4;
@@ -538,7 +555,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	size_t st = (budget - xs) / (size_t)p.stride;
 	st = st > GT_SMAX ? GT_SMAX : st;
 	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
-	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < (size_t)E * 5)
+	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < (size_t)E * 8)
 		return FP4S_EUNSUPPORTED;
 	p.stages = (int)st;
 	const size_t smem = st * (size_t)p.stride + xs;
@@ -548,8 +565,13 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.sync = reinterpret_cast<unsigned long long *>(sync);
 	p.phases = mode == 2 || mode == 4 ? 1 : 2, p.spin = spin, p.route = mode != 3 && mode != 4;
 	p.holdb = holdb;
-	static int warm_off = -1; /* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code (A/B) */
+	/* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code; FP4S_MOE_ONE_RBLOCK=0: the top-k by one
+	 * warp (route_warp); FP4S_ROUTE_BSM=0: route_block's softmax by one warp (A/B) */
+	static int warm_off = -1, rblock_off = -1, bsm_off = -1;
 	p.warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
+	p.rblock = fp4s_env_off("FP4S_MOE_ONE_RBLOCK", &rblock_off)
+	                   ? 0
+	                   : 1 + (fp4s_env_off("FP4S_ROUTE_BSM", &bsm_off) ? 0 : ROUTE_BSM);
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));

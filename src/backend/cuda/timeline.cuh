@@ -100,11 +100,20 @@ struct tl_scope {
 	__device__ __forceinline__ ~tl_scope() { mark(3); }
 };
 
+/* marks in a function the kernel calls: the record's index passed down (TL_INDEX()) */
+static __device__ __forceinline__ void tl_mark_at(unsigned i, int k)
+{
+	if (i != ~0u)
+		tl_dev.rec[i].t[k] = tl_now();
+}
+
 #define TL_SCOPE(kid, tag) tl_scope tl_scope_(kid, (const void *)(tag))
 #define TL_MARK(k) tl_scope_.mark(k)
+#define TL_INDEX() (tl_scope_.i)
 #else
 #define TL_SCOPE(kid, tag) ((void)0)
 #define TL_MARK(k) ((void)0)
+#define TL_INDEX() (~0u)
 #endif
 
 #endif
