@@ -105,7 +105,7 @@ ATT_DEV uint32_t att_e4m3x2(uint32_t two)
 	       (uint32_t)fp4s_f32_to_bf16(fp4s_e4m3_to_f32((two >> 8) & 0xFF)) << 16;
 }
 ATT_DEV void att_cp_commit(void) {}
-ATT_DEV void att_mark(unsigned, int) {}
+ATT_DEV void att_mark(void *, int) {}
 ATT_DEV void att_cp_wait(int n) {}
 
 /* d += A B with A 16x16 (a0..a3: rows g / g + 8, k 2c.. / 2c + 8..), B 16x8 (b0, b1: k 2c.. /

@@ -133,7 +133,7 @@ ATT_DEV unsigned att_atomic_inc_ar(unsigned *p) { return fp4s_arrive(p); }
 ATT_DEV void att_grid_wait(void) { pdl_wait(); }
 ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }
 /* a mark in the step's timeline (timeline.cuh; -DFP4S_DIAG_TL builds only) */
-ATT_DEV void att_mark(unsigned tl, int k)
+ATT_DEV void att_mark(void *tl, int k)
 {
 #ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, k);
@@ -420,7 +420,7 @@ ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, in
  * blocks per SM: the batch default, where that streams faster). */
 template <int D, int W, bool RING, bool F8>
 ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem,
-                           unsigned tl = ~0u)
+                           void *tl = nullptr)
 {
 	typedef typename att_kv<F8>::elem E;
 	typedef typename att_kv<F8>::piece P;
@@ -520,6 +520,27 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	 * streaming before the wait (with PDL, behind the projections' tail). */
 	if (!late)
 		start();
+	/* So does what the prologue needs besides the new rows: the q/k norm weights (one vector
+	 * each, shared by the heads), this thread's rotary pair's cos and sin (where a thread keeps
+	 * one pair: 32 W a multiple of rot / 2) and the block table entry of the token's own row.
+	 * After the wait the prologue is then one round of loads, not one a row plus these. */
+	const int half = a.rot / 2;
+	const bool jfix = half > 0 && (32 * W) % half == 0;
+	float qnw[D / 32], knw[D / 32], cs0 = 0.0f, sn0 = 0.0f;
+	int32_t tbp = 0;
+	if (pro) {
+#pragma unroll
+		for (int e = 0; e < D / 32; e++) {
+			qnw[e] = a.qn ? a.qn[lane + 32 * e] : 0.0f;
+			knw[e] = a.kn ? a.kn[lane + 32 * e] : 0.0f;
+		}
+		if (jfix) {
+			const float ang = (float)p * a.inv_freq[tid % half];
+			cs0 = cosf(ang) * a.mscale, sn0 = sinf(ang) * a.mscale;
+		}
+		if (writer)
+			tbp = trow[bp];
+	}
 	if (a.trigger == 2) /* diagnostics: the next kernel may launch once the tiles are requested */
 		att_grid_trigger();
 	att_grid_wait();
@@ -528,26 +549,40 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	float *qs = (float *)(smem + att_smem_pro_off(att_smem_bytes<D, W, F8>(S))); /* [G + 2][D] */
 	if (pro) {
 		/* rows 0..G-1: the group's q heads; G, G + 1 (writer only): the token's k and v. A warp
-		 * a row: load, RMSNorm over D (the sum of squares by shuffles) */
+		 * a row: load (all the warp's rows at once), RMSNorm over D (the sum of squares by
+		 * shuffles) */
 		const int nrows = writer ? G + 2 : G;
-		for (int row = warp; row < nrows; row += W) {
-			const float *src = row < G ? a.q + ((size_t)i * a.nh + (size_t)g0 * G + row) * D
-			                           : (row == G ? a.kraw : a.vraw) + ((size_t)i * a.nkv + g0) * D;
-			const float *nw = row < G ? a.qn : row == G ? a.kn : nullptr;
-			float x[D / 32];
+		constexpr int R = (8 + 2 + W - 1) / W; /* rows a warp at most (G <= 8) */
+		float xr[R][D / 32];
+#pragma unroll
+		for (int rr = 0; rr < R; rr++) {
+			const int row = warp + rr * W;
+			if (row < nrows) {
+				const float *src = row < G ? a.q + ((size_t)i * a.nh + (size_t)g0 * G + row) * D
+				                           : (row == G ? a.kraw : a.vraw) + ((size_t)i * a.nkv + g0) * D;
+#pragma unroll
+				for (int e = 0; e < D / 32; e++)
+					xr[rr][e] = src[lane + 32 * e];
+			}
+		}
+#pragma unroll
+		for (int rr = 0; rr < R; rr++) {
+			const int row = warp + rr * W;
+			if (row >= nrows)
+				break;
+			float *x = xr[rr];
+			const bool nw = row < G ? a.qn != nullptr : row == G && a.kn != nullptr;
 			float ss = 0.0f;
 #pragma unroll
-			for (int e = 0; e < D / 32; e++) {
-				x[e] = src[lane + 32 * e];
+			for (int e = 0; e < D / 32; e++)
 				ss += x[e] * x[e];
-			}
 			if (nw) {
 				for (int o = 16; o > 0; o >>= 1)
 					ss += att_shfl_xor(ss, o);
 				const float inv = 1.0f / sqrtf(ss / (float)D + a.eps), z = a.zero_centred ? 1.0f : 0.0f;
 #pragma unroll
 				for (int e = 0; e < D / 32; e++)
-					x[e] = x[e] * inv * (z + nw[lane + 32 * e]);
+					x[e] = x[e] * inv * (z + (row < G ? qnw[e] : knw[e]));
 			}
 #pragma unroll
 			for (int e = 0; e < D / 32; e++)
@@ -555,11 +590,14 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		}
 		att_sync();
 		/* RoPE of the q rows and the k row: a thread a rotary pair */
-		const int half = a.rot / 2, nrot = writer ? G + 1 : G;
+		const int nrot = writer ? G + 1 : G;
 		for (int x = tid; x < nrot * half; x += 32 * W) {
 			const int row = x / half, j = x - row * half;
-			const float ang = (float)p * a.inv_freq[j];
-			const float cs = cosf(ang) * a.mscale, sn = sinf(ang) * a.mscale;
+			float cs = cs0, sn = sn0;
+			if (!jfix) {
+				const float ang = (float)p * a.inv_freq[j];
+				cs = cosf(ang) * a.mscale, sn = sinf(ang) * a.mscale;
+			}
 			float *v = qs + row * D;
 			const float x1 = v[j], x2 = v[j + half];
 			v[j] = x1 * cs - x2 * sn;
@@ -568,7 +606,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		att_sync();
 		if (writer) {
 			/* for the steps to come; this one takes the row from qs (kpatch) */
-			const size_t off = ((size_t)trow[bp] * FP4S_KV_BLOCK + rpatch) * kvw + (size_t)g0 * D;
+			const size_t off = ((size_t)tbp * FP4S_KV_BLOCK + rpatch) * kvw + (size_t)g0 * D;
 			for (int x = tid; x < 2 * D; x += 32 * W)
 				att_kv_put((E *)(x < D ? a.kw : a.vw) + off + (x % D), qs[(G + x / D) * D + x % D]);
 			if (late) {
@@ -747,16 +785,28 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	for (int w = 0; w < W; w++)
 		mb = fmaxf(mb, sm_m[w * 8 + g]);
 	const float f = m == -INFINITY ? 0.0f : att_ex2(m - mb);
+	/* 16-byte stores: the lanes' rows are D floats apart, all on the same banks, so scalar
+	 * stores were 16-way conflicts */
 #pragma unroll
 	for (int h = 0; h < NH; h++) {
 		float *dst = sm_o + ((size_t)warp * 8 + g) * D + 64 * h + 16 * c;
 #pragma unroll
-		for (int t = 0; t < 8; t++) {
-			dst[t] = (o[h * 8 + t][0] + o[h * 8 + t][2]) * f;
-			dst[8 + t] = (o[h * 8 + t][1] + o[h * 8 + t][3]) * f;
+		for (int t = 0; t < 8; t += 4) {
+			float4 lo, hi;
+			lo.x = (o[h * 8 + t][0] + o[h * 8 + t][2]) * f, hi.x = (o[h * 8 + t][1] + o[h * 8 + t][3]) * f;
+			lo.y = (o[h * 8 + t + 1][0] + o[h * 8 + t + 1][2]) * f;
+			hi.y = (o[h * 8 + t + 1][1] + o[h * 8 + t + 1][3]) * f;
+			lo.z = (o[h * 8 + t + 2][0] + o[h * 8 + t + 2][2]) * f;
+			hi.z = (o[h * 8 + t + 2][1] + o[h * 8 + t + 2][3]) * f;
+			lo.w = (o[h * 8 + t + 3][0] + o[h * 8 + t + 3][2]) * f;
+			hi.w = (o[h * 8 + t + 3][1] + o[h * 8 + t + 3][3]) * f;
+			*(float4 *)(dst + t) = lo;
+			*(float4 *)(dst + 8 + t) = hi;
 		}
 	}
 	att_sync();
+	if (r.nact == 1)
+		att_mark(tl, 6);
 	const bool whole = r.nact == 1;
 	float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
 	float *ml = part + (size_t)a.splits * G * D;
@@ -788,6 +838,8 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 			}
 		}
 	}
+	if (whole)
+		att_mark(tl, 5);
 	if (whole || !a.counters)
 		return;
 	/* the last block of this (token, KV head) to get here merges every split's partial */

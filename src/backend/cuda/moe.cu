@@ -71,7 +71,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
                   int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn, int warm)
 {
-	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: [E] logits, [E] keys */
+	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: logits, keys (route.cuh) */
 	__shared__ float red[NR_WARPS];
 	__shared__ int32_t sel[64];
 	__shared__ float selv[64];
@@ -155,7 +155,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	__syncthreads();
 	TL_MARK(4);
 	if (E <= NR_RANK_MAX) {
-		route_block<NR_WARPS * 32>(pr, reinterpret_cast<uint32_t *>(xs + E), E, K, kind, norm, sel, selv, idx, w,
+		route_block<NR_WARPS * 32>(pr, reinterpret_cast<uint32_t *>(xs + ROUTE_KEYS_AT(E)), E, K, kind, norm, sel, selv, idx, w,
 		                           warm >> 1, TL_INDEX());
 	} else if (warp == 0) { /* more experts than any model has: the rounds of one warp */
 		uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
@@ -346,7 +346,7 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 {
 	const int64_t E = router->rows, H = router->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
-	const int64_t lb = E <= NR_RANK_MAX ? E * 8 : (E * 5 + 15) / 16 * 16; /* the last block's logits, keys/flags */
+	const int64_t lb = E <= NR_RANK_MAX ? (int64_t)ROUTE_SCRATCH(E) : (E * 5 + 15) / 16 * 16; /* the last block's logits, keys/flags */
 	const size_t smem = (size_t)(H * 4 > lb ? H * 4 : lb);
 	if ((router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > 64 || K > E || E > 8192 || H < 4 || H % (16 / esz) || H > (1 << 20) || smem > 48 * 1024 ||

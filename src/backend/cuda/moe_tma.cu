@@ -394,7 +394,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 				pr[e] = __ldcg(p.lg + e);
 			gt_sync();
 			TL_MARK(4);
-			route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(sm + (size_t)p.E * 4), p.E, p.topk, p.kind,
+			route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(pr + ROUTE_KEYS_AT(p.E)), p.E, p.topk, p.kind,
 			                       p.norm, sel, selv, p.idx, p.w, p.rblock - 1, TL_INDEX());
 			TL_MARK(5);
 			if (threadIdx.x == 0) /* thread 0 wrote idx and w: releases them (and x1) */
@@ -555,7 +555,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	size_t st = (budget - xs) / (size_t)p.stride;
 	st = st > GT_SMAX ? GT_SMAX : st;
 	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
-	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < (size_t)E * 8)
+	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < ROUTE_SCRATCH(E))
 		return FP4S_EUNSUPPORTED;
 	p.stages = (int)st;
 	const size_t smem = st * (size_t)p.stride + xs;

@@ -15,6 +15,10 @@
 
 /* route_block's flags */
 #define ROUTE_BSM 1 /* the softmax by the whole block (else by warp 0, as route_warp) */
+/* route_block's shared scratch for E experts: the logits (pr, E floats from 0) and the keys (from
+ * ROUTE_KEYS_AT(E) floats, 16-byte aligned, padded with zeros to a multiple of 8) */
+#define ROUTE_KEYS_AT(E) (((E) + 3) & ~3)
+#define ROUTE_SCRATCH(E) ((size_t)(ROUTE_KEYS_AT(E) + (((E) + 7) & ~7)) * 4)
 
 /* A float as a key whose unsigned order is the float's: NaN 1 (below every number, above 0, which
  * stands for "nothing"), -0 as +0. */
@@ -132,9 +136,10 @@ static __device__ __forceinline__ void route_bar(void)
 template <int NT>
 static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32_t E, int32_t K, int kind,
                                                    int norm, int32_t *sel, float *selv, int32_t *__restrict__ idx,
-                                                   float *__restrict__ w, int flags, unsigned tl)
+                                                   float *__restrict__ w, int flags, void *tl)
 {
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int32_t E8 = (E + 7) & ~7;
 	if (kind == 0 && (flags & ROUTE_BSM)) {
 		__shared__ float s_m[NT / 32], s_sum;
 		float m = -INFINITY;
@@ -163,25 +168,33 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 		}
 		route_bar<NT>();
 		const float sum = s_sum;
-		for (int32_t e = tid; e < E; e += NT)
-			keys[e] = route_key(pr[e] /= sum);
+		for (int32_t e = tid; e < E8; e += NT)
+			keys[e] = e < E ? route_key(pr[e] /= sum) : 0u;
 	} else {
 		if (tid < 32)
 			route_softmax(pr, E, kind);
 		route_bar<NT>();
-		for (int32_t e = tid; e < E; e += NT)
-			keys[e] = route_key(pr[e]);
+		for (int32_t e = tid; e < E8; e += NT)
+			keys[e] = e < E ? route_key(pr[e]) : 0u;
 	}
 	route_bar<NT>();
 #ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, 6);
 #endif
+	/* Expert e's rank: the keys before it are those larger, and those equal at a lower id, i.e.
+	 * key o > k - 1 for o < e (every real key is >= 1) and > k after. Eight keys a step from
+	 * two 16-byte loads, all issued ahead of the compares (the padding's zeros count for none):
+	 * one load and compare at a time left ~20 cycles of shared-memory latency a key. */
 	for (int32_t e = tid; e < E; e += NT) {
 		const uint32_t k = keys[e];
 		int32_t rank = 0;
-		for (int32_t o = 0; o < E; o++) {
-			const uint32_t ko = keys[o];
-			rank += ko > k || (ko == k && o < e);
+		for (int32_t o = 0; o < E8; o += 8) {
+			const uint4 a = *reinterpret_cast<const uint4 *>(keys + o);
+			const uint4 b = *reinterpret_cast<const uint4 *>(keys + o + 4);
+			const uint32_t ko[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				rank += ko[u] > k - (uint32_t)(o + u < e);
 		}
 		if (rank < K) {
 			sel[rank] = e;
@@ -192,8 +205,23 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 #ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, 7);
 #endif
-	if (tid == 0)
-		route_weights(K, kind, norm, sel, selv, idx, w);
+	/* the weights, one pick a thread: each sums the K picks in route_weights' order (the same
+	 * bits), so no thread waits on another's divisions */
+	for (int32_t j = tid; j < K; j += NT) {
+		float sum = 0.0f, v;
+		if (kind == 0) {
+			for (int32_t i = 0; i < K; i++)
+				sum += selv[i];
+			v = norm ? selv[j] / sum : selv[j];
+		} else {
+			const float mx = selv[0];
+			for (int32_t i = 0; i < K; i++)
+				sum += expf(selv[i] - mx);
+			v = expf(selv[j] - mx) / sum;
+		}
+		w[j] = v;
+		idx[j] = sel[j];
+	}
 	(void)tl;
 }
 
@@ -223,13 +251,13 @@ static __device__ __forceinline__ void route_warm_block(int32_t K, int kind, int
                                                         int flags)
 {
 	__shared__ float pr[32];
-	__shared__ uint32_t keys[32];
+	__shared__ __align__(16) uint32_t keys[32];
 	__shared__ int32_t ids[32];
 	__shared__ float ws[32];
 	if (threadIdx.x < 32)
 		pr[threadIdx.x] = (float)((threadIdx.x * 7) & 31) * 0.125f;
 	route_bar<NT>();
-	route_block<NT>(pr, keys, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws, flags, ~0u);
+	route_block<NT>(pr, keys, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws, flags, nullptr);
 	route_bar<NT>();
 }
 

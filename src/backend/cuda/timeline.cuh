@@ -65,16 +65,16 @@ static __device__ __forceinline__ unsigned long long tl_now(void)
 
 static __device__ __forceinline__ bool tl_thread0(void) { return !(threadIdx.x | threadIdx.y | threadIdx.z); }
 
-/* thread 0: a record for this block, its index (~0u: none) */
-static __device__ __forceinline__ unsigned tl_begin(int kid, const void *tag)
+/* thread 0: a record for this block, its times (NULL: none) */
+static __device__ __forceinline__ unsigned long long *tl_begin(int kid, const void *tag)
 {
 	struct tl_rec *r = tl_dev.rec;
 	if (!tl_thread0() || !r)
-		return ~0u;
+		return NULL;
 	const unsigned long long t = tl_now();
 	const unsigned i = atomicAdd(tl_dev.cur, 1u);
 	if (i >= tl_dev.cap)
-		return ~0u;
+		return NULL;
 	unsigned smid;
 	asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
 	const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -84,36 +84,35 @@ static __device__ __forceinline__ unsigned tl_begin(int kid, const void *tag)
 	r[i].t[0] = t;
 	for (int k = 1; k < 8; k++)
 		r[i].t[k] = 0;
-	return i;
+	return r[i].t;
 }
 
-/* The record's index stays in a register of the kernel (not shared memory: the attention
- * kernel's blocks take all of it there), so a kernel's marks are in its own body. */
+/* A mark: the record's address stays in registers of the kernel (not shared memory: the
+ * attention kernel's blocks take all of it there), passed down to the functions it calls
+ * (TL_INDEX()). Not its index: the record array's address is then a global load at every mark,
+ * which the barriers and memory clobbers between marks keep the compiler from reusing, and which
+ * misses L1 once a block has streamed a few KB; under a step's load that is ~1 us of L2 latency
+ * on thread 0 at each mark (session 16: the router's top-k measured 3.5 us that way). */
+static __device__ __forceinline__ void tl_mark_at(void *rec, int k)
+{
+	if (rec)
+		static_cast<unsigned long long *>(rec)[k] = tl_now();
+}
+
 struct tl_scope {
-	unsigned i;
-	__device__ __forceinline__ tl_scope(int kid, const void *tag) : i(tl_begin(kid, tag)) {}
-	__device__ __forceinline__ void mark(int k) const
-	{
-		if (i != ~0u)
-			tl_dev.rec[i].t[k] = tl_now();
-	}
+	unsigned long long *t;
+	__device__ __forceinline__ tl_scope(int kid, const void *tag) : t(tl_begin(kid, tag)) {}
+	__device__ __forceinline__ void mark(int k) const { tl_mark_at(t, k); }
 	__device__ __forceinline__ ~tl_scope() { mark(3); }
 };
 
-/* marks in a function the kernel calls: the record's index passed down (TL_INDEX()) */
-static __device__ __forceinline__ void tl_mark_at(unsigned i, int k)
-{
-	if (i != ~0u)
-		tl_dev.rec[i].t[k] = tl_now();
-}
-
 #define TL_SCOPE(kid, tag) tl_scope tl_scope_(kid, (const void *)(tag))
 #define TL_MARK(k) tl_scope_.mark(k)
-#define TL_INDEX() (tl_scope_.i)
+#define TL_INDEX() (static_cast<void *>(tl_scope_.t))
 #else
 #define TL_SCOPE(kid, tag) ((void)0)
 #define TL_MARK(k) ((void)0)
-#define TL_INDEX() (~0u)
+#define TL_INDEX() (static_cast<void *>(0))
 #endif
 
 #endif
