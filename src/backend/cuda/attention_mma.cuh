@@ -785,6 +785,25 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	for (int w = 0; w < W; w++)
 		mb = fmaxf(mb, sm_m[w * 8 + g]);
 	const float f = m == -INFINITY ? 0.0f : att_ex2(m - mb);
+	const bool whole = r.nact == 1;
+	/* per head, once (not per output element): the warps' maximum and the denominator, with
+	 * the sink's part for a whole range (wt[0..2][head]: free until the merge below) */
+	if (tid < G) {
+		float mx = -INFINITY;
+#pragma unroll
+		for (int w = 0; w < W; w++)
+			mx = fmaxf(mx, sm_m[w * 8 + tid]);
+		float den = 0.0f, sc = 1.0f;
+#pragma unroll
+		for (int w = 0; w < W; w++)
+			den += sm_m[w * 8 + tid] == -INFINITY ? 0.0f : sm_l[w * 8 + tid] * att_ex2(sm_m[w * 8 + tid] - mx);
+		if (whole && a.sinks) {
+			const float s2 = a.sinks[g0 * G + tid] * ATT_LOG2E, mm = fmaxf(mx, s2);
+			sc = att_ex2(mx - mm);
+			den = den * sc + att_ex2(s2 - mm);
+		}
+		wt[0][tid] = mx, wt[1][tid] = den, wt[2][tid] = sc;
+	}
 	/* 16-byte stores: the lanes' rows are D floats apart, all on the same banks, so scalar
 	 * stores were 16-way conflicts */
 #pragma unroll
@@ -805,30 +824,21 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		}
 	}
 	att_sync();
-	if (r.nact == 1)
+	if (whole)
 		att_mark(tl, 6);
-	const bool whole = r.nact == 1;
 	float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
 	float *ml = part + (size_t)a.splits * G * D;
 	for (int32_t x = tid; x < G * D; x += 32 * W) {
 		const int32_t gg = x / D, j = x - gg * D;
-		float mx = -INFINITY;
+		const float mx = wt[0][gg], den = wt[1][gg];
+		float acc = 0.0f;
 #pragma unroll
 		for (int w = 0; w < W; w++)
-			mx = fmaxf(mx, sm_m[w * 8 + gg]);
-		float acc = 0.0f, den = 0.0f;
-#pragma unroll
-		for (int w = 0; w < W; w++) {
 			acc += sm_o[((size_t)w * 8 + gg) * D + j];
-			den += sm_m[w * 8 + gg] == -INFINITY ? 0.0f : sm_l[w * 8 + gg] * att_ex2(sm_m[w * 8 + gg] - mx);
-		}
 		if (whole) {
 			const int32_t h = g0 * G + gg;
-			if (a.sinks) {
-				const float s2 = a.sinks[h] * ATT_LOG2E, mm = fmaxf(mx, s2), sc = att_ex2(mx - mm);
-				acc *= sc;
-				den = den * sc + att_ex2(s2 - mm);
-			}
+			if (a.sinks)
+				acc *= wt[2][gg];
 			a.out[((size_t)i * a.nh + h) * D + j] = acc / den;
 		} else {
 			part[((size_t)split * G + gg) * D + j] = acc;
