@@ -61,7 +61,6 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
 #define NR_WARPS 4
 #define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
 #define NR_RANK_MAX 1024 /* experts route_block ranks (each thread compares against all E) */
-#define NR_WARM 1        /* norm_route_kernel's `warm`: bit 0 the warm-up, bits 1.. route_block's flags */
 
 /* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads; C: fp4s_diag_clone's copy */
 template <int FMT, int PRE, int C = 0>
@@ -87,9 +86,9 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 #pragma unroll
 	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
-	if ((warm & NR_WARM) && E <= NR_RANK_MAX) /* the top-k's code warm (route.cuh) */
-		route_warm_block<NR_WARPS * 32>(K, kind, norm, sel, selv, warm >> 1);
-	else if ((warm & NR_WARM) && warp == 0)
+	if (warm && E <= NR_RANK_MAX) /* the top-k's code warm (route.cuh) */
+		route_warm_block<NR_WARPS * 32>(K, kind, norm, sel, selv);
+	else if (warm && warp == 0)
 		route_warm(K, kind, norm, sel, selv);
 	pdl_wait(); /* h is the previous kernel's output */
 	TL_MARK(1);
@@ -156,7 +155,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	TL_MARK(4);
 	if (E <= NR_RANK_MAX) {
 		route_block<NR_WARPS * 32>(pr, reinterpret_cast<uint32_t *>(xs + ROUTE_KEYS_AT(E)), E, K, kind, norm, sel, selv, idx, w,
-		                           warm >> 1, TL_INDEX());
+		                           TL_INDEX());
 	} else if (warp == 0) { /* more experts than any model has: the rounds of one warp */
 		uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
 		for (int32_t e = lane; e < E; e += 32)
@@ -354,10 +353,8 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 		return FP4S_EUNSUPPORTED;
 	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	const uint8_t *d = (const uint8_t *)router->data;
-	static int warm_off = -1, bsm_off = -1; /* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code;
-	                                         * FP4S_ROUTE_BSM=0: the softmax by one warp (A/B) */
-	const int warm = (fp4s_env_off("FP4S_ROUTE_WARM", &warm_off) ? 0 : NR_WARM) |
-	                 (fp4s_env_off("FP4S_ROUTE_BSM", &bsm_off) ? 0 : ROUTE_BSM << 1);
+	static int warm_off = -1; /* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code (A/B) */
+	const int warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
 	const int32_t nq = (int32_t)(H * esz / 16);
 	cudaError_t e;
 	switch (router->fmt) {

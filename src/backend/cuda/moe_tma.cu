@@ -79,8 +79,8 @@ struct mt_args {
 	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
 	int holdb;          /* diagnostics: no down copies before the slot's gate|up is done */
 	int warm;           /* the router blocks run the top-k once before the PDL wait (route_warm) */
-	int rblock;         /* the top-k by the last router block's every consumer warp (route_block),
-	                     * with these route_block flags + 1; 0: by its warp 0 (route_warp) */
+	int rblock;         /* the top-k by the last router block's every consumer warp (route_block);
+	                     * 0: by its warp 0 (route_warp) */
 	int spin;           /* ns between polls of a counter */
 };
 
@@ -327,7 +327,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		for (int i = 0; i < MT_PRE; i++)
 			pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
 		if (p.warm && p.rblock) /* the top-k's code warm (route.cuh) */
-			route_warm_block<GT_W * 32>(p.topk, p.kind, p.norm, sel, selv, p.rblock - 1);
+			route_warm_block<GT_W * 32>(p.topk, p.kind, p.norm, sel, selv);
 		else if (p.warm && warp == 0)
 			route_warm(p.topk, p.kind, p.norm, sel, selv);
 	}
@@ -395,7 +395,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			gt_sync();
 			TL_MARK(4);
 			route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(pr + ROUTE_KEYS_AT(p.E)), p.E, p.topk, p.kind,
-			                       p.norm, sel, selv, p.idx, p.w, p.rblock - 1, TL_INDEX());
+			                       p.norm, sel, selv, p.idx, p.w, TL_INDEX());
 			TL_MARK(5);
 			if (threadIdx.x == 0) /* thread 0 wrote idx and w: releases them (and x1) */
 				asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
@@ -566,12 +566,10 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.phases = mode == 2 || mode == 4 ? 1 : 2, p.spin = spin, p.route = mode != 3 && mode != 4;
 	p.holdb = holdb;
 	/* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code; FP4S_MOE_ONE_RBLOCK=0: the top-k by one
-	 * warp (route_warp); FP4S_ROUTE_BSM=0: route_block's softmax by one warp (A/B) */
-	static int warm_off = -1, rblock_off = -1, bsm_off = -1;
+	 * warp, route_warp (A/B: gpt-oss-20b +0-1.3 % with route_block, session 16) */
+	static int warm_off = -1, rblock_off = -1;
 	p.warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
-	p.rblock = fp4s_env_off("FP4S_MOE_ONE_RBLOCK", &rblock_off)
-	                   ? 0
-	                   : 1 + (fp4s_env_off("FP4S_ROUTE_BSM", &bsm_off) ? 0 : ROUTE_BSM);
+	p.rblock = !fp4s_env_off("FP4S_MOE_ONE_RBLOCK", &rblock_off);
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));

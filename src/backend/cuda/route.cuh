@@ -13,8 +13,6 @@
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/timeline.cuh"
 
-/* route_block's flags */
-#define ROUTE_BSM 1 /* the softmax by the whole block (else by warp 0, as route_warp) */
 /* route_block's shared scratch for E experts: the logits (pr, E floats from 0) and the keys (from
  * ROUTE_KEYS_AT(E) floats, 16-byte aligned, padded with zeros to a multiple of 8) */
 #define ROUTE_KEYS_AT(E) (((E) + 3) & ~3)
@@ -121,62 +119,28 @@ static __device__ __forceinline__ void route_bar(void)
 	asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
 }
 
-/* The same choices and weights by all NT threads of a block (every one must call): the softmax,
- * then every expert ranked by one thread against all the others (the number that come before it:
- * a larger key, or an equal key and a lower id); the ranks below K are the picks, in route_warp's
- * order. pr[E] filled by the caller (any thread, then a barrier); keys: E words of shared
- * scratch. Not inlined, for route_warm_block. Why: route_warp's K dependent rounds in one warp
- * took ~5 us a layer on qwen3-30b-a3b (128 experts, top 8), the router's last block's tail
- * (bench/results/2026-11-23-h100-session15.md).
- *
- * The softmax (kind 0) by the block (flags & ROUTE_BSM) gives route_softmax's bits: the maximum
- * is the same value whatever the order (fmaxf; a zero maximum's sign changes no x - m), every
- * exponential is the same expression, and warp 0's lane l sums e = l, l + 32, ... in that order
- * before the same butterfly, as route_softmax's lanes do. tl: timeline marks (timeline.cuh). */
+/* The same choices and weights by all NT threads of a block (every one must call): warp 0 takes
+ * the softmax as route_warp, then every expert is ranked by one thread against all the others
+ * (the number that come before it: a larger key, or an equal key and a lower id), the ranks
+ * below K are the picks, in route_warp's order, and K threads take a weight each. pr[E] filled by
+ * the caller (any thread, then a barrier); keys: shared scratch (ROUTE_SCRATCH). Not inlined,
+ * for route_warm_block. Why: route_warp's K dependent rounds in one warp took ~5 us a layer on
+ * qwen3-30b-a3b (128 experts, top 8), the router's last block's tail
+ * (bench/results/2026-11-23-h100-session15.md). A softmax by the whole block (the same sums in
+ * the same order) measured no faster than warp 0's (bench/results/2026-11-23-h100-session16.md).
+ * tl: timeline marks (timeline.cuh). */
 template <int NT>
 static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32_t E, int32_t K, int kind,
                                                    int norm, int32_t *sel, float *selv, int32_t *__restrict__ idx,
-                                                   float *__restrict__ w, int flags, void *tl)
+                                                   float *__restrict__ w, void *tl)
 {
-	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const int tid = threadIdx.x;
 	const int32_t E8 = (E + 7) & ~7;
-	if (kind == 0 && (flags & ROUTE_BSM)) {
-		__shared__ float s_m[NT / 32], s_sum;
-		float m = -INFINITY;
-		for (int32_t e = tid; e < E; e += NT)
-			m = fmaxf(m, pr[e]);
-		for (int o = 16; o; o >>= 1)
-			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-		if (lane == 0)
-			s_m[warp] = m;
-		route_bar<NT>();
-		m = s_m[0];
-#pragma unroll
-		for (int i = 1; i < NT / 32; i++)
-			m = fmaxf(m, s_m[i]);
-		for (int32_t e = tid; e < E; e += NT)
-			pr[e] = expf(pr[e] - m);
-		route_bar<NT>();
-		if (warp == 0) {
-			float sum = 0.0f;
-			for (int32_t e = lane; e < E; e += 32)
-				sum += pr[e];
-			for (int o = 16; o; o >>= 1)
-				sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-			if (lane == 0)
-				s_sum = sum;
-		}
-		route_bar<NT>();
-		const float sum = s_sum;
-		for (int32_t e = tid; e < E8; e += NT)
-			keys[e] = e < E ? route_key(pr[e] /= sum) : 0u;
-	} else {
-		if (tid < 32)
-			route_softmax(pr, E, kind);
-		route_bar<NT>();
-		for (int32_t e = tid; e < E8; e += NT)
-			keys[e] = e < E ? route_key(pr[e]) : 0u;
-	}
+	if (tid < 32)
+		route_softmax(pr, E, kind);
+	route_bar<NT>();
+	for (int32_t e = tid; e < E8; e += NT)
+		keys[e] = e < E ? route_key(pr[e]) : 0u;
 	route_bar<NT>();
 #ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, 6);
@@ -247,8 +211,7 @@ static __device__ __forceinline__ void route_warm(int32_t K, int kind, int norm,
 
 /* The same for route_block, by all NT threads of the block (every one must call). */
 template <int NT>
-static __device__ __forceinline__ void route_warm_block(int32_t K, int kind, int norm, int32_t *sel, float *selv,
-                                                        int flags)
+static __device__ __forceinline__ void route_warm_block(int32_t K, int kind, int norm, int32_t *sel, float *selv)
 {
 	__shared__ float pr[32];
 	__shared__ __align__(16) uint32_t keys[32];
@@ -257,7 +220,7 @@ static __device__ __forceinline__ void route_warm_block(int32_t K, int kind, int
 	if (threadIdx.x < 32)
 		pr[threadIdx.x] = (float)((threadIdx.x * 7) & 31) * 0.125f;
 	route_bar<NT>();
-	route_block<NT>(pr, keys, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws, flags, nullptr);
+	route_block<NT>(pr, keys, 32, K < 32 ? K : 32, kind, norm, sel, selv, ids, ws, nullptr);
 	route_bar<NT>();
 }
 
