@@ -3,7 +3,9 @@
 attention_mma.cuh): per launch, times in us from its first block's release from the PDL wait, medians over the blocks
 and the last block of each (token, KV head) to finish, then medians over the launches:
   1 past the PDL wait, 2 q ready (prologue: q/k norm, RoPE, the row written), 4 tiles done,
-  5 block merged and partials written, 6 the last block's counter seen, 7 merge done, 3 exit.
+  then for a block that has the whole range (one split): 6 the warps' outputs in shared memory,
+  5 the output written; for a split range: 5 partials written, 6 the last block's counter seen,
+  7 its merge done; 3 exit.
 usage: attn_marks.py FILE[.gz]"""
 import collections
 import gzip
