@@ -8,19 +8,12 @@ and the last block of each (token, KV head) to finish, then medians over the lau
   7 its merge done; 3 exit.
 usage: attn_marks.py FILE[.gz]"""
 import collections
-import gzip
 import statistics
 import sys
 
-recs = []
-for line in (gzip.open(sys.argv[1], "rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])):
-    if line.startswith('#'):
-        if recs:
-            break
-        continue
-    f = line.split()
-    if f[0] == "3" and len(f) == 12:
-        recs.append(dict(tag=f[1], blk=int(f[3]), t=[int(x) for x in f[4:]]))
+from timeline import first_replay
+
+recs = first_replay(sys.argv[1], 3)
 launches = []
 by = collections.defaultdict(list)
 for r in sorted(recs, key=lambda r: r['t'][0]):

@@ -5,20 +5,13 @@ left, against the other blocks. Kernel 5 (moe.cu's norm_route) or, with --kid 2,
 one-launch MoE (its last router block: the one with mark 4).
 usage: router_marks.py FILE[.gz] [--kid 5|2]"""
 import collections
-import gzip
 import statistics
 import sys
 
-kid = sys.argv[sys.argv.index("--kid") + 1] if "--kid" in sys.argv else "5"
-recs = []
-for line in (gzip.open(sys.argv[1], "rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])):
-    if line.startswith('#'):
-        if recs:
-            break
-        continue
-    f = line.split()
-    if f[0] == kid:
-        recs.append(dict(tag=f[1], blk=int(f[3]), t=[int(x) for x in f[4:]]))
+from timeline import first_replay
+
+kid = int(sys.argv[sys.argv.index("--kid") + 1]) if "--kid" in sys.argv else 5
+recs = first_replay(sys.argv[1], kid)
 g = collections.defaultdict(list)
 for r in recs:
     g[r['tag']].append(r)

@@ -108,6 +108,23 @@ def analyse(recs, nshow):
     if head:
         print("after the last layer: " + ", ".join("%s %.1f" % (l["name"], l["span"]) for l in head))
 
+def first_replay(path, kid):
+    """the records of kernel kid (a number) in a recording's first replay, in file order: dicts
+    tag (hex text), blk and t (the 8 times); path may be gzipped (dev/router_marks.py,
+    dev/attn_marks.py)"""
+    import gzip
+    recs = []
+    for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
+        if line.startswith("#"):
+            if recs:
+                break
+            continue
+        f = line.split()
+        if len(f) == 12 and int(f[0]) == kid:
+            recs.append({"tag": f[1], "blk": int(f[3]), "t": [int(x) for x in f[4:]]})
+    return recs
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)

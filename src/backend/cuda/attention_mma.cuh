@@ -830,7 +830,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	float *ml = part + (size_t)a.splits * G * D;
 	for (int32_t x = tid; x < G * D; x += 32 * W) {
 		const int32_t gg = x / D, j = x - gg * D;
-		const float mx = wt[0][gg], den = wt[1][gg];
+		const float den = wt[1][gg];
 		float acc = 0.0f;
 #pragma unroll
 		for (int w = 0; w < W; w++)
@@ -843,7 +843,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 		} else {
 			part[((size_t)split * G + gg) * D + j] = acc;
 			if (j == 0) {
-				ml[2 * ((size_t)split * G + gg)] = mx;
+				ml[2 * ((size_t)split * G + gg)] = wt[0][gg];
 				ml[2 * ((size_t)split * G + gg) + 1] = den;
 			}
 		}

@@ -397,7 +397,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(pr + ROUTE_KEYS_AT(p.E)), p.E, p.topk, p.kind,
 			                       p.norm, sel, selv, p.idx, p.w, TL_INDEX());
 			TL_MARK(5);
-			if (threadIdx.x == 0) /* thread 0 wrote idx and w: releases them (and x1) */
+			gt_sync(); /* idx and w are written by K threads: ordered before thread 0's release */
+			if (threadIdx.x == 0) /* releases idx, w (and, through the router counter, x1) */
 				asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 		} else if (s_last && warp == 0) {
 			/* the last router block routes (the ring's bytes again: logits, then taken flags) */

@@ -51,31 +51,32 @@ static __device__ __forceinline__ void route_softmax(float *pr, int32_t E, int k
 	__syncwarp();
 }
 
-/* The K picks sel[j], selv[j] (largest first) -> idx and the weights w, by lane 0. */
-static __device__ __forceinline__ void route_weights(int32_t K, int kind, int norm, const int32_t *sel, float *selv,
-                                                     int32_t *__restrict__ idx, float *__restrict__ w)
+/* Pick j of the K picks sel[], selv[] (largest first) -> idx[j] and its weight w[j]. Each pick's
+ * thread sums all K in one order, so the bits do not depend on which threads take the picks, and
+ * no thread waits on another's divisions. */
+static __device__ __forceinline__ void route_weight(int32_t j, int32_t K, int kind, int norm, const int32_t *sel,
+                                                    const float *selv, int32_t *__restrict__ idx,
+                                                    float *__restrict__ w)
 {
+	float sum = 0.0f, v;
 	if (kind == 0) {
-		float sum = 0.0f;
-		for (int32_t j = 0; j < K; j++)
-			sum += selv[j];
-		for (int32_t j = 0; j < K; j++)
-			w[j] = norm ? selv[j] / sum : selv[j];
+		for (int32_t i = 0; i < K; i++)
+			sum += selv[i];
+		v = norm ? selv[j] / sum : selv[j];
 	} else {
 		const float mx = selv[0];
-		float sum = 0.0f;
-		for (int32_t j = 0; j < K; j++)
-			sum += selv[j] = expf(selv[j] - mx);
-		for (int32_t j = 0; j < K; j++)
-			w[j] = selv[j] / sum;
+		for (int32_t i = 0; i < K; i++)
+			sum += expf(selv[i] - mx);
+		v = expf(selv[j] - mx) / sum;
 	}
-	for (int32_t j = 0; j < K; j++)
-		idx[j] = sel[j];
+	w[j] = v;
+	idx[j] = sel[j];
 }
 
 /* Top-k of pr[E] and its weights by one warp (the other threads of the block take no part).
  * The caller has filled pr[e] and cleared taken[e] for e = lane + 32 i, so until the first
- * __syncwarp a lane only reads what it wrote. idx/w: this token's K results (global or shared).
+ * __syncwarp a lane only reads what it wrote. idx/w: this token's K results (global or shared),
+ * written by lanes 0..K-1 (a caller that publishes them synchronizes the warp first).
  * Not inlined: one copy of the code, which route_warm runs early so that the real call finds it
  * in the SM's instruction caches. */
 static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_t E, int32_t K, int kind, int norm,
@@ -107,8 +108,9 @@ static __device__ __noinline__ void route_warp(float *pr, uint8_t *taken, int32_
 			selv[j] = pr[id];
 		}
 	}
-	if (lane == 0)
-		route_weights(K, kind, norm, sel, selv, idx, w);
+	__syncwarp();
+	for (int32_t j = lane; j < K; j += 32)
+		route_weight(j, K, kind, norm, sel, selv, idx, w);
 }
 
 /* A barrier of the NT threads that call route_block (named barrier 1: in moe_tma.cu the producer
@@ -123,7 +125,8 @@ static __device__ __forceinline__ void route_bar(void)
  * the softmax as route_warp, then every expert is ranked by one thread against all the others
  * (the number that come before it: a larger key, or an equal key and a lower id), the ranks
  * below K are the picks, in route_warp's order, and K threads take a weight each. pr[E] filled by
- * the caller (any thread, then a barrier); keys: shared scratch (ROUTE_SCRATCH). Not inlined,
+ * the caller (any thread, then a barrier); keys: shared scratch (ROUTE_SCRATCH); idx/w written
+ * by threads 0..K-1 (a caller that publishes them synchronizes first). Not inlined,
  * for route_warm_block. Why: route_warp's K dependent rounds in one warp took ~5 us a layer on
  * qwen3-30b-a3b (128 experts, top 8), the router's last block's tail
  * (bench/results/2026-11-23-h100-session15.md). A softmax by the whole block (the same sums in
@@ -169,23 +172,8 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 #ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, 7);
 #endif
-	/* the weights, one pick a thread: each sums the K picks in route_weights' order (the same
-	 * bits), so no thread waits on another's divisions */
-	for (int32_t j = tid; j < K; j += NT) {
-		float sum = 0.0f, v;
-		if (kind == 0) {
-			for (int32_t i = 0; i < K; i++)
-				sum += selv[i];
-			v = norm ? selv[j] / sum : selv[j];
-		} else {
-			const float mx = selv[0];
-			for (int32_t i = 0; i < K; i++)
-				sum += expf(selv[i] - mx);
-			v = expf(selv[j] - mx) / sum;
-		}
-		w[j] = v;
-		idx[j] = sel[j];
-	}
+	for (int32_t j = tid; j < K; j += NT)
+		route_weight(j, K, kind, norm, sel, selv, idx, w);
 	(void)tl;
 }
 
