@@ -227,7 +227,7 @@ static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_a
 	extern __shared__ float4 att_smem[];
 	TL_SCOPE(TL_ATTN, a.kc);
 	att_mma_block<D, W, RING, F8>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem,
-	                              TL_INDEX());
+	                              TL_REC());
 }
 
 /* grid (tokens, KV heads): merges the partials of tokens whose range took several blocks */

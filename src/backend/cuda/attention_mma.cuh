@@ -132,15 +132,8 @@ ATT_DEV unsigned att_atomic_inc_ar(unsigned *p) { return fp4s_arrive(p); }
 /* programmatic dependent launch (pdl.cuh): no-ops where the launch did not ask for it */
 ATT_DEV void att_grid_wait(void) { pdl_wait(); }
 ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }
-/* a mark in the step's timeline (timeline.cuh; -DFP4S_DIAG_TL builds only) */
-ATT_DEV void att_mark(void *tl, int k)
-{
-#ifdef FP4S_DIAG_TL
-	tl_mark_at(tl, k);
-#else
-	(void)tl, (void)k;
-#endif
-}
+/* a mark in the step's timeline (timeline.cuh; nothing outside -DFP4S_DIAG_TL builds) */
+ATT_DEV void att_mark(void *tl, int k) { tl_mark_at(tl, k); }
 /* one value into the cache, encoded as kv_write_kernel (cuda_backend.cu) encodes it */
 ATT_DEV void att_kv_put(uint16_t *p, float x) { *p = fp4s_f32_to_bf16(x); }
 ATT_DEV void att_kv_put(uint8_t *p, float x) { *p = fp4s_kv_e4m3(x); }

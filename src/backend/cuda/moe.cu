@@ -155,7 +155,7 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	TL_MARK(4);
 	if (E <= NR_RANK_MAX) {
 		route_block<NR_WARPS * 32>(pr, reinterpret_cast<uint32_t *>(xs + ROUTE_KEYS_AT(E)), E, K, kind, norm, sel, selv, idx, w,
-		                           TL_INDEX());
+		                           TL_REC());
 	} else if (warp == 0) { /* more experts than any model has: the rounds of one warp */
 		uint8_t *taken = reinterpret_cast<uint8_t *>(xs + E);
 		for (int32_t e = lane; e < E; e += 32)

@@ -395,7 +395,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			gt_sync();
 			TL_MARK(4);
 			route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(pr + ROUTE_KEYS_AT(p.E)), p.E, p.topk, p.kind,
-			                       p.norm, sel, selv, p.idx, p.w, TL_INDEX());
+			                       p.norm, sel, selv, p.idx, p.w, TL_REC());
 			TL_MARK(5);
 			gt_sync(); /* idx and w are written by K threads: ordered before thread 0's release */
 			if (threadIdx.x == 0) /* releases idx, w (and, through the router counter, x1) */

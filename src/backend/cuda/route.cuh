@@ -145,9 +145,7 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 	for (int32_t e = tid; e < E8; e += NT)
 		keys[e] = e < E ? route_key(pr[e]) : 0u;
 	route_bar<NT>();
-#ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, 6);
-#endif
 	/* Expert e's rank: the keys before it are those larger, and those equal at a lower id, i.e.
 	 * key o > k - 1 for o < e (every real key is >= 1) and > k after. Eight keys a step from
 	 * two 16-byte loads, all issued ahead of the compares (the padding's zeros count for none):
@@ -169,12 +167,9 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 		}
 	}
 	route_bar<NT>();
-#ifdef FP4S_DIAG_TL
 	tl_mark_at(tl, 7);
-#endif
 	for (int32_t j = tid; j < K; j += NT)
 		route_weight(j, K, kind, norm, sel, selv, idx, w);
-	(void)tl;
 }
 
 /* The top-k runs once a layer, by the router's last block, on the critical path of the step,

@@ -89,7 +89,7 @@ static __device__ __forceinline__ unsigned long long *tl_begin(int kid, const vo
 
 /* A mark: the record's address stays in registers of the kernel (not shared memory: the
  * attention kernel's blocks take all of it there), passed down to the functions it calls
- * (TL_INDEX()). Not its index: the record array's address is then a global load at every mark,
+ * (TL_REC()). Not its index: the record array's address is then a global load at every mark,
  * which the barriers and memory clobbers between marks keep the compiler from reusing, and which
  * misses L1 once a block has streamed a few KB; under a step's load that is ~1 us of L2 latency
  * on thread 0 at each mark (session 16: the router's top-k measured 3.5 us that way). */
@@ -108,11 +108,13 @@ struct tl_scope {
 
 #define TL_SCOPE(kid, tag) tl_scope tl_scope_(kid, (const void *)(tag))
 #define TL_MARK(k) tl_scope_.mark(k)
-#define TL_INDEX() (static_cast<void *>(tl_scope_.t))
+#define TL_REC() (static_cast<void *>(tl_scope_.t))
 #else
+/* marks passed down to called functions (TL_REC) cost nothing outside the diagnostic build */
+static __device__ __forceinline__ void tl_mark_at(void *, int) {}
 #define TL_SCOPE(kid, tag) ((void)0)
 #define TL_MARK(k) ((void)0)
-#define TL_INDEX() (static_cast<void *>(0))
+#define TL_REC() (static_cast<void *>(0))
 #endif
 
 #endif
