@@ -108,21 +108,36 @@ def analyse(recs, nshow):
     if head:
         print("after the last layer: " + ", ".join("%s %.1f" % (l["name"], l["span"]) for l in head))
 
-def first_replay(path, kid):
-    """the records of kernel kid (a number) in a recording's first replay, in file order: dicts
-    tag (hex text), blk and t (the 8 times); path may be gzipped (dev/router_marks.py,
-    dev/attn_marks.py)"""
+
+def replays(path):
+    """a recording (path may be gzipped) -> (header, records) per replay, in file order; a record
+    is a dict kid, tag, sm, blk, t (its times: 4, or 8 with the kernel's own marks) and t0..t3"""
     import gzip
-    recs = []
+    recs, rep = [], None
     for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         if line.startswith("#"):
             if recs:
-                break
+                yield rep, recs
+            recs, rep = [], line[1:].strip()
             continue
         f = line.split()
-        if len(f) == 12 and int(f[0]) == kid:
-            recs.append({"tag": f[1], "blk": int(f[3]), "t": [int(x) for x in f[4:]]})
-    return recs
+        if len(f) not in (8, 12):
+            continue
+        t = [int(x) for x in f[4:]]
+        recs.append({"kid": int(f[0]), "tag": int(f[1], 16), "sm": int(f[2]), "blk": int(f[3]), "t": t,
+                     "t0": t[0], "t1": t[1], "t2": t[2], "t3": t[3]})
+    if recs:
+        yield rep, recs
+
+
+def first_replay(path, kid):
+    """the records with marks (12 fields) of kernel kid in the first replay that has any, in file
+    order (dev/router_marks.py, dev/attn_marks.py)"""
+    for _, recs in replays(path):
+        mine = [r for r in recs if r["kid"] == kid and len(r["t"]) == 8]
+        if mine:
+            return mine
+    return []
 
 
 def main():
@@ -130,21 +145,9 @@ def main():
         print(__doc__)
         return 2
     nshow = int(sys.argv[sys.argv.index("--launches") + 1]) if "--launches" in sys.argv else 20
-    recs, rep = [], None
-    for line in open(sys.argv[1]):
-        if line.startswith("#"):
-            if recs:
-                print("== %s" % rep)
-                analyse(recs, nshow)
-                print()
-            recs, rep = [], line[1:].strip()
-            continue
-        f = line.split()
-        if len(f) not in (8, 12):
-            continue
-        recs.append({"kid": int(f[0]), "tag": int(f[1], 16), "sm": int(f[2]), "blk": int(f[3]),
-                     "t0": int(f[4]), "t1": int(f[5]), "t2": int(f[6]), "t3": int(f[7])})
-    if recs:
+    for i, (rep, recs) in enumerate(replays(sys.argv[1])):
+        if i:
+            print()
         print("== %s" % rep)
         analyse(recs, nshow)
     return 0
