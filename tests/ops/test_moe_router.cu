@@ -481,5 +481,6 @@ int main(int argc, char **argv)
 	run_block(0, 60, 6, 1024, 256, 1, filter);  /* router blocks not all full */
 	run_block(1, 8, 4, 2880, 2880, 0, filter);  /* gpt-oss's expert shapes */
 	run_block(1, 128, 4, 2880, 128, 0, filter); /* gpt-oss-120b's router */
+	run_block(1, 8, 4, 1024, 4608, 0, filter);  /* more row tiles a block than moe_tma.cu copies the bias of ahead */
 	return TEST_DONE();
 }

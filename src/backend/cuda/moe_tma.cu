@@ -49,6 +49,7 @@
 
 #define MT_PRE 12   /* 16-byte router chunks a lane preloads (BF16 rows up to H = 3072) */
 #define MT_EMAX 512 /* experts at most (the top-k's logits sit in the ring's bytes) */
+#define MT_BPRE 8   /* row tiles a block whose bias is loaded ahead of its tiles (mt_bias_load) */
 
 /* Sync counters (per layer, 64-bit, each on a 128-byte line of its own so that blocks polling
  * one do not queue behind atomics on another). They only grow, so nothing has to be reset, and
@@ -82,6 +83,7 @@ struct mt_args {
 	int rblock;         /* the top-k by the last router block's every consumer warp (route_block);
 	                     * 0: by its warp 0 (route_warp) */
 	int spin;           /* ns between polls of a counter */
+	int bpre;           /* the bias copied ahead of the tiles (mt_bias_copy; FP4S_MOE_ONE_BPRE=0: off, A/B) */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -174,6 +176,27 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 	}
 }
 
+/* The bias of the block's first MT_BPRE row tiles (blockIdx.x + j * gridDim.x, the producer's
+ * order) copied into sb, a value a thread of the first MT_BPRE * 16, by cp.async (no register held
+ * through the loops: this kernel is at its 96), early enough that the copy's latency passes under
+ * other waits; mt_bias_wait before the barrier that precedes the first read. Read in each tile's
+ * epilogue instead, the bias was an L2 round trip on warp 0 a tile; the down projection's tiles
+ * are already in the ring when its phase starts, so there those trips were the phase's critical
+ * path (gpt-oss: 3 tiles a block, ~7.5 us from its x staged to the combine done,
+ * bench/results/2026-11-23-h100-session19.md). */
+static __device__ __forceinline__ void mt_bias_copy(float *sb, const float *bias, int64_t rows)
+{
+	if (!bias || threadIdx.x >= MT_BPRE * 16)
+		return;
+	const int64_t row = ((int64_t)blockIdx.x + (int64_t)(threadIdx.x >> 4) * gridDim.x) * 16 + (threadIdx.x & 15);
+	if (row < rows) /* rows past the matrix are never read */
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(sb + threadIdx.x)),
+		             "l"(bias + row)
+		             : "memory");
+}
+
+static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 /* The consumers' side of one matrix, one token (gemv_tma.cu's loop at M = 1): steps from the ring
  * into acc, each tile's warps' partials summed in order by 16 threads, then y[row] = ldexp(sum,
  * pexp) * post (+ bias), or with pairact the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
@@ -182,7 +205,8 @@ template <int F>
 static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, const int *hdr, unsigned &n,
                                                   const uint8_t *xs, int cs, float *red, float *yout,
-                                                  const float *bias, float post, int warp, int lane)
+                                                  const float *bias, const float *sb, bool bwait, float post,
+                                                  int warp, int lane)
 {
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
 	const int g = lane >> 2, t = lane & 3;
@@ -234,6 +258,8 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			rp[warp * 16 + g + 8] = acc[0][2] + acc[0][3];
 		}
 		acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = 0.0f;
+		if (bwait && tile_it == 1)
+			mt_bias_wait(); /* the phase's bias copies (mt_bias_copy), read after the barrier */
 		gt_sync();
 		const int r = threadIdx.x & 15;
 		const int64_t row = (int64_t)tile * 16 + r;
@@ -244,8 +270,8 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			for (int w = 0; w < GT_W; w++)
 				v += rp[w * 16 + r];
 			out = ldexpf(v, a.pexp) * post;
-			if (bias)
-				out += bias[row];
+			if (bias) /* tile_it - 1 = j: the producer's strided order; its bias copied ahead (sb) */
+				out += sb && tile_it <= MT_BPRE ? sb[(tile_it - 1) * 16 + r] : bias[row];
 		}
 		if (a.pairact) {
 			const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
@@ -269,6 +295,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	__shared__ int32_t sel[64];
 	__shared__ float selv[64];
 	__shared__ int s_last;
+	__shared__ float s_bias[MT_BPRE * 16]; /* mt_bias_load */
 	const int S = p.stages, stride = p.stride;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int slot = blockIdx.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
@@ -421,6 +448,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	} else if (bl == 0 && threadIdx.x == 0) { /* the routings' count stays the launches' */
 		asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 	}
+	/* phase marks (diagnostic build; dev/moe_marks.py), in the blocks that do not route (the last
+	 * router block's marks 4-7 are its top-k's): 2 routed, 4 gate|up staged, 5 gate|up done, 6 the
+	 * slot's gate|up all done, 7 down staged */
+	if (!router)
+		TL_MARK(2);
 	const int64_t e = __ldcg(p.idx + slot); /* in flight with the staging's loads */
 	uint8_t *xs = sm + (size_t)S * stride;
 	float s_ss[1];
@@ -433,10 +465,17 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
 		if (threadIdx.x == 0)
 			s_epoch = epoch0; /* thread 0 reads it back itself */
+		const float *bias = a.bias ? a.bias + e * a.rows : NULL;
+		if (p.bpre)
+			mt_bias_copy(s_bias, bias, a.rows); /* (e is known here: it was loaded with the staging) */
 		gt_sync();
+		if (!router)
+			TL_MARK(4);
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * (a.rows / 2), a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
+		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre ? s_bias : NULL, true, post, warp, lane);
+		if (!router)
+			TL_MARK(5);
 	}
 	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
 	gt_sync();
@@ -455,15 +494,24 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (p.phases == 1)
 		return;
 	gt_sync();
+	if (!router)
+		TL_MARK(6);
 	{
 		const gm_args &a = p.dn;
 		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
 		const float *xin = a.x + (size_t)slot * a.x_stride;
+		const float *dbias = a.bias ? a.bias + e * a.rows : NULL;
+		/* (every thread is past the gate|up epilogues that read s_bias) */
+		if (p.bpre)
+			mt_bias_copy(s_bias, dbias, a.rows); /* in flight with the staging's loads */
 		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, xin, 0, s_ss, false, threadIdx.x);
+		mt_bias_wait();
 		gt_sync();
+		if (!router)
+			TL_MARK(7);
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * a.rows, a.bias ? a.bias + e * a.rows : NULL, post, warp, lane);
+		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, false, post, warp, lane);
 	}
 	/* the combine, as gemv_tma.cu's: the last of the slots' blocks with this blockIdx.x */
 	gt_sync();
@@ -571,6 +619,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	static int warm_off = -1, rblock_off = -1;
 	p.warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
 	p.rblock = !fp4s_env_off("FP4S_MOE_ONE_RBLOCK", &rblock_off);
+	static int bpre_off = -1;
+	p.bpre = !fp4s_env_off("FP4S_MOE_ONE_BPRE", &bpre_off);
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));
