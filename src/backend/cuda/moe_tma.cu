@@ -449,8 +449,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 	}
 	/* phase marks (diagnostic build; dev/moe_marks.py), in the blocks that do not route (the last
-	 * router block's marks 4-7 are its top-k's): 2 routed, 4 gate|up staged, 5 gate|up done, 6 the
-	 * slot's gate|up all done, 7 down staged */
+	 * router block's marks 4-7 are its top-k's): 2 routed, 5 gate|up done, 6 the slot's gate|up all
+	 * done, 7 down staged, 4 down tiles done */
 	if (!router)
 		TL_MARK(2);
 	const int64_t e = __ldcg(p.idx + slot); /* in flight with the staging's loads */
@@ -469,8 +469,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		if (p.bpre)
 			mt_bias_copy(s_bias, bias, a.rows); /* (e is known here: it was loaded with the staging) */
 		gt_sync();
-		if (!router)
-			TL_MARK(4);
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre ? s_bias : NULL, true, post, warp, lane);
@@ -512,6 +510,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, false, post, warp, lane);
+		if (!router)
+			TL_MARK(4);
 	}
 	/* the combine, as gemv_tma.cu's: the last of the slots' blocks with this blockIdx.x */
 	gt_sync();
