@@ -22,7 +22,9 @@
  * Measured on the H100 (bench/results/2026-11-22-h100-session12.md): gpt-oss-20b decode 444 ->
  * 464 tok/s (417 -> 436 at depth 4096), gpt-oss-120b 310 -> 324 (291 -> 305); almost all of it
  * from the down projection inside the launch (routing here or in moe.cu's kernel measured the
- * same, routing here with the down apart 3 % slower). qwen3-30b-a3b lost 5-7 %: its gate|up phase
+ * same, routing here with the down apart 3 % slower); the expert bias copied ahead of the tiles
+ * (mt_bias_copy) +1.2-2.2 % more (bench/results/2026-11-23-h100-session19.md, which also lays out
+ * the launch's phases). qwen3-30b-a3b lost 5-7 %: its gate|up phase
  * alone here is 5 % slower than gemv_tma.cu's kernel with the same plan, grid and occupancy
  * (not the epoch load, the end-of-phase fences or the ring's depth, each measured); the cause
  * is not found, so NVFP4 experts keep the three launches unless FP4S_MOE_ONE=1.
@@ -49,7 +51,7 @@
 
 #define MT_PRE 12   /* 16-byte router chunks a lane preloads (BF16 rows up to H = 3072) */
 #define MT_EMAX 512 /* experts at most (the top-k's logits sit in the ring's bytes) */
-#define MT_BPRE 8   /* row tiles a block whose bias is loaded ahead of its tiles (mt_bias_load) */
+#define MT_BPRE 8   /* row tiles a block whose bias is copied ahead of its tiles (mt_bias_copy) */
 
 /* Sync counters (per layer, 64-bit, each on a 128-byte line of its own so that blocks polling
  * one do not queue behind atomics on another). They only grow, so nothing has to be reset, and
@@ -199,7 +201,9 @@ static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.asy
 
 /* The consumers' side of one matrix, one token (gemv_tma.cu's loop at M = 1): steps from the ring
  * into acc, each tile's warps' partials summed in order by 16 threads, then y[row] = ldexp(sum,
- * pexp) * post (+ bias), or with pairact the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
+ * pexp) * post (+ bias: from sb for the block's first MT_BPRE tiles where it was copied ahead,
+ * NULL: none was; bwait: those copies are waited for at the first tile's end), or with pairact
+ * the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
  * the stage marked -1, handing that slot back too (the producer reuses it). */
 template <int F>
 static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
@@ -295,7 +299,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	__shared__ int32_t sel[64];
 	__shared__ float selv[64];
 	__shared__ int s_last;
-	__shared__ float s_bias[MT_BPRE * 16]; /* mt_bias_load */
+	__shared__ float s_bias[MT_BPRE * 16]; /* mt_bias_copy */
 	const int S = p.stages, stride = p.stride;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int slot = blockIdx.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
