@@ -367,7 +367,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (router) {
 		/* h * norm weight into the ring's bytes (free: this block's producer copies nothing
 		 * before the routing is done, which waits for this block); all of a thread's loads in
-		 * flight at once (H <= 4096), the sum of squares summed in a fixed order */
+		 * flight at once (H <= 4096, checked by the host), the sum of squares summed in a fixed
+		 * order */
 		float *hs = reinterpret_cast<float *>(sm);
 		const float c = p.zc ? 1.0f : 0.0f;
 		float4 v[4], g[4];
@@ -584,7 +585,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	const int mode = mt_mode(gu->fmt == FP4S_WF_NVFP4, &spin, &holdb);
 	if (!mode || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
 	    (router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
-	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || gu->cols != H ||
+	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || H > 16 * GT_W * 32 ||
+	    gu->cols != H ||
 	    dn->rows != H || gu->rows != 2 * I || ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) ||
 	    ((uintptr_t)nw & 15))
 		return FP4S_EUNSUPPORTED;
