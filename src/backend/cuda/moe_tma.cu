@@ -181,7 +181,7 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 /* The bias of the block's first MT_BPRE row tiles (blockIdx.x + j * gridDim.x, the producer's
  * order) copied into sb, a value a thread of the first MT_BPRE * 16, by cp.async (no register held
  * through the loops: this kernel is at its 96), early enough that the copy's latency passes under
- * other waits; mt_bias_wait before the barrier that precedes the first read. Read in each tile's
+ * other waits; mt_consume waits for them before the barrier that precedes the first read. Read in each tile's
  * epilogue instead, the bias was an L2 round trip on warp 0 a tile; the down projection's tiles
  * are already in the ring when its phase starts, so there those trips were the phase's critical
  * path (gpt-oss: 3 tiles a block, ~7.5 us from its x staged to the combine done,
@@ -202,15 +202,15 @@ static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.asy
 /* The consumers' side of one matrix, one token (gemv_tma.cu's loop at M = 1): steps from the ring
  * into acc, each tile's warps' partials summed in order by 16 threads, then y[row] = ldexp(sum,
  * pexp) * post (+ bias: from sb for the block's first MT_BPRE tiles where it was copied ahead,
- * NULL: none was; bwait: those copies are waited for at the first tile's end), or with pairact
+ * NULL: none was; those copies are waited for at the first tile's end), or with pairact
  * the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
  * the stage marked -1, handing that slot back too (the producer reuses it). */
 template <int F>
 static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, const int *hdr, unsigned &n,
                                                   const uint8_t *xs, int cs, float *red, float *yout,
-                                                  const float *bias, const float *sb, bool bwait, float post,
-                                                  int warp, int lane)
+                                                  const float *bias, const float *sb, float post, int warp,
+                                                  int lane)
 {
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
 	const int g = lane >> 2, t = lane & 3;
@@ -262,8 +262,8 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			rp[warp * 16 + g + 8] = acc[0][2] + acc[0][3];
 		}
 		acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = 0.0f;
-		if (bwait && tile_it == 1)
-			mt_bias_wait(); /* the phase's bias copies (mt_bias_copy), read after the barrier */
+		if (tile_it == 1)
+			mt_bias_wait(); /* the phase's bias copies (mt_bias_copy, if any), read after the barrier */
 		gt_sync();
 		const int r = threadIdx.x & 15;
 		const int64_t row = (int64_t)tile * 16 + r;
@@ -476,7 +476,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		gt_sync();
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre ? s_bias : NULL, true, post, warp, lane);
+		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre ? s_bias : NULL, post, warp, lane);
 		if (!router)
 			TL_MARK(5);
 	}
@@ -508,13 +508,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		if (p.bpre)
 			mt_bias_copy(s_bias, dbias, a.rows); /* in flight with the staging's loads */
 		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, xin, 0, s_ss, false, threadIdx.x);
-		mt_bias_wait();
 		gt_sync();
 		if (!router)
 			TL_MARK(7);
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, false, post, warp, lane);
+		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, post, warp, lane);
 		if (!router)
 			TL_MARK(4);
 	}
