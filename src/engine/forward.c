@@ -516,6 +516,9 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		                              .sinks = L->sinks, .scale = 1.0f / sqrtf((float)d)};
 		if ((rc = rope_attention(be, f, L, l, q, k, v, b, &ap, eps, att, err)))
 			return rc;
+		/* (a hint: the o projection's add may leave h ready for the MLP's norm) */
+		if (be->norm_next && n == 1 && !L->is_moe && L->gu_pairs)
+			be->norm_next(be, h, L->ffn_norm, f->norm_kind);
 		if ((rc = matmul_add(be, att, n, &L->o, h, y, H, err)))
 			return rc;
 		if (L->is_moe) {
@@ -538,6 +541,9 @@ static int record_step(void *ctx, struct fp4s_error *err)
 				if (!rc)
 					be->swiglu_pairs(be, u, n, I, g);
 			}
+			/* (a hint: the down projection's add may leave h ready for the next layer's norm) */
+			if (!rc && be->norm_next && n == 1 && l + 1 < c->n_layers && f->layers[l + 1].fused_qkv)
+				be->norm_next(be, h, f->layers[l + 1].attn_norm, f->norm_kind);
 			if (rc || (rc = matmul_add(be, g, n, &L->down, h, y, H, err)))
 				return rc;
 		} else if (n == 1 && L->fused_gu &&

@@ -410,6 +410,187 @@ static void run_fused(enum fp4s_wformat fmt, int64_t rows, int64_t k, int m, int
 	free(h.data), free(h.scales), free(x), free(xin), free(nw), free(yref), free(y0), free(ygpu);
 }
 
+/* A device matrix of c's shape from weights made by the real quantizers (host copy in *h). */
+static struct fp4s_mat link_mat(enum fp4s_wformat fmt, int64_t rows, int64_t k, struct hw *h, int *bad)
+{
+	struct gcase c = {fmt, rows, k, 1, 0};
+	struct fp4s_mat wd = {fmt, rows, k, NULL, NULL, 1.0f, NULL};
+	if (make_weights(&c, h)) {
+		*bad = 1;
+		return wd;
+	}
+	void *dd;
+	uint8_t *ds;
+	CK(cudaMalloc(&dd, h->data_b));
+	CK(cudaMemcpy(dd, h->data, h->data_b, cudaMemcpyHostToDevice));
+	CK(fp4s_cuda_e2m1_permute(dd, h->data_b, 0));
+	CK(cudaMalloc(&ds, h->scales_b));
+	CK(cudaMemcpy(ds, h->scales, h->scales_b, cudaMemcpyHostToDevice));
+	wd.data = dd, wd.scales = ds, wd.ws2 = h->ws2;
+	struct fp4s_error err = {0};
+	if (fp4s_cuda_mx_scale_range(&wd, 0, &err))
+		*bad = 1;
+	return wd;
+}
+
+static double rel_l2(const float *a, const float *b, int64_t n)
+{
+	double num = 0, den = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (isnan(a[i]) || isnan(b[i]))
+			return INFINITY;
+		num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		den += (double)b[i] * b[i];
+	}
+	return sqrt(num / den);
+}
+
+/* The staged hand-over between one-token launches (gemv_mma.h's fp4s_gemv_link), a dense layer's
+ * chain as the CUDA backend runs it: o (h += Wo . a, leaving rmsnorm's input staged), gate|up
+ * pairs (normalizing h from the staged bytes, leaving the SwiGLU staged), down (h += Wd . g from
+ * the staged bytes, leaving h staged for the next norm), qkv (normalizing h from them). Each
+ * launch must take and leave what the link offers (used_in / made_out), every output must equal
+ * the same chain without links to within the sums' order (the norm's sum of squares is summed
+ * by tiles), and the last must match the CPU's chain. */
+static void run_link(enum fp4s_wformat fmt, int64_t H, int64_t I, int64_t Q, int zc, const char *filter)
+{
+	char name[160];
+	snprintf(name, sizeof name, "LINK(%s,H=%lld,I=%lld,Q=%lld%s)", fp4s_wformat_name(fmt), (long long)H,
+	         (long long)I, (long long)Q, zc ? ",zero-centred" : "");
+	if (filter && !strstr(name, filter))
+		return;
+	int bad = 0;
+	struct hw ho, hg, hd, hq;
+	struct fp4s_mat wo = link_mat(fmt, H, H, &ho, &bad), wg = link_mat(fmt, 2 * I, H, &hg, &bad);
+	struct fp4s_mat wdn = link_mat(fmt, H, I, &hd, &bad), wq = link_mat(fmt, Q, H, &hq, &bad);
+	wg.pairs = 1;
+	float *a = (float *)malloc((size_t)H * 4), *h0 = (float *)malloc((size_t)H * 4), *n1 = (float *)malloc((size_t)H * 4),
+	      *n2 = (float *)malloc((size_t)H * 4);
+	for (int64_t i = 0; i < H; i++) {
+		a[i] = (float)t_rand_normal();
+		h0[i] = (float)(t_rand_normal() * 4);
+		n1[i] = (float)(zc ? t_rand_normal() * 0.2 : 1.0 + t_rand_normal() * 0.2);
+		n2[i] = (float)(zc ? t_rand_normal() * 0.2 : 1.0 + t_rand_normal() * 0.2);
+	}
+	const float eps = 1e-5f;
+	float *da, *dh, *dn1, *dn2, *dg, *dq, *ss[2];
+	uint8_t *buf[2];
+	CK(cudaMalloc(&da, (size_t)H * 4));
+	CK(cudaMalloc(&dh, (size_t)H * 4));
+	CK(cudaMalloc(&dn1, (size_t)H * 4));
+	CK(cudaMalloc(&dn2, (size_t)H * 4));
+	CK(cudaMalloc(&dg, (size_t)I * 4));
+	CK(cudaMalloc(&dq, (size_t)Q * 4));
+	const size_t lb = fp4s_gemv_link_bytes(H > I ? H : I);
+	for (int i = 0; i < 2; i++) {
+		CK(cudaMalloc(&buf[i], lb));
+		CK(cudaMemset(buf[i], 0, lb));
+		CK(cudaMalloc(&ss[i], (size_t)(H > I ? H : I) / 16 * 4));
+	}
+	CK(cudaMemcpy(da, a, (size_t)H * 4, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dn1, n1, (size_t)H * 4, cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(dn2, n2, (size_t)H * 4, cudaMemcpyHostToDevice));
+	/* outputs [pass][h after o, g, h after down, q] */
+	float *out[2][4];
+	for (int p = 0; p < 2; p++) {
+		out[p][0] = (float *)malloc((size_t)H * 4), out[p][1] = (float *)malloc((size_t)I * 4);
+		out[p][2] = (float *)malloc((size_t)H * 4), out[p][3] = (float *)malloc((size_t)Q * 4);
+	}
+	struct fp4s_error err = {0};
+	int failed = bad, rc = 0;
+	for (int p = 0; p < 2 && !failed; p++) { /* pass 0: no links; pass 1: linked */
+		CK(cudaMemcpy(dh, h0, (size_t)H * 4, cudaMemcpyHostToDevice));
+		struct fp4s_gemv_link l1 = {}, l2 = {}, l3 = {}, l4 = {};
+		l1.out = buf[0], l1.out_nw = dn1, l1.out_ss = ss[0], l1.out_zc = zc;
+		l2.in = buf[0], l2.in_ss = ss[0], l2.out = buf[1];
+		l3.in = buf[1], l3.out = buf[0], l3.out_nw = dn2, l3.out_ss = ss[0], l3.out_zc = zc;
+		l4.in = buf[0], l4.in_ss = ss[0];
+		if (!rc)
+			rc = fp4s_gemv_mma_fused_link(&wo, da, 1, dh, 1, NULL, 0.0f, 0, p ? &l1 : NULL, 0, &err);
+		CK(cudaMemcpy(out[p][0], dh, (size_t)H * 4, cudaMemcpyDeviceToHost));
+		if (!rc)
+			rc = fp4s_gemv_mma_norm_pairs_link(&wg, dh, 1, dg, dn1, eps, zc, p ? &l2 : NULL, 0, &err);
+		CK(cudaMemcpy(out[p][1], dg, (size_t)I * 4, cudaMemcpyDeviceToHost));
+		if (!rc)
+			rc = fp4s_gemv_mma_fused_link(&wdn, dg, 1, dh, 1, NULL, 0.0f, 0, p ? &l3 : NULL, 0, &err);
+		CK(cudaMemcpy(out[p][2], dh, (size_t)H * 4, cudaMemcpyDeviceToHost));
+		if (!rc)
+			rc = fp4s_gemv_mma_fused_link(&wq, dh, 1, dq, 0, dn2, eps, zc, p ? &l4 : NULL, 0, &err);
+		CK(cudaMemcpy(out[p][3], dq, (size_t)Q * 4, cudaMemcpyDeviceToHost));
+		if (rc) {
+			fprintf(stderr, "%s: failed: %s\n", name, rc == FP4S_EUNSUPPORTED ? "declined" : err.msg);
+			failed = 1;
+		} else if (p && !(l1.made_out && l2.used_in && l2.made_out && l3.used_in && l3.made_out && l4.used_in)) {
+			fprintf(stderr, "%s: FAIL links not taken (%d %d %d %d %d %d)\n", name, l1.made_out, l2.used_in,
+			        l2.made_out, l3.used_in, l3.made_out, l4.used_in);
+			failed = 1;
+		}
+	}
+	/* the CPU's chain */
+	float *ch = (float *)malloc((size_t)H * 4), *cy = (float *)malloc((size_t)(2 * I > Q ? 2 * I : Q) * 4),
+	      *cx = (float *)malloc((size_t)(H > I ? H : I) * 4), *cq = (float *)malloc((size_t)Q * 4);
+	struct fp4s_mat co = {fmt, H, H, ho.data, ho.scales, ho.ws2, NULL}, cg = {fmt, 2 * I, H, hg.data, hg.scales, hg.ws2, NULL};
+	struct fp4s_mat cd = {fmt, H, I, hd.data, hd.scales, hd.ws2, NULL}, cqm = {fmt, Q, H, hq.data, hq.scales, hq.ws2, NULL};
+	auto norm = [&](const float *x, const float *nw, float *o) {
+		double sq = 0;
+		for (int64_t i = 0; i < H; i++)
+			sq += (double)x[i] * x[i];
+		const double inv = 1.0 / sqrt(sq / (double)H + eps);
+		for (int64_t i = 0; i < H; i++)
+			o[i] = (float)(x[i] * inv * ((zc ? 1.0 : 0.0) + nw[i]));
+	};
+	if (!failed) {
+		memcpy(ch, h0, (size_t)H * 4);
+		failed |= fp4s_cpu_matmul(a, 1, &co, cy, &err) != 0;
+		for (int64_t i = 0; i < H; i++)
+			ch[i] += cy[i];
+		norm(ch, n1, cx);
+		failed |= fp4s_cpu_matmul(cx, 1, &cg, cy, &err) != 0;
+		for (int64_t i = 0; i < I; i++)
+			cx[i] = (float)((double)cy[2 * i] / (1.0 + exp(-(double)cy[2 * i])) * cy[2 * i + 1]);
+		failed |= fp4s_cpu_matmul(cx, 1, &cd, cy, &err) != 0;
+		for (int64_t i = 0; i < H; i++)
+			ch[i] += cy[i];
+		norm(ch, n2, cx);
+		failed |= fp4s_cpu_matmul(cx, 1, &cqm, cq, &err) != 0;
+		if (failed)
+			fprintf(stderr, "%s: CPU reference failed: %s\n", name, err.msg);
+	}
+	if (!failed) {
+		const int64_t n[4] = {H, I, H, Q};
+		double worst = 0;
+		for (int i = 0; i < 4; i++) {
+			const double r = rel_l2(out[1][i], out[0][i], n[i]);
+			worst = r > worst ? r : worst;
+		}
+		const double rc_cpu = rel_l2(out[1][3], cq, Q);
+		if (!(worst <= 2e-6) || !(rc_cpu <= 1e-4)) {
+			fprintf(stderr, "%s: FAIL linked vs plain rel L2 %.3g, vs CPU %.3g\n", name, worst, rc_cpu);
+			failed = 1;
+		} else if (getenv("FP4S_TEST_VERBOSE")) {
+			printf("%s: linked vs plain %.3g, vs CPU %.3g\n", name, worst, rc_cpu);
+		}
+	}
+	failed ? t_fail++ : t_pass++;
+	for (int p = 0; p < 2; p++)
+		for (int i = 0; i < 4; i++)
+			free(out[p][i]);
+	struct fp4s_mat *ms[4] = {&wo, &wg, &wdn, &wq};
+	struct hw *hs[4] = {&ho, &hg, &hd, &hq};
+	for (int i = 0; i < 4; i++) {
+		cudaFree((void *)ms[i]->data), cudaFree((void *)ms[i]->scales);
+		free(hs[i]->data), free(hs[i]->scales);
+	}
+	for (int i = 0; i < 2; i++) {
+		CK(cudaFree(buf[i]));
+		CK(cudaFree(ss[i]));
+	}
+	float *dfree[6] = {da, dh, dn1, dn2, dg, dq};
+	for (int i = 0; i < 6; i++)
+		CK(cudaFree(dfree[i]));
+	free(a), free(h0), free(n1), free(n2), free(ch), free(cy), free(cx), free(cq);
+}
+
 int main(int argc, char **argv)
 {
 	int ndev = 0;
@@ -599,6 +780,13 @@ int main(int argc, char **argv)
 				run_fused(fmts[f], 333, 14336, 1 + v % 4, 0, 0, 0, 0, filter, v, kb);
 				run_fused(fmts[f], 77, 2880, 1 + (v + 1) % 4, 0, 0, 1, 0, filter, v, kb);
 			}
+	}
+	/* activations handed over staged: llama3-8b's layer (4096, 14336, qkv 6144) and two smaller
+	 * ones, zero-centred norm weights in one */
+	for (size_t f = 0; f < 2; f++) {
+		run_link(fmts[f], 4096, 14336, 6144, 0, filter);
+		run_link(fmts[f], 2048, 768, 5120, 1, filter);
+		run_link(fmts[f], 1024, 1536, 640, 0, filter);
 	}
 	/* back-to-back launches: llama3-8b's four shapes (the first two claim tiles after the first
 	 * round), ragged last tiles, the MoE experts' short rows (whole-row stages, K % 128 != 0),

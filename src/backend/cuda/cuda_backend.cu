@@ -359,6 +359,15 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 		rc = cu_dev_alloc(c, (void **)&c->vc, n * es, err);
 	if (!rc)
 		rc = cu_dev_alloc(c, (void **)&c->d_table, (size_t)max_seqs * c->table_stride * sizeof(int32_t), err);
+	for (int i = 0; i < 2 && !rc && !c->lk.buf[i]; i++) { /* zeroed: the padding stays zero */
+		const size_t lb = fp4s_gemv_link_bytes(CU_LINK_KMAX);
+		rc = cu_dev_alloc(c, (void **)&c->lk.buf[i], lb, err);
+		if (!rc)
+			rc = cu_dev_alloc(c, (void **)&c->lk.ss[i], CU_LINK_KMAX / 16 * sizeof(float), err);
+		if (!rc && cudaMemset(c->lk.buf[i], 0, lb) != cudaSuccess)
+			rc = fp4s_error_set(err, FP4S_ECUDA, "cuda: cannot clear the staging buffers");
+	}
+	cu_link_clear(c);
 	if (rc)
 		return fp4s_error_prefix(err, "kv cache (%d layers x %d blocks of %d positions): ", n_layers,
 		                         n_blocks, FP4S_KV_BLOCK);
@@ -371,6 +380,7 @@ static void cu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)
 
 static int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	/* Prompt chunks (runs of >= 16 tokens of one sequence) go to the flash kernel, which shares
 	 * each K/V tile among a tile of queries; decode tokens alone stay on the split-K kernel
@@ -435,6 +445,7 @@ int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes,
 static int cu_gather_rows(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
                           int64_t width, float *dst, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	for (int32_t i = 0; i < n; i++)
 		FP4S_CUDA_TRY(err, cudaMemcpyAsync(dst + (int64_t)i * width, src + (int64_t)rows[i] * width,
@@ -445,6 +456,7 @@ static int cu_gather_rows(struct fp4s_backend *be, const float *src, const int32
 static int cu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const struct fp4s_batch *b,
                     float *out, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	const float ws2 = emb->fmt == FP4S_WF_NVFP4 ? emb->ws2 : 1.0f;
 	pdl_launch(embed_kernel, dim3(b->n), 256, 0, c->s, (int)emb->fmt, emb->data, emb->scales, ws2, emb->cols,
@@ -456,6 +468,7 @@ static int cu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const s
 int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *y,
               struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	if (n > INT32_MAX)
 		return fp4s_error_set(err, FP4S_EINVAL, "matmul: %lld tokens", (long long)n);
 	/* prompts: tensor cores; decode steps: the bandwidth kernels (exact FP32 activations) */
@@ -496,15 +509,77 @@ static int swiglu_mode(void)
 	return mode;
 }
 
+/* The staged hand-over (cuda_impl.h's lk, gemv_mma.h's fp4s_gemv_link). FP4S_PRESTAGE=0 turns it
+ * off (A/B). */
+static int link_on(void)
+{
+	static int off = -1;
+	return !fp4s_env_off("FP4S_PRESTAGE", &off);
+}
+
+/* The link for a one-token launch reading x (normalized by nw, zc, where nw is set) over K and
+ * writing out_x (K_out elements; times out_nw where set): what the last launch left staged for
+ * exactly this, and a buffer for what this one leaves. Returns NULL where there is nothing to
+ * hand over either way. */
+static struct fp4s_gemv_link *link_for(struct cuda_impl *c, struct fp4s_gemv_link *lk, int64_t n, const float *x,
+                                       const float *nw, int zc, int64_t K, int out, const float *out_nw,
+                                       int out_zc, int64_t K_out)
+{
+	const int valid = c->lk.valid;
+	c->lk.valid = 0;
+	if (n != 1 || !link_on() || !c->lk.buf[0])
+		return NULL;
+	memset(lk, 0, sizeof *lk);
+	if (valid && c->lk.x == x && c->lk.nw == nw && c->lk.K == K && (!nw || c->lk.zc == zc)) {
+		lk->in = c->lk.buf[1 - c->lk.next];
+		lk->in_ss = c->lk.ss[1 - c->lk.next];
+	}
+	if (out && K_out <= CU_LINK_KMAX) {
+		lk->out = c->lk.buf[c->lk.next];
+		lk->out_ss = c->lk.ss[c->lk.next];
+		lk->out_nw = out_nw;
+		lk->out_zc = out_zc;
+	}
+	return lk->in || lk->out ? lk : NULL;
+}
+
+/* after the launch: what it left staged, for the next op alone */
+static void link_done(struct cuda_impl *c, const struct fp4s_gemv_link *lk, const float *out_x, const float *out_nw,
+                      int out_zc, int64_t K_out)
+{
+	if (!lk || !lk->made_out)
+		return;
+	c->lk.valid = 1;
+	c->lk.x = out_x, c->lk.nw = out_nw, c->lk.zc = out_zc, c->lk.K = K_out;
+	c->lk.next = 1 - c->lk.next;
+}
+
+static void cu_norm_next(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind)
+{
+	struct cuda_impl *c = impl_of(be);
+	c->lk.hint_h = nw ? h : NULL;
+	c->lk.hint_nw = nw;
+	c->lk.hint_zc = kind == FP4S_NORM_ZERO_CENTRED;
+}
+
 /* g = SwiGLU of W . rmsnorm(h), W = [gate | up] (fp4s_gemv_mma_norm_swiglu) */
 static int cu_norm_matmul_swiglu(struct fp4s_backend *be, const float *h, const float *nw, float eps,
                                  enum fp4s_norm_kind kind, int64_t n, const struct fp4s_mat *w, float *g,
                                  struct fp4s_error *err)
 {
-	if (w->pairs) /* rows alternate gate, up: the bulk-copy kernel's pair epilogue (gemv_tma.cu) */
-		return fused_path(be, n, w) ? fp4s_gemv_mma_norm_pairs(w, h, (int32_t)n, g, nw, eps,
-		                                                       kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s, err)
-		                            : FP4S_EUNSUPPORTED;
+	struct cuda_impl *c = impl_of(be);
+	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
+	if (w->pairs) { /* rows alternate gate, up: the bulk-copy kernel's pair epilogue (gemv_tma.cu) */
+		struct fp4s_gemv_link lk0, *lk = link_for(c, &lk0, n, h, nw, zc, w->cols, 1, NULL, 0, w->rows / 2);
+		c->lk.hint_h = NULL;
+		if (!fused_path(be, n, w))
+			return FP4S_EUNSUPPORTED;
+		const int rc = fp4s_gemv_mma_norm_pairs_link(w, h, (int32_t)n, g, nw, eps, zc, lk, c->s, err);
+		if (!rc)
+			link_done(c, lk, g, NULL, 0, w->rows / 2);
+		return rc;
+	}
+	cu_link_clear(c);
 	if (swiglu_mode() != 1 || !fused_path(be, n, w))
 		return FP4S_EUNSUPPORTED;
 	return fp4s_gemv_mma_norm_swiglu(w, h, (int32_t)n, g, nw, eps, kind == FP4S_NORM_ZERO_CENTRED, impl_of(be)->s,
@@ -517,8 +592,14 @@ static int cu_norm_matmul(struct fp4s_backend *be, const float *h, const float *
                           struct fp4s_error *err)
 {
 	static int off = -1;
+	struct cuda_impl *c = impl_of(be);
+	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
+	struct fp4s_gemv_link lk0, *lk = link_for(c, &lk0, n, h, nw, zc, w->cols, 0, NULL, 0, 0);
+	c->lk.hint_h = NULL;
 	if (fp4s_env_off("FP4S_FUSED_NORM", &off))
 		return FP4S_EUNSUPPORTED;
+	if (lk && fused_path(be, n, w))
+		return fp4s_gemv_mma_fused_link(w, h, (int32_t)n, y, 0, nw, eps, zc, lk, c->s, err);
 	if (!fused_path(be, n, w))
 		/* dense weights (gpt-oss's BF16 qkv): the norm in gemv_fast's pass over x */
 		return gemv_tokens(be, n) ? fp4s_cuda_norm_matmul(w, h, (int32_t)n, y, nw, eps,
@@ -532,6 +613,18 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
                          struct fp4s_error *err)
 {
 	static int off = -1;
+	struct cuda_impl *c = impl_of(be);
+	/* in: x as the launch before left it; out: h for the norm the forward pass said reads it next */
+	const float *onw = c->lk.hint_h == h ? c->lk.hint_nw : NULL;
+	const int ozc = c->lk.hint_zc;
+	struct fp4s_gemv_link lk0, *lk = link_for(c, &lk0, n, x, NULL, 0, w->cols, onw != NULL, onw, ozc, w->rows);
+	c->lk.hint_h = NULL;
+	if (lk && fused_path(be, n, w)) {
+		const int rc = fp4s_gemv_mma_fused_link(w, x, (int32_t)n, h, 1, NULL, 0.0f, 0, lk, c->s, err);
+		if (!rc)
+			link_done(c, lk, h, onw, ozc, w->rows);
+		return rc;
+	}
 	if (!fused_path(be, n, w))
 		/* dense weights (gpt-oss's BF16 attention): the add in gemv_fast's store, one launch
 		 * a layer fewer; FP4S_EUNSUPPORTED where that kernel does not take them
@@ -545,6 +638,7 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 static int cu_swiglu_matmul_add(struct fp4s_backend *be, const float *gu, int64_t n, const struct fp4s_mat *w,
                                 float *h, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	/* Only with FP4S_FUSED_SWIGLU=down: every block of the down projection reads both halves of
 	 * [gate | up] (2 x 57 KB at llama3-8b's 14336) and takes 14336 exponentials while staging,
 	 * which costs more than a SwiGLU kernel of its own (see swiglu_mode). */
@@ -564,6 +658,7 @@ static int norm_threads(int64_t width)
 void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows, int64_t width, float eps,
                 enum fp4s_norm_kind kind, float *y)
 {
+	cu_link_clear(impl_of(be));
 	if (rows > 0)
 		pdl_launch(rmsnorm_kernel, dim3((unsigned)rows), norm_threads(width), 0, impl_of(be)->s, x, w, width, eps,
 			kind == FP4S_NORM_ZERO_CENTRED, y);
@@ -571,12 +666,14 @@ void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t
 
 static void cu_add(struct fp4s_backend *be, float *x, const float *y, int64_t n)
 {
+	cu_link_clear(impl_of(be));
 	pdl_launch(add_kernel, dim3(grid1(n)), 256, 0, impl_of(be)->s, x, y, n);
 }
 
 static void cu_rope(struct fp4s_backend *be, float *q, float *k, const struct fp4s_batch *b, int32_t nh,
                     int32_t nkv, int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	pdl_launch(rope_kernel, dim3((unsigned)b->n, (unsigned)(nh + nkv)), 64, 0, c->s,
 		q, k, c->d_pos, nh, nkv, head_dim, rot_dim, inv_freq, mscale);
@@ -587,6 +684,7 @@ static int cu_norm_rope(struct fp4s_backend *be, float *q, float *k, const float
                         int32_t head_dim, int32_t rot_dim, const float *inv_freq, float mscale,
                         struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	if (head_dim > 512 || rot_dim > head_dim || (kind != FP4S_NORM_PLAIN && kind != FP4S_NORM_ZERO_CENTRED))
 		return FP4S_EUNSUPPORTED;
@@ -626,6 +724,7 @@ static int cu_attention(struct fp4s_backend *be, int32_t layer, const float *q, 
                         const float *v, const struct fp4s_batch *b, const struct fp4s_attn_params *p,
                         float *out, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	if (!kv_ready(c, layer, p))
 		return fp4s_error_set(err, FP4S_EINVAL, "attention: KV cache not set up for layer %d", layer);
@@ -674,6 +773,7 @@ static int cu_rope_attention(struct fp4s_backend *be, int32_t layer, float *q, f
                              int32_t rot_dim, const float *inv_freq, float mscale, const struct fp4s_attn_params *p,
                              float *out, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	static int off = -1;
 	if (fp4s_env_off("FP4S_FUSED_ATTN", &off) || !kv_ready(c, layer, p) || c->pf_step || !c->one_per_seq ||
@@ -736,11 +836,13 @@ static int attn_work(struct cuda_impl *c, const struct fp4s_batch *b, const stru
 
 void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n, int64_t inter, float *out)
 {
+	cu_link_clear(impl_of(be));
 	pdl_launch(swiglu_kernel, dim3(grid1(n * inter)), 256, 0, impl_of(be)->s, gate, up, n * inter, out);
 }
 
 static void cu_swiglu_pairs(struct fp4s_backend *be, const float *gu, int64_t n, int64_t inter, float *out)
 {
+	cu_link_clear(impl_of(be));
 	pdl_launch(swiglu_pairs_kernel, dim3(grid1(n * inter)), 256, 0, impl_of(be)->s,
 		reinterpret_cast<const float2 *>(gu), n * inter, out);
 }
@@ -756,6 +858,7 @@ static void cu_graph_reset(struct fp4s_backend *be)
 static int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
                         void *ctx, struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	for (int32_t i = 0; i < c->n_graphs; i++)
 		if (c->graphs[i].key == key) {
@@ -796,6 +899,7 @@ static int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ct
 static int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab, int32_t *out,
                      struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	if (n > 1024)
 		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows", n);
@@ -824,6 +928,8 @@ static void cu_destroy(struct fp4s_backend *be)
 		cudaFree(c->kc), cudaFree(c->vc), cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
 		cudaFree(c->d_argmax);
 		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
+		for (int i = 0; i < 2; i++)
+			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);
 		cu_moe_free(c);
 		cu_graph_reset(be);
 		if (c->s)
@@ -879,6 +985,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->attention = cu_attention;
 	be->norm_matmul = cu_norm_matmul;
 	be->matmul_add = cu_matmul_add;
+	be->norm_next = cu_norm_next;
 	be->norm_rope = cu_norm_rope;
 	be->rope_attention = cu_rope_attention;
 	be->norm_matmul_swiglu = cu_norm_matmul_swiglu;

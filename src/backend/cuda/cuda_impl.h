@@ -55,7 +55,28 @@ struct cuda_impl {
 	int32_t splits1;
 	struct cu_moe *moes;
 	struct cu_moe_bufs moeb;
+	/* Activations handed staged from one one-token matmul to the next (gemv_mma.h's
+	 * fp4s_gemv_link): two buffers in turn, what the last launch left in buf[1 - next]
+	 * (valid: x's K elements, times nw where set), and the forward pass's hint (norm_next) of
+	 * the norm that reads h after the next residual add. Valid only from one op to the next:
+	 * every other op clears it (cu_link_clear). */
+	struct {
+		uint8_t *buf[2];
+		float *ss[2];
+		int next, valid, zc, hint_zc;
+		const float *x, *nw, *hint_h, *hint_nw;
+		int64_t K;
+	} lk;
 };
+
+/* the staged hand-over's limit (buffers sized for it at kv_init) */
+#define CU_LINK_KMAX 32768
+
+static inline void cu_link_clear(struct cuda_impl *c)
+{
+	c->lk.valid = 0;
+	c->lk.hint_h = NULL;
+}
 
 static inline struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
 

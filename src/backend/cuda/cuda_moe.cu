@@ -359,6 +359,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
                            float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
+	cu_link_clear(c);
 	struct cu_moe *m = (struct cu_moe *)p->dev;
 	const int mode = fp4s_cuda_moe_fused();
 	if (!m || n != 1 || mode == 0 || !fp4s_gemv_mma_allowed() || p->router.rows != p->n_experts ||
@@ -433,6 +434,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 static int cu_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n, float *h,
                       struct fp4s_error *err)
 {
+	cu_link_clear(impl_of(be));
 	if (!p->dev)
 		return FP4S_EUNSUPPORTED;
 	return moe_on_device(be, p, x, n, 1, h, err);
@@ -442,6 +444,7 @@ static int cu_moe(struct fp4s_backend *be, const struct fp4s_moe_params *p, cons
                   float *y, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
+	cu_link_clear(c);
 	if (p->dev)
 		return moe_on_device(be, p, x, n, 0, y, err);
 	const int32_t E = p->n_experts, K = p->top_k;

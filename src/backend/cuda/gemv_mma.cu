@@ -570,8 +570,7 @@ static int gm_tma_mode(void)
 
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, int pair,
-                  cudaStream_t s,
-                  struct fp4s_error *err)
+                  struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)
 {
 	const int nv = w->fmt == FP4S_WF_NVFP4;
 	if (!nv && w->fmt != FP4S_WF_MXFP4)
@@ -669,6 +668,23 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 		}
 		if (a.stages)
 			a.claim = tma == 2 ? gm_dev[dev].cnt + GM_CNT : NULL;
+		if (lk && a.stages && M == 1 && !a.tprobe) {
+			/* staged activations in (x plain or normalized, not SwiGLU's input) and out (the
+			 * pairs' SwiGLU, or the rows after the add; whole tiles for the sums of squares) */
+			if (lk->in && !act && K % 128 == 0 && (!norm_w || lk->in_ss)) {
+				a.st_in = lk->in;
+				a.st_ss = norm_w ? lk->in_ss : NULL;
+				lk->used_in = 1;
+			}
+			const int64_t n_out = pair == 2 ? w->rows / 2 : w->rows;
+			if (lk->out && lk->out != lk->in && n_out % 128 == 0 && (!lk->out_nw || (pair != 2 && lk->out_ss))) {
+				a.st_out = lk->out;
+				a.st_nw = lk->out_nw;
+				a.st_ssout = lk->out_nw ? lk->out_ss : NULL;
+				a.st_zc = lk->out_zc;
+				lk->made_out = 1;
+			}
+		}
 		FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, ks, 1, sms, variant, s));
 	}
 	return FP4S_OK;
@@ -815,14 +831,14 @@ extern "C" int fp4s_gemv_mma_ex(const struct fp4s_mat *w, const float *x, int32_
                                 int kblocks, int variant, int probe, int l2pf, cudaStream_t s,
                                 struct fp4s_error *err)
 {
-	return gm_run(w, x, M, y, accumulate, kblocks, variant, probe, l2pf < 0 ? GM_L2PF : l2pf, 0, NULL, 0.0f, 0, 0, s,
-	              err);
+	return gm_run(w, x, M, y, accumulate, kblocks, variant, probe, l2pf < 0 ? GM_L2PF : l2pf, 0, NULL, 0.0f, 0, 0,
+	              NULL, s, err);
 }
 
 extern "C" int fp4s_gemv_mma(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
                              int kblocks, cudaStream_t s, struct fp4s_error *err)
 {
-	return gm_run(w, x, M, y, accumulate, kblocks, 0, 0, GM_L2PF, 0, NULL, 0.0f, 0, 0, s, err);
+	return gm_run(w, x, M, y, accumulate, kblocks, 0, 0, GM_L2PF, 0, NULL, 0.0f, 0, 0, NULL, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
@@ -831,7 +847,21 @@ extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int
 {
 	if (act < 0 || act > 1 || (act && norm_w) || (norm_w && ((uintptr_t)norm_w % 16 || M > 16)))
 		return FP4S_EUNSUPPORTED;
-	return gm_run(w, x, M, y, accumulate, 0, 0, 0, GM_L2PF, act, norm_w, eps, zero_centred, 0, s, err);
+	return gm_run(w, x, M, y, accumulate, 0, 0, 0, GM_L2PF, act, norm_w, eps, zero_centred, 0, NULL, s, err);
+}
+
+extern "C" size_t fp4s_gemv_link_bytes(int64_t K)
+{
+	return (size_t)2 * gm_col_stride((int)((K + 127) / 128 * 4));
+}
+
+extern "C" int fp4s_gemv_mma_fused_link(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                        int accumulate, const float *norm_w, float eps, int zero_centred,
+                                        struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)
+{
+	if (norm_w && ((uintptr_t)norm_w % 16 || M > 16))
+		return FP4S_EUNSUPPORTED;
+	return gm_run(w, x, M, y, accumulate, 0, 0, 0, GM_L2PF, 0, norm_w, eps, zero_centred, 0, lk, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_norm_swiglu(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
@@ -840,7 +870,7 @@ extern "C" int fp4s_gemv_mma_norm_swiglu(const struct fp4s_mat *w, const float *
 {
 	if (w->rows % 32 || w->bias)
 		return FP4S_EUNSUPPORTED;
-	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 1, s, err);
+	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 1, NULL, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_norm_pairs(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
@@ -849,7 +879,16 @@ extern "C" int fp4s_gemv_mma_norm_pairs(const struct fp4s_mat *w, const float *x
 {
 	if (!w->pairs || w->rows % 16 || M < 1 || M > 16 || (norm_w && (uintptr_t)norm_w % 16))
 		return FP4S_EUNSUPPORTED;
-	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 2, s, err);
+	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 2, NULL, s, err);
+}
+
+extern "C" int fp4s_gemv_mma_norm_pairs_link(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                             const float *norm_w, float eps, int zero_centred,
+                                             struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)
+{
+	if (!w->pairs || w->rows % 16 || M < 1 || M > 16 || (norm_w && (uintptr_t)norm_w % 16))
+		return FP4S_EUNSUPPORTED;
+	return gm_run(w, x, M, y, 0, 0, 0, 0, 0, 0, norm_w, eps, zero_centred, 2, lk, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_group_max(const struct fp4s_stacked *gu, const struct fp4s_stacked *down)

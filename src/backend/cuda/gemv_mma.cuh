@@ -98,6 +98,20 @@ struct gm_args {
 	int twarm;  /* gemv_tma.cu: the norm weight prefetched into L2 before the PDL wait */
 	int tprobe; /* gemv_tma.cu, benchmarks (FP4S_GEMV_TMA_PROBE): 1 = the consumers skip the MMA
 	             * steps, 2 = the staging too (the copy pipeline alone; results are garbage) */
+	/* gemv_tma.cu, one token (M = 1), K % 128 == 0: activations handed over already staged
+	 * (gm_st_put's layout, the 2 * cs bytes of a token's hi and lo columns):
+	 *  - st_in: x as the kernel before wrote it, taken by one bulk copy instead of gm_stage;
+	 *    with norm_w, the values are x * norm weight already and st_ss holds the K / 16
+	 *    partial sums of squares of x (summed here in a fixed order);
+	 *  - st_out: this launch's outputs also written staged (the SwiGLU of a pairs epilogue, or
+	 *    y after the add), times st_nw (+ 1 where st_zc) where set, with each 16-row tile's
+	 *    sum of squares of y into st_ssout[tile]. */
+	const uint8_t *st_in;
+	const float *st_ss;
+	uint8_t *st_out;
+	const float *st_nw;
+	float *st_ssout;
+	int st_zc;
 };
 
 static __device__ __forceinline__ unsigned long long gm_now(void)
@@ -328,6 +342,18 @@ static __device__ __forceinline__ void gm_stage(const gm_args &a, uint8_t *sm, i
 				gm_add_ss(s_ss, tok, ssq, per_tok >= 32);
 		}
 	}
+}
+
+/* Element k of one token's activations, v, as gm_stage stages it (BF16 hi and lo, columns cs bytes
+ * apart, decode order: pair w of item (k / 8) holds elements 3 - w and 7 - w), into st: what the
+ * kernel after this one copies in with one bulk copy (gm_args.st_in). */
+static __device__ __forceinline__ void gm_st_put(uint8_t *st, int cs, int k, float v)
+{
+	const int lc = k >> 5, j = (k >> 3) & 3, e = k & 7;
+	const int off = lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16) + (3 - (e & 3)) * 4 + (e >> 2) * 2;
+	const __nv_bfloat16 hi = __float2bfloat16_rn(v), lo = __float2bfloat16_rn(v - __bfloat162float(hi));
+	*reinterpret_cast<__nv_bfloat16 *>(st + off) = hi;
+	*reinterpret_cast<__nv_bfloat16 *>(st + cs + off) = lo;
 }
 
 /* This lane's B column per token group: token 4gg + g/2, part g%2 (unused tokens read token 0),

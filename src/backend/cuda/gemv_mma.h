@@ -41,6 +41,35 @@ int fp4s_gemv_mma_allowed(void);
 int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int act,
                         const float *norm_w, float eps, int zero_centred, cudaStream_t s, struct fp4s_error *err);
 
+/* Activations handed from one one-token decode matmul to the next already staged (gemv_tma.cu's
+ * layout), so the next takes them with one bulk copy instead of every block loading and
+ * splitting x (the kernel boundary's staging phase). The caller owns the buffers and vouches for
+ * them: in, written by the launch just before this one for this x (and, with a norm, this norm
+ * weight), in_ss its partial sums of squares (K / 16 floats, needed with a norm); out (never
+ * in) receives this launch's output staged for the next, times out_nw (+ 1 where out_zc) when
+ * that one normalizes it, with out_ss its partial sums of squares. used_in / made_out say what
+ * the launch did (the bulk-copy kernel, one token, K % 128 == 0; otherwise plain x as always). */
+struct fp4s_gemv_link {
+	const uint8_t *in;
+	const float *in_ss;
+	uint8_t *out;
+	const float *out_nw;
+	float *out_ss;
+	int out_zc;
+	int used_in, made_out;
+};
+
+/* bytes a staged one-token activation of K elements takes (in or out above) */
+size_t fp4s_gemv_link_bytes(int64_t K);
+
+/* fp4s_gemv_mma_fused / fp4s_gemv_mma_norm_pairs with a link (NULL: none) */
+int fp4s_gemv_mma_fused_link(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
+                             const float *norm_w, float eps, int zero_centred, struct fp4s_gemv_link *lk,
+                             cudaStream_t s, struct fp4s_error *err);
+int fp4s_gemv_mma_norm_pairs_link(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
+                                  const float *norm_w, float eps, int zero_centred, struct fp4s_gemv_link *lk,
+                                  cudaStream_t s, struct fp4s_error *err);
+
 /* y[M, rows / 2] = SwiGLU(gate, up) of W . RMSNorm(x), W's rows [gate | up] (a dense MLP's fused
  * gate|up projection): each block takes a tile of gate rows and then the matching up tile, so
  * the down projection reads the product with no kernel between. rows % 32 == 0, no bias, M <= 16

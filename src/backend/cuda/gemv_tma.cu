@@ -73,7 +73,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
-	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], xrdy;
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], xrdy, xbar;
 	__shared__ int hdr[GT_SMAX]; /* the stage's tile (-1: no more) */
 	__shared__ float s_ss[16];
 	const int S = a.stages;
@@ -92,8 +92,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
-		if (threadIdx.x == 0)
+		if (threadIdx.x == 0) {
 			gt_init(&xrdy, 1);
+			gt_init(&xbar, 1);
+		}
 	}
 	if (threadIdx.x < 16)
 		s_ss[threadIdx.x] = 0.0f;
@@ -268,7 +270,32 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	}
 	if (a.tprobe == 2)
 		;
-	else if (a.tsu == 4 && !a.norm_w && !a.act)
+	else if (a.st_in) {
+		/* x staged by the kernel before: one bulk copy by one thread (not the producer, which
+		 * may be waiting for a slot of the ring), and with the norm the sum of its partial sums
+		 * of squares by warp 0, in a fixed order, while the bytes come in */
+		if (threadIdx.x == 0) {
+			gt_expect(&xbar, 2u * (unsigned)cs);
+			gt_copy(xs, a.st_in, 2u * (unsigned)cs, &xbar);
+		}
+		if (a.st_ss && warp == 0) {
+			float v = 0.0f;
+			for (int b0 = 0; b0 < (K >> 4); b0 += 256) {
+				float part[8];
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					part[u] = b0 + 32 * u + lane < (K >> 4) ? __ldcg(a.st_ss + b0 + 32 * u + lane) : 0.0f;
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					v += part[u];
+			}
+			for (int o = 16; o; o >>= 1)
+				v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+			if (lane == 0)
+				s_ss[0] = v;
+		}
+		gt_wait(&xbar, 0);
+	} else if (a.tsu == 4 && !a.norm_w && !a.act)
 		gm_stage<GT_W * 32, 4, true>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, false, threadIdx.x);
 	else
 		gm_stage<GT_W * 32>(a, xs, cs, M, 0, K, nsteps * 4, xin, goff, s_ss, a.norm_w != NULL, threadIdx.x);
@@ -355,12 +382,29 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			 * (as moe.cu's moe_act_kernel, the SwiGLU kernels and the down GEMV's staging compute
 			 * it): 1 gpt-oss's clamped form, 2 silu(gate) * up */
 			const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
-			if (live && !(r & 1))
-				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] =
-					a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
-		} else if (live) {
-			float *yp = yout + (size_t)tok * a.rows + row;
-			*yp = a.accumulate ? *yp + out : out;
+			if (live && !(r & 1)) {
+				const float v = a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
+				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] = v;
+				if (a.st_out)
+					gm_st_put(a.st_out, gm_col_stride((int)((a.rows >> 1) >> 7) * 4), (int)(row >> 1), v);
+			}
+		} else {
+			float v = 0.0f;
+			if (live) {
+				float *yp = yout + (size_t)tok * a.rows + row;
+				v = a.accumulate ? *yp + out : out;
+				*yp = v;
+				if (a.st_out)
+					gm_st_put(a.st_out, gm_col_stride((int)(a.rows >> 7) * 4), (int)row,
+					          a.st_nw ? v * ((a.st_zc ? 1.0f : 0.0f) + a.st_nw[row]) : v);
+			}
+			if (a.st_ssout && warp == 0) { /* the tile's sum of squares, one token: lanes 0-15 */
+				v *= v;
+				for (int o = 8; o; o >>= 1)
+					v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+				if (lane == 0)
+					a.st_ssout[tile] = v;
+			}
 		}
 	}
 	stamp(3);
