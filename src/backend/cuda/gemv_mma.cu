@@ -850,11 +850,6 @@ extern "C" int fp4s_gemv_mma_fused(const struct fp4s_mat *w, const float *x, int
 	return gm_run(w, x, M, y, accumulate, 0, 0, 0, GM_L2PF, act, norm_w, eps, zero_centred, 0, NULL, s, err);
 }
 
-extern "C" size_t fp4s_gemv_link_bytes(int64_t K)
-{
-	return (size_t)2 * gm_col_stride((int)((K + 127) / 128 * 4));
-}
-
 extern "C" int fp4s_gemv_mma_fused_link(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                                         int accumulate, const float *norm_w, float eps, int zero_centred,
                                         struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)

@@ -52,6 +52,18 @@
  * steps w * sps .. w * sps + sps - 1 of the stage; lane (g, t) the 16 bytes of chunk t of rows g
  * and g + 8, as in gemv_mma.cu. A partial last step (K % 128 != 0) gets zero scales past K.
  *
+ * Staged hand-over (gm_args.st_in / st_out, gemv_mma.h's fp4s_gemv_link). Between two one-token
+ * launches of a dense layer the activations go over already in the staged layout: the gate|up
+ * pairs' epilogue writes the SwiGLU it stores also as the down projection's BF16 hi / lo columns,
+ * and the o and down projections' adds write h times the next RMSNorm's weight the same way, with
+ * each 16-row tile's sum of squares. The next launch then takes x with one bulk copy issued by a
+ * consumer thread (the producer may be blocked on a full ring) and, for the norm, sums K / 16
+ * partials in a fixed order, instead of every block loading, normalizing and splitting x from
+ * L2 (the down's 57 KB took two batches of rounds, 3.8 us; the fused norm's 2.6-2.8 us). llama3-8b
+ * decode +4.8 % (392 against 374 tok/s, 348 against 334 at depth 4096; FP4S_PRESTAGE=0 turns it
+ * off; bench/results/2026-11-23-h100-session20.md). Values are the same as gm_stage's; the sum of
+ * squares is summed in another order (relative differences ~1e-6 in the norm's output).
+ *
  * Takes M <= 16 tokens, K unsplit (K % 32 == 0), one matrix, one token's expert slots (with the
  * fused norm, SwiGLU input and combine) or the grouped expert form, where the activations leave
  * room for at least 2 stages at two blocks an SM. */
@@ -64,6 +76,7 @@
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/gemv_tma.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -422,6 +435,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		gm_combine_rows<GT_W * 32>(a);
 	}
 #endif
+}
+
+/* the staged hand-over's bytes for K elements of one token (its hi and lo columns) */
+extern "C" size_t fp4s_gemv_link_bytes(int64_t K)
+{
+	return (size_t)2 * gm_col_stride((int)((K + 127) / 128 * 4));
 }
 
 /* ---- the 2D tensor form's maps ---- */
