@@ -582,6 +582,17 @@ static void run_link_block(int E, int K, int H, int I, int Q, int zc, const char
 			printf("%s: h vs CPU %.2e (same bits as unlinked: %d); q linked vs unlinked %.2e, vs CPU %.2e (unlinked "
 			       "%.2e); staged in/out launches: unlinked %llu/%llu, linked %llu/%llu\n",
 			       name, eh, same_h, eq01, eq, eq0, i0, o0, i1, o1);
+		if (eq > 1e-4) { /* where q parts from the CPU's: the first rows and how many */
+			int nbad = 0, first = -1;
+			for (int r = 0; r < Q; r++)
+				if (fabs((double)qg[1][r] - qc[r]) > 1e-2 * (fabs((double)qc[r]) + 1e-3)) {
+					nbad++;
+					if (first < 0)
+						first = r;
+				}
+			fprintf(stderr, "%s: %d of %d rows of q part from the CPU's, the first %d (gpu %g cpu %g)\n", name, nbad, Q,
+			        first, first >= 0 ? qg[1][first] : 0.0, first >= 0 ? qc[first] : 0.0);
+		}
 		CHECK_MSG(same_h && eh <= 1e-4 && eq01 <= 1e-5 && eq <= 1e-4 && i0 == 0 && o0 == 0 && i1 == 3 && o1 == 2,
 		          "%s: h vs CPU %.3g, same bits as unlinked %d; q linked vs unlinked %.3g, vs CPU %.3g; staged "
 		          "in/out launches unlinked %llu/%llu, linked %llu/%llu (want 0/0, 3/2)",
