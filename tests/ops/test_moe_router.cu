@@ -539,6 +539,30 @@ static void run_link_block(int E, int K, int H, int I, int Q, int zc, const char
 		cpu->destroy(cpu), gpu->destroy(gpu);
 		return;
 	}
+	/* q's weights on the device against the host's (first differing byte of the codes, unpermuted,
+	 * and of the scales; -1: equal): after the upload and after the passes */
+	auto wq_diff = [&](long *dcode, long *dscale) {
+		const size_t nb = (size_t)Q * H / 2, ns = (size_t)Q * H / 16;
+		std::vector<uint8_t> dd(nb), ds(ns);
+		*dcode = *dscale = -2;
+		if (gpu->read(gpu, dd.data(), wqg.data, (int64_t)nb, &err) || gpu->read(gpu, ds.data(), wqg.scales, (int64_t)ns, &err))
+			return;
+		for (size_t i = 0; i < nb; i += 4) {
+			uint32_t w;
+			memcpy(&w, dd.data() + i, 4);
+			w = fp4s_e2m1_unpermute_word(w);
+			memcpy(dd.data() + i, &w, 4);
+		}
+		*dcode = *dscale = -1;
+		for (size_t i = 0; i < nb && *dcode < 0; i++)
+			if (dd[i] != ((const uint8_t *)wq.data)[i])
+				*dcode = (long)i;
+		for (size_t i = 0; i < ns && *dscale < 0; i++)
+			if (ds[i] != wq.scales[i])
+				*dscale = (long)i;
+	};
+	long wd0 = -3, ws0 = -3, wd1 = -3, ws1 = -3;
+	wq_diff(&wd0, &ws0);
 	fp4s_cuda_set_moe_fused(3);
 	fp4s_cuda_set_moe_tma(0);
 	std::vector<float> hg[2], qg[2];
@@ -562,6 +586,8 @@ static void run_link_block(int E, int K, int H, int I, int Q, int zc, const char
 	}
 	fp4s_cuda_set_moe_tma(-1);
 	fp4s_cuda_set_moe_fused(-1);
+	if (!rc)
+		wq_diff(&wd1, &ws1);
 	if (rc) {
 		CHECK_MSG(0, "%s: %d %s", name, rc, err.msg);
 	} else {
@@ -590,8 +616,9 @@ static void run_link_block(int E, int K, int H, int I, int Q, int zc, const char
 					if (first < 0)
 						first = r;
 				}
-			fprintf(stderr, "%s: %d of %d rows of q part from the CPU's, the first %d (gpu %g cpu %g)\n", name, nbad, Q,
-			        first, first >= 0 ? qg[1][first] : 0.0, first >= 0 ? qc[first] : 0.0);
+			fprintf(stderr, "%s: %d of %d rows of q part from the CPU's, the first %d (gpu %g cpu %g); device weights "
+			        "differ from byte %ld / scale %ld after the upload, %ld / %ld after the passes\n", name, nbad, Q,
+			        first, first >= 0 ? qg[1][first] : 0.0, first >= 0 ? qc[first] : 0.0, wd0, ws0, wd1, ws1);
 		}
 		CHECK_MSG(same_h && eh <= 1e-4 && eq01 <= 1e-5 && eq <= 1e-4 && i0 == 0 && o0 == 0 && i1 == 3 && o1 == 2,
 		          "%s: h vs CPU %.3g, same bits as unlinked %d; q linked vs unlinked %.3g, vs CPU %.3g; staged "
