@@ -194,7 +194,7 @@ struct fp4s_backend {
 	int (*norm_moe_add)(struct fp4s_backend *be, const struct fp4s_moe_params *p, float *h, const float *nw,
 	                    float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err);
 	/* Optional, a hint (results are the same without it): the next op is a residual add into h
-	 * (matmul_add or norm_moe_add), and the op after that normalizes h with nw (norm_matmul or
+	 * (matmul_add), and the op after that normalizes h with nw (norm_matmul or
 	 * norm_matmul_swiglu), so the add may leave h ready for it. */
 	void (*norm_next)(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind);
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */

@@ -522,9 +522,6 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		if ((rc = matmul_add(be, att, n, &L->o, h, y, H, err)))
 			return rc;
 		if (L->is_moe) {
-			/* (a hint: the MoE block's combine may leave h ready for the next layer's norm) */
-			if (be->norm_next && n == 1 && l + 1 < c->n_layers && f->layers[l + 1].fused_qkv)
-				be->norm_next(be, h, f->layers[l + 1].attn_norm, f->norm_kind);
 			if ((rc = norm_moe_add(be, &L->moe, h, L->ffn_norm, eps, f->norm_kind, n, x, y, H, err)))
 				return rc;
 		} else if (L->gu_pairs) {

@@ -511,7 +511,7 @@ static int swiglu_mode(void)
 
 /* The staged hand-over (cuda_impl.h's lk, gemv_mma.h's fp4s_gemv_link). FP4S_PRESTAGE=0 turns it
  * off (A/B). */
-int cu_link_on(void)
+static int link_on(void)
 {
 	static int off = -1;
 	return !fp4s_env_off("FP4S_PRESTAGE", &off);
@@ -527,7 +527,7 @@ static struct fp4s_gemv_link *link_for(struct cuda_impl *c, struct fp4s_gemv_lin
 {
 	const int valid = c->lk.valid;
 	c->lk.valid = 0;
-	if (n != 1 || !cu_link_on() || !c->lk.buf[0])
+	if (n != 1 || !link_on() || !c->lk.buf[0])
 		return NULL;
 	memset(lk, 0, sizeof *lk);
 	if (valid && c->lk.x == x && c->lk.nw == nw && c->lk.K == K && (!nw || c->lk.zc == zc)) {
@@ -547,8 +547,11 @@ static struct fp4s_gemv_link *link_for(struct cuda_impl *c, struct fp4s_gemv_lin
 static void link_done(struct cuda_impl *c, const struct fp4s_gemv_link *lk, const float *out_x, const float *out_nw,
                       int out_zc, int64_t K_out)
 {
-	if (lk && lk->made_out)
-		cu_link_made(c, out_x, out_nw, out_zc, K_out);
+	if (!lk || !lk->made_out)
+		return;
+	c->lk.valid = 1;
+	c->lk.x = out_x, c->lk.nw = out_nw, c->lk.zc = out_zc, c->lk.K = K_out;
+	c->lk.next = 1 - c->lk.next;
 }
 
 static void cu_norm_next(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind)

@@ -78,16 +78,6 @@ static inline void cu_link_clear(struct cuda_impl *c)
 	c->lk.hint_h = NULL;
 }
 
-/* a launch left x (K elements, times nw where set) staged in buf[next]: the next op's to take */
-static inline void cu_link_made(struct cuda_impl *c, const float *x, const float *nw, int zc, int64_t K)
-{
-	c->lk.valid = 1;
-	c->lk.x = x, c->lk.nw = nw, c->lk.zc = zc, c->lk.K = K;
-	c->lk.next = 1 - c->lk.next;
-}
-
-int cu_link_on(void); /* FP4S_PRESTAGE=0: no staged hand-over (A/B) */
-
 static inline struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
 
 /* one 256-thread block per 256 elements, at most 4096 blocks (grid-stride loops) */

@@ -359,9 +359,6 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
                            float eps, enum fp4s_norm_kind kind, int64_t n, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);
-	/* the norm the forward pass said reads h next (norm_next): the combine may leave h staged */
-	const float *onw = c->lk.hint_h == h ? c->lk.hint_nw : NULL;
-	const int ozc = c->lk.hint_zc;
 	cu_link_clear(c);
 	struct cu_moe *m = (struct cu_moe *)p->dev;
 	const int mode = fp4s_cuda_moe_fused();
@@ -382,40 +379,19 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 	}
-	/* The staged hand-over inside the block (gemv_mma.h's fp4s_gemv_link): the router's normalized
-	 * token to the gate|up launch, its SwiGLU (a slot each) to the down launch, and h after the
-	 * combine, times the next norm's weight, to the launch after (the next layer's qkv). Each
-	 * takes x with one bulk copy instead of every block loading and splitting it. */
-	uint8_t *lb0 = NULL, *lb1 = NULL;
-	if (pairact && cu_link_on() && c->lk.buf[0] && H % 128 == 0 && I % 128 == 0 && H <= CU_LINK_KMAX &&
-	    (size_t)K * fp4s_gemv_link_bytes(I) <= fp4s_gemv_link_bytes(CU_LINK_KMAX))
-		lb0 = c->lk.buf[c->lk.next], lb1 = c->lk.buf[1 - c->lk.next];
 	rc = fp4s_cuda_norm_route(&p->router, K, p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk,
-	                          h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode >= 3 ? m->x1 : NULL, lb0, c->s,
-	                          err);
+	                              h, nw, eps, zc, m->lg1, m->cnt, m->idx1, m->w1, mode >= 3 ? m->x1 : NULL, c->s, err);
 	if (rc)
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued yet */
 	if (pairact) {
 		/* interleaved gate|up: the GEMV's epilogue writes SwiGLU of its (gate, up) row pairs, so
 		 * the down GEMV stages I plain floats a block instead of 2 I and their exponentials */
-		struct fp4s_gemv_link l1, l2;
-		memset(&l1, 0, sizeof l1);
-		memset(&l2, 0, sizeof l2);
-		l1.in = lb0, l1.out = lb1;
-		rc = fp4s_gemv_mma_experts_pairact_link(&m->gu, m->idx1, K, m->x1, K, H, m->form, p->swiglu_alpha,
-		                                        p->swiglu_limit, m->a1, lb0 ? &l1 : NULL, c->s, err);
+		rc = fp4s_gemv_mma_experts_pairact(&m->gu, m->idx1, K, m->x1, K, H, m->form, p->swiglu_alpha,
+		                                   p->swiglu_limit, m->a1, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED) {
-			if (l1.made_out)
-				l2.in = lb1;
-			if (lb0 && onw) {
-				l2.out = lb0, l2.out_ss = c->lk.ss[c->lk.next];
-				l2.out_nw = onw, l2.out_zc = ozc;
-			}
 			if (!rc)
-				rc = fp4s_gemv_mma_experts_ex_link(&m->down, m->idx1, K, m->a1, 1, I, m->w1, h, m->o1,
-				                                   l2.in || l2.out ? &l2 : NULL, c->s, err);
-			if (!rc && l2.made_out)
-				cu_link_made(c, h, onw, ozc, H);
+				rc = fp4s_gemv_mma_experts_ex(&m->down, m->idx1, K, m->a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0,
+				                              m->w1, h, m->o1, c->s, err);
 			if (rc == FP4S_EUNSUPPORTED && !(rc = fp4s_cuda_expert_matmul(&m->down, m->idx1, K, m->a1, 1, I,
 			                                                              m->o1, c->s, err)))
 				rc = fp4s_cuda_moe_combine(m->o1, m->w1, NULL, 1, K, H, 1, h, c->s, err);

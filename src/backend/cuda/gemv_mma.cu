@@ -568,15 +568,6 @@ static int gm_tma_mode(void)
 	return tma;
 }
 
-/* launches that took a staged x / left their output staged (fp4s_gemv_link_counts) */
-static unsigned long long gm_link_n[2];
-
-extern "C" void fp4s_gemv_link_counts(unsigned long long *in, unsigned long long *out)
-{
-	*in = gm_link_n[0];
-	*out = gm_link_n[1];
-}
-
 static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate, int kblocks,
                   int variant, int probe, int l2pf, int act, const float *norm_w, float eps, int zero_centred, int pair,
                   struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)
@@ -684,7 +675,6 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 				a.st_in = lk->in;
 				a.st_ss = norm_w ? lk->in_ss : NULL;
 				lk->used_in = 1;
-				gm_link_n[0]++;
 			}
 			const int64_t n_out = pair == 2 ? w->rows / 2 : w->rows;
 			if (lk->out && lk->out != lk->in && n_out % 128 == 0 && (!lk->out_nw || (pair != 2 && lk->out_ss))) {
@@ -693,7 +683,6 @@ static int gm_run(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
 				a.st_ssout = lk->out_nw ? lk->out_ss : NULL;
 				a.st_zc = lk->out_zc;
 				lk->made_out = 1;
-				gm_link_n[1]++;
 			}
 		}
 		FP4S_CUDA_TRY(err, gm_launch_planned(a, nv, tiles, ks, 1, sms, variant, s));
@@ -711,8 +700,8 @@ extern "C" int fp4s_gemv_mma_experts(const struct fp4s_stacked *w, const int32_t
 
 static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x, int32_t x_div,
                       int64_t x_stride, int act, float alpha, float limit, const float *norm_w, float eps,
-                      int zero_centred, const float *cw, float *ch, float *y, int pairact,
-                      struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err);
+                      int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s,
+                      struct fp4s_error *err);
 
 extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                                         const float *x, int32_t x_div, int64_t x_stride, int act, float alpha,
@@ -721,15 +710,7 @@ extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int3
                                         struct fp4s_error *err)
 {
 	return gm_experts(w, idx, n_slots, x, x_div, x_stride, act, alpha, limit, norm_w, eps, zero_centred, cw, ch, y,
-	                  0, NULL, s, err);
-}
-
-extern "C" int fp4s_gemv_mma_experts_ex_link(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
-                                             const float *x, int32_t x_div, int64_t x_stride, const float *cw,
-                                             float *ch, float *y, struct fp4s_gemv_link *lk, cudaStream_t s,
-                                             struct fp4s_error *err)
-{
-	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, 0.0f, 0.0f, NULL, 0.0f, 0, cw, ch, y, 0, lk, s, err);
+	                  0, s, err);
 }
 
 extern "C" int fp4s_gemv_mma_experts_pairact(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
@@ -739,25 +720,14 @@ extern "C" int fp4s_gemv_mma_experts_pairact(const struct fp4s_stacked *w, const
 {
 	if (kind != 1 && kind != 2)
 		return FP4S_EUNSUPPORTED;
-	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, y, kind, NULL,
-	                  s, err);
-}
-
-extern "C" int fp4s_gemv_mma_experts_pairact_link(const struct fp4s_stacked *w, const int32_t *idx,
-                                                 int32_t n_slots, const float *x, int32_t x_div, int64_t x_stride,
-                                                 int kind, float alpha, float limit, float *y,
-                                                 struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)
-{
-	if (kind != 1 && kind != 2)
-		return FP4S_EUNSUPPORTED;
-	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, y, kind, lk,
-	                  s, err);
+	return gm_experts(w, idx, n_slots, x, x_div, x_stride, 0, alpha, limit, NULL, 0.0f, 0, NULL, NULL, y, kind, s,
+	                  err);
 }
 
 static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x, int32_t x_div,
                       int64_t x_stride, int act, float alpha, float limit, const float *norm_w, float eps,
-                      int zero_centred, const float *cw, float *ch, float *y, int pairact,
-                      struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err)
+                      int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s,
+                      struct fp4s_error *err)
 {
 	gm_args a;
 	int sms;
@@ -765,26 +735,6 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
 	                              cw, ch, y, pairact, s, &a, &sms, err);
 	if (rc)
 		return rc;
-	if (lk && a.stages && !a.tprobe) {
-		/* staged in: slot / x_div's x, 2 cs bytes each; out: the pairs' SwiGLU a slot each, or
-		 * h after the combine (the slots' own rows have no reader that takes them staged) */
-		if (lk->in && !act && w->cols % 128 == 0 && (!norm_w || lk->in_ss)) {
-			a.st_in = lk->in;
-			a.st_ss = norm_w ? lk->in_ss : NULL;
-			lk->used_in = 1;
-			gm_link_n[0]++;
-		}
-		const int64_t n_out = pairact ? w->rows / 2 : w->rows;
-		if (lk->out && lk->out != lk->in && n_out % 128 == 0 && (pairact || cw) &&
-		    (pairact ? !lk->out_nw : !lk->out_nw || lk->out_ss)) {
-			a.st_out = lk->out;
-			a.st_nw = lk->out_nw;
-			a.st_ssout = lk->out_nw ? lk->out_ss : NULL;
-			a.st_zc = lk->out_zc;
-			lk->made_out = 1;
-			gm_link_n[1]++;
-		}
-	}
 	const int64_t tiles = (w->rows + 15) / 16;
 	FP4S_CUDA_TRY(err, gm_launch_planned(a, w->fmt == FP4S_WF_NVFP4, tiles, 1, n_slots, sms, 0, s));
 	return FP4S_OK;

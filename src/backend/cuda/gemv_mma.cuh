@@ -372,47 +372,30 @@ static __device__ __forceinline__ void gm_xcols(const uint8_t *(&xcol)[NG], cons
  * blockIdx.x (they covered the same row tiles, blockIdx.x + i * gridDim.x): h[row] += sum over
  * slots of cw[slot] * y[slot][row], slots summed in order as moe.cu's combine kernel, by NT
  * threads; then the counter is left at 0 for the next launch. The tile count is recomputed
- * here rather than kept live through the main loop (that cost a register spill). ST (gemv_tma.cu)
- * also hands h over staged where a.st_out is set (times st_nw, each tile's sum of squares into
- * st_ssout), so the next layer's qkv launch takes it with one bulk copy. */
-template <int NT, bool ST = false>
+ * here rather than kept live through the main loop (that cost a register spill). */
+template <int NT>
 static __device__ __forceinline__ void gm_combine_rows(const gm_args &a)
 {
 	const int nt = (int)((((a.rows + 15) >> 4) - blockIdx.x + gridDim.x - 1) / gridDim.x);
-	/* thread t takes row t % 16 of tiles t / 16, t / 16 + NT / 16, ...; a warp's two halves step
-	 * together (for the staged sums' shuffles) */
-	for (int i0 = (threadIdx.x >> 5) * 2; i0 < nt; i0 += NT / 16) {
-		const int i = i0 + ((threadIdx.x >> 4) & 1);
-		const int64_t tile = (int64_t)blockIdx.x + (int64_t)i * gridDim.x, row = tile * 16 + (threadIdx.x & 15);
-		float v = 0.0f;
-		if (i < nt && row < a.rows) {
-			/* loads in groups of 4 (in flight together), sums in slot order */
-			float acc = 0.0f;
-			unsigned j = 0;
-			for (; j + 4 <= gridDim.z; j += 4) {
-				float o[4];
+	for (int i = threadIdx.x >> 4; i < nt; i += NT / 16) {
+		const int64_t row = ((int64_t)blockIdx.x + (int64_t)i * gridDim.x) * 16 + (threadIdx.x & 15);
+		if (row >= a.rows)
+			continue;
+		/* loads in groups of 4 (in flight together), sums in slot order */
+		float acc = 0.0f;
+		unsigned j = 0;
+		for (; j + 4 <= gridDim.z; j += 4) {
+			float o[4];
 #pragma unroll
-				for (int u = 0; u < 4; u++)
-					o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
+			for (int u = 0; u < 4; u++)
+				o[u] = __ldcg(a.y + (size_t)(j + u) * a.rows + row);
 #pragma unroll
-				for (int u = 0; u < 4; u++)
-					acc += __ldcg(a.cw + j + u) * o[u];
-			}
-			for (; j < gridDim.z; j++)
-				acc += __ldcg(a.cw + j) * __ldcg(a.y + (size_t)j * a.rows + row);
-			v = a.ch[row] + acc;
-			a.ch[row] = v;
-			if (ST && a.st_out)
-				gm_st_put(a.st_out, gm_col_stride((int)(a.rows >> 7) * 4), (int)row,
-				          a.st_nw ? v * ((a.st_zc ? 1.0f : 0.0f) + a.st_nw[row]) : v);
+			for (int u = 0; u < 4; u++)
+				acc += __ldcg(a.cw + j + u) * o[u];
 		}
-		if (ST && a.st_ssout) { /* the tile's sum of squares: a half warp's 16 rows */
-			v *= v;
-			for (int o = 8; o; o >>= 1)
-				v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-			if ((threadIdx.x & 15) == 0 && i < nt)
-				a.st_ssout[tile] = v;
-		}
+		for (; j < gridDim.z; j++)
+			acc += __ldcg(a.cw + j) * __ldcg(a.y + (size_t)j * a.rows + row);
+		a.ch[row] = a.ch[row] + acc;
 	}
 	if (threadIdx.x == 0)
 		a.cnt[blockIdx.x] = 0; /* ready for the next launch */

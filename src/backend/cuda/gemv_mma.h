@@ -62,9 +62,6 @@ struct fp4s_gemv_link {
 /* bytes a staged one-token activation of K elements takes (in or out above) */
 size_t fp4s_gemv_link_bytes(int64_t K);
 
-/* tests: one-token launches so far that took x staged (in) and that left their output staged */
-void fp4s_gemv_link_counts(unsigned long long *in, unsigned long long *out);
-
 /* fp4s_gemv_mma_fused / fp4s_gemv_mma_norm_pairs with a link (NULL: none) */
 int fp4s_gemv_mma_fused_link(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
                              const float *norm_w, float eps, int zero_centred, struct fp4s_gemv_link *lk,
@@ -119,18 +116,6 @@ int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, i
 int fp4s_gemv_mma_experts_pairact(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                                   const float *x, int32_t x_div, int64_t x_stride, int kind, float alpha,
                                   float limit, float *y, cudaStream_t s, struct fp4s_error *err);
-
-/* The two one-token expert launches of a decode step with a link (NULL: none). in: slot s's x
- * staged at in + (s / x_div) * fp4s_gemv_link_bytes(K). out: the pairs' SwiGLU, slot s's at
- * out + s * fp4s_gemv_link_bytes(rows / 2) (no out_nw); or, with the combine (cw, ch), h after it,
- * times out_nw where set, with its tiles' sums of squares. */
-int fp4s_gemv_mma_experts_pairact_link(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
-                                       const float *x, int32_t x_div, int64_t x_stride, int kind, float alpha,
-                                       float limit, float *y, struct fp4s_gemv_link *lk, cudaStream_t s,
-                                       struct fp4s_error *err);
-int fp4s_gemv_mma_experts_ex_link(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots, const float *x,
-                                  int32_t x_div, int64_t x_stride, const float *cw, float *ch, float *y,
-                                  struct fp4s_gemv_link *lk, cudaStream_t s, struct fp4s_error *err);
 
 int fp4s_gemv_mma_grouped(const struct fp4s_stacked *w, const int32_t *g_expert, const int32_t *g_off,
                           const int32_t *g_m, int32_t n_groups, int32_t gmax, const float *x, const int32_t *xrow,

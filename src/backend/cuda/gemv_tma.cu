@@ -287,10 +287,9 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		/* x staged by the kernel before: one bulk copy by one thread (not the producer, which
 		 * may be waiting for a slot of the ring), and with the norm the sum of its partial sums
 		 * of squares by warp 0, in a fixed order, while the bytes come in */
-		if (threadIdx.x == 0) { /* (expert slots: slot / x_div's x, 2 cs bytes each) */
+		if (threadIdx.x == 0) {
 			gt_expect(&xbar, 2u * (unsigned)cs);
-			gt_copy(xs, a.st_in + (a.idx ? (size_t)(blockIdx.z / a.x_div) * 2u * cs : 0), 2u * (unsigned)cs,
-			        &xbar);
+			gt_copy(xs, a.st_in, 2u * (unsigned)cs, &xbar);
 		}
 		if (a.st_ss && warp == 0) {
 			float v = 0.0f;
@@ -399,10 +398,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			if (live && !(r & 1)) {
 				const float v = a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
 				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] = v;
-				if (a.st_out) { /* (expert slots: one staged x a slot) */
-					const int ocs = gm_col_stride((int)((a.rows >> 1) >> 7) * 4);
-					gm_st_put(a.st_out + (size_t)blockIdx.z * 2u * ocs, ocs, (int)(row >> 1), v);
-				}
+				if (a.st_out)
+					gm_st_put(a.st_out, gm_col_stride((int)((a.rows >> 1) >> 7) * 4), (int)(row >> 1), v);
 			}
 		} else {
 			float v = 0.0f;
@@ -410,11 +407,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 				float *yp = yout + (size_t)tok * a.rows + row;
 				v = a.accumulate ? *yp + out : out;
 				*yp = v;
-				if (a.st_out && !a.cw) /* (with the combine: h's, below) */
+				if (a.st_out)
 					gm_st_put(a.st_out, gm_col_stride((int)(a.rows >> 7) * 4), (int)row,
 					          a.st_nw ? v * ((a.st_zc ? 1.0f : 0.0f) + a.st_nw[row]) : v);
 			}
-			if (a.st_ssout && !a.cw && warp == 0) { /* the tile's sum of squares, one token: lanes 0-15 */
+			if (a.st_ssout && warp == 0) { /* the tile's sum of squares, one token: lanes 0-15 */
 				v *= v;
 				for (int o = 8; o; o >>= 1)
 					v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
@@ -435,7 +432,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		gt_sync();
 		if (!last)
 			return;
-		gm_combine_rows<GT_W * 32, true>(a);
+		gm_combine_rows<GT_W * 32>(a);
 	}
 #endif
 }

@@ -20,7 +20,6 @@
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
-#include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/route.cuh"
 #include "backend/cuda/swiglu.cuh"
@@ -58,8 +57,7 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
  * the last block to finish (a counter, reset for the next launch, as gemv_mma.cu's split-K) reads
  * them back and routes them with route_warp, the code moe_route_kernel runs, so both give the
  * same ids and weights for the same logits. Nothing depends on arrival order. xn (may be NULL):
- * block 0 also writes the normalized token there, and where xst is set also staged as the expert
- * gate|up launch takes it with one bulk copy (gemv_mma.h's fp4s_gemv_link, H % 128 == 0). */
+ * block 0 also writes the normalized token there. */
 #define NR_WARPS 4
 #define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
 #define NR_RANK_MAX 1024 /* experts route_block ranks (each thread compares against all E) */
@@ -70,7 +68,7 @@ static __global__ void __launch_bounds__(NR_WARPS * 32)
 norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
                   const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
-                  int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn, uint8_t *xst, int warm)
+                  int32_t *__restrict__ idx, float *__restrict__ w, float *__restrict__ xn, int warm)
 {
 	extern __shared__ __align__(16) float xs[]; /* [H] h * norm weight; the last block: logits, keys (route.cuh) */
 	__shared__ float red[NR_WARPS];
@@ -126,14 +124,9 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	for (int i = 0; i < NR_WARPS; i++)
 		ss += red[i];
 	const float inv = 1.0f / sqrtf(ss / (float)H + eps);
-	if (xn && blockIdx.x == 0) {
-		const int cs = gm_col_stride((H >> 7) * 4);
-		for (int32_t i = threadIdx.x; i < H; i += NR_WARPS * 32) {
+	if (xn && blockIdx.x == 0)
+		for (int32_t i = threadIdx.x; i < H; i += NR_WARPS * 32)
 			xn[i] = xs[i] * inv;
-			if (xst)
-				gm_st_put(xst, cs, i, xs[i] * inv);
-		}
-	}
 	float acc = 0.0f;
 #pragma unroll
 	for (int i = 0; i < PRE; i++)
@@ -176,25 +169,25 @@ template <int FMT>
 static cudaError_t nr_launch(int32_t nq, dim3 grid, size_t smem, cudaStream_t s, const uint8_t *d, const float *rb,
                              int32_t E, int32_t H, const float *h, const float *nw, float eps, int zc, int32_t K,
                              int kind, int norm, float *lg, unsigned *cnt, int32_t *idx, float *w, float *xn,
-                             uint8_t *xst, int warm)
+                             int warm)
 {
 #ifdef FP4S_DIAG_CLONE
 	if (fp4s_diag_clone(16))
 		return nq <= 32 * 4 ? pdl_launch(norm_route_kernel<FMT, 4, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h,
-		                                 nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, xst, warm)
+		                                 nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, warm)
 		       : nq <= 32 * 8 ? pdl_launch(norm_route_kernel<FMT, 8, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H,
-		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, xst, warm)
+		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, warm)
 		                      : pdl_launch(norm_route_kernel<FMT, 16, 1>, grid, NR_WARPS * 32, smem, s, d, rb, E, H,
-		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, xst, warm);
+		                                   h, nw, eps, zc, K, kind, norm, lg, cnt, idx, w, xn, warm);
 #endif
 	if (nq <= 32 * 4)
 		return pdl_launch(norm_route_kernel<FMT, 4>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-			kind, norm, lg, cnt, idx, w, xn, xst, warm);
+			kind, norm, lg, cnt, idx, w, xn, warm);
 	if (nq <= 32 * 8)
 		return pdl_launch(norm_route_kernel<FMT, 8>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-			kind, norm, lg, cnt, idx, w, xn, xst, warm);
+			kind, norm, lg, cnt, idx, w, xn, warm);
 	return pdl_launch(norm_route_kernel<FMT, 16>, grid, NR_WARPS * 32, smem, s, d, rb, E, H, h, nw, eps, zc, K,
-		kind, norm, lg, cnt, idx, w, xn, xst, warm);
+		kind, norm, lg, cnt, idx, w, xn, warm);
 }
 
 /* E2M1 code -> float via the FP16 bit trick (formats.md §2.2): value * 2^-14, exact */
@@ -348,8 +341,7 @@ extern "C" void fp4s_cuda_set_moe_fused(int mode) { moe_fused_forced = mode >= 0
 
 extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int norm, const float *h,
                                    const float *nw, float eps, int zero_centred, float *lg, unsigned *cnt,
-                                   int32_t *idx, float *w, float *xn, uint8_t *xst, cudaStream_t s,
-                                   struct fp4s_error *err)
+                                   int32_t *idx, float *w, float *xn, cudaStream_t s, struct fp4s_error *err)
 {
 	const int64_t E = router->rows, H = router->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
@@ -357,8 +349,7 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 	const size_t smem = (size_t)(H * 4 > lb ? H * 4 : lb);
 	if ((router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > 64 || K > E || E > 8192 || H < 4 || H % (16 / esz) || H > (1 << 20) || smem > 48 * 1024 ||
-	    ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) || ((uintptr_t)nw & 15) ||
-	    (xst && (!xn || H % 128)))
+	    ((uintptr_t)router->data & 15) || ((uintptr_t)h & 15) || ((uintptr_t)nw & 15))
 		return FP4S_EUNSUPPORTED;
 	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	const uint8_t *d = (const uint8_t *)router->data;
@@ -369,15 +360,15 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 	switch (router->fmt) {
 	case FP4S_WF_BF16:
 		e = nr_launch<FP4S_WF_BF16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
-		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn, xst, warm);
+		                            zero_centred, K, kind, norm, lg, cnt, idx, w, xn, warm);
 		break;
 	case FP4S_WF_F16:
 		e = nr_launch<FP4S_WF_F16>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
-		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn, xst, warm);
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn, warm);
 		break;
 	default:
 		e = nr_launch<FP4S_WF_F32>(nq, grid, smem, s, d, router->bias, (int32_t)E, (int32_t)H, h, nw, eps,
-		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn, xst, warm);
+		                           zero_centred, K, kind, norm, lg, cnt, idx, w, xn, warm);
 	}
 	FP4S_CUDA_TRY(err, e);
 	return FP4S_OK;

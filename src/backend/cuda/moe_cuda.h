@@ -61,14 +61,12 @@ unsigned long long fp4s_cuda_moe_tma_launches(void); /* tests: launches so far *
 void fp4s_cuda_set_moe_fused(int mode);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
  * RMSNorm(h; nw) (+ router bias; eps, zero_centred: 1 + nw), then idx/w [K] as
- * fp4s_cuda_moe_route (kind, norm); xn (may be NULL): RMSNorm(h; nw) itself [H]; xst (may be
- * NULL; needs xn and H % 128 == 0): that also staged as gemv_mma.h's fp4s_gemv_link takes it
- * (fp4s_gemv_link_bytes(H)). cnt: one device
+ * fp4s_cuda_moe_route (kind, norm); xn (may be NULL): RMSNorm(h; nw) itself [H]. cnt: one device
  * counter, zero before the first launch and left zero by each. Router weights BF16, F16 or F32 (E = rows, H = cols); FP4S_EUNSUPPORTED
  * with nothing enqueued for other formats, shapes or alignments. */
 int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, int kind, int norm, const float *h,
                          const float *nw, float eps, int zero_centred, float *lg, unsigned *cnt, int32_t *idx,
-                         float *w, float *xn, uint8_t *xst, cudaStream_t s, struct fp4s_error *err);
+                         float *w, float *xn, cudaStream_t s, struct fp4s_error *err);
 /* y[slot] = W_{idx[slot]} . x[(slot / x_div) * x_stride] (+ bias) for slot < n_slots */
 int fp4s_cuda_expert_matmul(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                             const float *x, int32_t x_div, int64_t x_stride, float *y,

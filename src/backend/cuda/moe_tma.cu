@@ -636,7 +636,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	if (per_sm < 1 || bx < 1 || (int64_t)grid.x * K < (E + GT_W - 1) / GT_W)
 		return FP4S_EUNSUPPORTED;
 	if (!p.route && (rc = fp4s_cuda_norm_route(router, K, kind, norm, h, nw, eps, zero_centred, lg, sync, idx, w, x1,
-	                                           NULL, s, err)))
+	                                           s, err)))
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued */
 	static int told;
 	if (!told && getenv("FP4S_MOE_ONE_DEBUG")) { /* diagnostics: the launch's shape, once */
