@@ -156,6 +156,8 @@ static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *part
 	out->stride_scales = (int64_t)(row_s * (size_t)rows);
 	out->ws2 = m0->ws2, out->ws2e = ws2e;
 	out->e8_range = 0;
+	/* the per-expert scales' copy (pageable, legacy stream) landed before s reads anything */
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(cudaStreamLegacy));
 	return fp4s_cuda_mx_scale_range_stacked(out, E, c->s, err);
 }
 

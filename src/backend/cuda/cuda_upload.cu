@@ -33,6 +33,11 @@ extern "C" cudaError_t fp4s_cuda_e2m1_permute(void *codes, size_t bytes, cudaStr
 
 int cu_permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream_t s, struct fp4s_error *err)
 {
+	/* The codes came by cudaMemcpy from pageable host memory, which may return before its DMA has
+	 * landed, on the legacy stream, which s (non-blocking) does not wait for: the permute kernel
+	 * then raced the copy's tail and left the last part of a matrix unpermuted (seen on the H100:
+	 * rows 404-1023 of a 1024 x 2048 NVFP4 matrix, test_moe_router UPLOAD). */
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(cudaStreamLegacy));
 	if (m->fmt != FP4S_WF_NVFP4 && m->fmt != FP4S_WF_MXFP4)
 		return FP4S_OK;
 	if (m->cols % 8) /* rows must be whole words */
@@ -49,6 +54,8 @@ static int upload(struct cuda_impl *c, const void *host, size_t bytes, void **de
 	if (rc || (rc = cu_track(c, *dev, err)))
 		return rc;
 	FP4S_CUDA_TRY(err, cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice));
+	/* landed before anything on the backend's stream reads it (cu_permute_codes says why) */
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(cudaStreamLegacy));
 	return FP4S_OK;
 }
 
