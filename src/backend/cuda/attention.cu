@@ -416,7 +416,16 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		 * registers (att_few_stages); more (batches, prefill): 4 warps, registers, two blocks
 		 * per SM. */
 		const bool few = (int64_t)n * nkv < sms;
-		const int W = tune->warps ? tune->warps : few ? 8 : 4;
+		/* FP4S_ATTN_WARPS, FP4S_ATTN_BPS: the few-sequence default's warps and blocks per SM
+		 * (diagnostics, A/B in a decode step) */
+		static int few_w = -1, few_bps = -1;
+		if (few_w < 0) {
+			const char *e = getenv("FP4S_ATTN_WARPS");
+			few_w = e && (atoi(e) == 2 || atoi(e) == 4 || atoi(e) == 8) ? atoi(e) : 8;
+			e = getenv("FP4S_ATTN_BPS");
+			few_bps = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 1;
+		}
+		const int W = tune->warps ? tune->warps : few ? few_w : 4;
 		if (W != 2 && W != 4 && W != 8)
 			return fp4s_error_set(err, FP4S_EINVAL, "attention: %d warps per block (2, 4 or 8)", W);
 		int S = tune->stages ? tune->stages : few ? att_few_stages() : 1;
@@ -432,7 +441,7 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		/* blocks per (token, KV head): about blocks_per_sm blocks per SM in all (the kernel holds
 		 * one or two blocks per SM), at most the caller's splits (the work buffer) and what one
 		 * merge handles */
-		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : few ? 1 : 2;
+		const int64_t bps = tune->blocks_per_sm > 0 ? tune->blocks_per_sm : few ? few_bps : 2;
 		int64_t nb = bps * sms / ((int64_t)n * nkv);
 		if (nb > splits)
 			nb = splits;

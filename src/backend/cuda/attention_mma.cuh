@@ -91,6 +91,13 @@ ATT_DEV void att_cp8(att_u2 *dst, const uint8_t *src)
 	             : "memory");
 }
 ATT_DEV void att_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* 16 bytes of float partials into shared memory, through L2 only (the merge: written by other SMs) */
+ATT_DEV void att_cp16f(float4 *dst, const float *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+	             : "memory");
+}
+ATT_DEV void att_cp_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
 /* waits until at most n of this thread's groups are in flight (n = 1..3) */
 ATT_DEV void att_cp_wait(int n)
 {
@@ -405,6 +412,51 @@ ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, in
 		((float4 *)out)[y] = t;
 	}
 }
+
+/* att_merge_regs's sums (same order: partial 0 first, one output quad a thread) in a fraction of
+ * its code. Why: the last block runs the merge once per launch, after ~10 us of other code on its
+ * SM, so its instructions come from L2 behind the step's weight traffic; code added to it measured
+ * ~0.3 us a KB at depth 4096 (session 22: 2.7 KB of staged stores cost qwen3-30b-a3b 1.5 %), and
+ * warming it had cut a merge from 4.5 to 2.6 us (session 17). So the partials go into shared
+ * memory by cp.async in a rolled loop (all of a round in flight, as the registers' unrolled loads
+ * were), the weights are computed meanwhile, and a rolled loop sums them. buf: nbuf float4 of
+ * shared memory (the ring's bytes, free by now); each thread reads back only what it copied. */
+template <int D, int NT>
+ATT_DEV void att_merge_cp(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks, float *out,
+                          int tid, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX], float4 *buf, int32_t nbuf)
+{
+	const int32_t nq = G * D / 4, x = tid, g = x / (D / 4), R = nbuf / nq;
+	const bool act = x < nq;
+	const size_t stride = (size_t)G * D;
+	float4 acc = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int32_t s0 = 0; s0 < nact; s0 += R) {
+		const int32_t n = nact - s0 < R ? nact - s0 : R;
+		if (act) {
+#pragma unroll 1
+			for (int32_t k = 0; k < n; k++)
+				att_cp16f(buf + (size_t)k * nq + x, part + (size_t)(s0 + k) * stride + 4 * (size_t)x);
+		}
+		att_cp_commit();
+		if (s0 == 0) /* in flight with the first round */
+			att_merge_weights(ml, nact, G, sinks, tid, NT, wt, wl);
+		att_cp_wait_all();
+		if (act) {
+#pragma unroll 1
+			for (int32_t k = 0; k < n; k++) {
+				const float4 v = buf[(size_t)k * nq + x];
+				const float w = wt[g][s0 + k];
+				acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+			}
+		}
+	}
+	if (act)
+		((float4 *)out)[x] = acc;
+}
+
+/* the last block's merge: att_merge_cp (1, the default) or att_merge_regs (0; A/B builds) */
+#ifndef ATT_MERGE_CP
+#define ATT_MERGE_CP 1
+#endif
 
 /* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above.
  * RING: tiles stream through the shared-memory ring, a.stages deep (the decode default: few
@@ -861,9 +913,13 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	att_mark(tl, 6);
 	if (a.oldmerge)
 		att_fence();
-	if (!a.oldmerge && G * D / 4 <= 32 * W)
-		att_merge_regs<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem);
-	else
+	if (!a.oldmerge && G * D / 4 <= 32 * W) {
+		if (ATT_MERGE_CP)
+			att_merge_cp<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem,
+			                        (int32_t)(att_smem_ring<D, W, F8>(S) / 16));
+		else
+			att_merge_regs<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem);
+	} else
 		att_merge_group<D>(part, ml, r.nact, G, sk, og, tid, 32 * W, wt, wl, (float4 *)smem);
 	if (tid == 0)
 		*cnt = 0u; /* ready for the next call */
