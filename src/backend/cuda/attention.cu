@@ -14,8 +14,9 @@
  *     P; E4M3 values become BF16 exactly), 16-byte (FP8: 8-byte) loads of whole KV blocks
  *     (straight into registers by default, or through a per-lane cp.async ring in shared
  *     memory), chunks of whole KV blocks, W warps per block merged in shared
- *     memory, and the chunks merged by the last block to finish (one launch), or by
- *     attn_mma_merge_kernel for batches too large for the counters.
+ *     memory, and the chunks merged by the last block to finish (one launch; att_merge_cp,
+ *     in little code since it runs cold once a launch), or by attn_mma_merge_kernel for
+ *     batches too large for the counters.
  *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
  *     golden tests use) included: CUDA cores, one warp per key. */
 #include <math.h>

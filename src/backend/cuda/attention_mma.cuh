@@ -420,7 +420,9 @@ ATT_DEV void att_merge_regs(const float *part, const float *ml, int32_t nact, in
  * warming it had cut a merge from 4.5 to 2.6 us (session 17). So the partials go into shared
  * memory by cp.async in a rolled loop (all of a round in flight, as the registers' unrolled loads
  * were), the weights are computed meanwhile, and a rolled loop sums them. buf: nbuf float4 of
- * shared memory (the ring's bytes, free by now); each thread reads back only what it copied. */
+ * shared memory (the ring's bytes, free by now); each thread reads back only what it copied.
+ * Rounds: nbuf / nq partials, at least W (the ring holds the warps' outputs, 32 W D bytes, and a
+ * round needs 4 G D with G <= 8), so the loop always advances. */
 template <int D, int NT>
 ATT_DEV void att_merge_cp(const float *part, const float *ml, int32_t nact, int32_t G, const float *sinks, float *out,
                           int tid, float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX], float4 *buf, int32_t nbuf)
