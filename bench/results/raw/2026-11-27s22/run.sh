@@ -116,6 +116,15 @@ abx)
     bench qwd-A$r $A qw -p 0 --ctx 4096 -n 64 --reps 2; bench qwd-B$r $B qw -p 0 --ctx 4096 -n 64 --reps 2
     bench lld-A$r $A ll -p 0 --ctx 4096 -n 64 --reps 2; bench lld-B$r $B ll -p 0 --ctx 4096 -n 64 --reps 2
   done ;;
+tl)
+  tlb() { cmake -S $G/tree -B $1 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$G/tree/.deps/root/usr "-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL $2" > $L/build-$(basename $1).log 2>&1 && cmake --build $1 -j8 --target fp4serve >> $L/build-$(basename $1).log 2>&1; echo "tl build $1 rc=$?" >> $L/builds.txt; }
+  tlb /tmp/tlA "" & tlb /tmp/tlB "-DATT_MERGE_CP=0" & wait
+  cd $G; A=/tmp/tlA; gen qw "qwen3-30b-a3b"; gen ll "llama3-8b"; gen go "gpt-oss-20b" mxfp4; A=/tmp/fa
+  for m in qw ll go; do [ -d /tmp/$m ] || continue; for v in A B; do
+    FP4S_TL=$L/tl-$m-$v.txt /tmp/tl$v/fp4serve bench -m /tmp/$m -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-$m-$v.txt 2>&1
+    (cd $G/tree/dev && python3 attn_marks.py $L/tl-$m-$v.txt > $L/attn-$m-$v.txt 2>&1; python3 timeline.py $L/tl-$m-$v.txt > $L/tlsum-$m-$v.txt 2>&1)
+    echo "== $m $v"; cat $L/attn-$m-$v.txt; rm -f $L/tl-$m-$v.txt
+  done; done ;;
 suite) cd $G/tree && ctest --test-dir $A -L gpu --output-on-failure > $L/ctest-gpu.txt 2>&1; echo "ctest gpu rc=$?" >> $L/tests.txt; tail -5 $L/ctest-gpu.txt; cd $G ;;
 pack) pack ;;
 esac; done
