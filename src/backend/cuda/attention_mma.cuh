@@ -455,7 +455,9 @@ ATT_DEV void att_merge_cp(const float *part, const float *ml, int32_t nact, int3
 		((float4 *)out)[x] = acc;
 }
 
-/* the last block's merge: att_merge_cp (1, the default) or att_merge_regs (0; A/B builds) */
+/* the last block's merge: att_merge_cp (1, the default) or att_merge_regs (0; A/B builds). An
+ * FP8 cache's register path keeps att_merge_regs: its ring (8-byte pieces) holds half the
+ * partials a round, so qwen3-30b-a3b's 33 would take 5 rounds instead of 3 (not measured). */
 #ifndef ATT_MERGE_CP
 #define ATT_MERGE_CP 1
 #endif
@@ -916,7 +918,7 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	if (a.oldmerge)
 		att_fence();
 	if (!a.oldmerge && G * D / 4 <= 32 * W) {
-		if (ATT_MERGE_CP)
+		if (ATT_MERGE_CP && !(F8 && !RING))
 			att_merge_cp<D, 32 * W>(part, ml, r.nact, G, sk, og, tid, wt, wl, (float4 *)smem,
 			                        (int32_t)(att_smem_ring<D, W, F8>(S) / 16));
 		else
