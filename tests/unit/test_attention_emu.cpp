@@ -105,7 +105,6 @@ ATT_DEV uint32_t att_e4m3x2(uint32_t two)
 	       (uint32_t)fp4s_f32_to_bf16(fp4s_e4m3_to_f32((two >> 8) & 0xFF)) << 16;
 }
 ATT_DEV void att_cp_commit(void) {}
-ATT_DEV void att_cp16f(float4 *dst, const float *src) { memcpy(dst, src, 16); }
 ATT_DEV void att_cp_wait_all(void) {}
 ATT_DEV void att_mark(void *, int) {}
 ATT_DEV void att_cp_wait(int n) {}

@@ -78,7 +78,7 @@ ATT_DEV att_u2 att_ld8(const uint8_t *p)
 	return r;
 }
 
-/* 16 bytes of the cache into this lane's shared-memory slot, through L2 only */
+/* 16 bytes of the cache (or of the merge's partials) into this lane's shared-memory slot, through L2 only */
 ATT_DEV void att_cp16(att_u4 *dst, const uint16_t *src)
 {
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
@@ -91,12 +91,6 @@ ATT_DEV void att_cp8(att_u2 *dst, const uint8_t *src)
 	             : "memory");
 }
 ATT_DEV void att_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* 16 bytes of float partials into shared memory, through L2 only (the merge: written by other SMs) */
-ATT_DEV void att_cp16f(float4 *dst, const float *src)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
-	             : "memory");
-}
 ATT_DEV void att_cp_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
 /* waits until at most n of this thread's groups are in flight (n = 1..3) */
 ATT_DEV void att_cp_wait(int n)
@@ -436,7 +430,8 @@ ATT_DEV void att_merge_cp(const float *part, const float *ml, int32_t nact, int3
 		if (act) {
 #pragma unroll 1
 			for (int32_t k = 0; k < n; k++)
-				att_cp16f(buf + (size_t)k * nq + x, part + (size_t)(s0 + k) * stride + 4 * (size_t)x);
+				att_cp16(reinterpret_cast<att_u4 *>(buf + (size_t)k * nq + x),
+				         reinterpret_cast<const uint16_t *>(part + (size_t)(s0 + k) * stride + 4 * (size_t)x));
 		}
 		att_cp_commit();
 		if (s0 == 0) /* in flight with the first round */
