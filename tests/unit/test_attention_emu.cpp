@@ -33,6 +33,9 @@ struct att_u2 {
 struct float4 {
 	float x, y, z, w;
 };
+struct float2 {
+	float x, y;
+};
 
 namespace {
 
@@ -159,6 +162,12 @@ ATT_DEV float4 att_ldcg4(const float *p)
 {
 	float4 v;
 	memcpy(&v, (const void *)p, 16);
+	return v;
+}
+ATT_DEV float2 att_ldcg2(const float *p)
+{
+	float2 v;
+	memcpy(&v, (const void *)p, 8);
 	return v;
 }
 ATT_DEV void att_fence(void) { std::atomic_thread_fence(std::memory_order_seq_cst); }

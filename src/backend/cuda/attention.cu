@@ -450,6 +450,18 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 			nb = ATT_MERGE_MAX;
 		if (nb < 1)
 			nb = 1;
+		/* The last block merges up to nb partials in rounds of R (att_merge_cp, the ring's bytes
+		 * a round), each an L2 round trip behind the next launch's weight copies, so a last round
+		 * of a few partials costs what a full one does (qwen3-30b-a3b's 33 splits: rounds of 16,
+		 * 16 and 1; bench/results/2026-11-27-h100-session22.md). Such blocks are dropped where
+		 * they are at most a sixteenth of the grid. */
+		if (!tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS && G * d / 4 <= 32 * W) {
+			const size_t ring = att_smem_of(d, W, f8, S, false) -
+			                    sizeof(float) * (2 * W * 8 + 2 * 8 * ATT_MERGE_MAX + 4);
+			const int64_t R = (int64_t)(ring / 16) / (G * d / 4);
+			if (R > 0 && nb > R && nb % R && nb % R <= nb / 16)
+				nb -= nb % R;
+		}
 		/* partials of a (token, KV head): a region of a multiple of 4 floats (16-byte loads) */
 		int64_t region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
 		if (nb > 1 && region > (int64_t)splits * G * (d + 2)) {

@@ -126,6 +126,7 @@ ATT_DEV float att_lo_f(uint32_t v) { return __uint_as_float(v << 16); }
 ATT_DEV float att_hi_f(uint32_t v) { return __uint_as_float(v & 0xFFFF0000u); }
 ATT_DEV float att_ldcg(const float *p) { return __ldcg(p); }
 ATT_DEV float4 att_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
+ATT_DEV float2 att_ldcg2(const float *p) { return __ldcg((const float2 *)p); }
 ATT_DEV void att_fence(void) { __threadfence(); }
 ATT_DEV unsigned att_atomic_inc(unsigned *p) { return atomicAdd(p, 1u); }
 /* the same with release and acquire at GPU scope, between barriers of the block (arrive.cuh) */
@@ -282,10 +283,23 @@ ATT_DEV void att_merge_weights(const float *ml, int32_t nact, int32_t G, const f
                                float (*wt)[ATT_MERGE_MAX], float (*wl)[ATT_MERGE_MAX])
 {
 	const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
-	for (int32_t x = tid; x < G * nact; x += nthr) {
-		const int32_t s = x / G, g = x - s * G;
-		wt[g][s] = att_ldcg(ml + 2 * (size_t)x);
-		wl[g][s] = att_ldcg(ml + 2 * (size_t)x + 1);
+	/* every pair's loads in flight together (one L2 round trip: qwen3-30b-a3b's 264 pairs over
+	 * 256 threads took two in a rolled loop) */
+#pragma unroll 1
+	for (int32_t x0 = tid; x0 < G * nact; x0 += 2 * nthr) {
+		float2 v[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++)
+			if (x0 + u * nthr < G * nact)
+				v[u] = att_ldcg2(ml + 2 * (size_t)(x0 + u * nthr));
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int32_t x = x0 + u * nthr, s = x / G, g = x - s * G;
+			if (x < G * nact) {
+				wt[g][s] = v[u].x;
+				wl[g][s] = v[u].y;
+			}
+		}
 	}
 	att_sync();
 	for (int32_t g = warp; g < G; g += nw) {
