@@ -197,6 +197,11 @@ struct fp4s_backend {
 	 * (matmul_add), and the op after that normalizes h with nw (norm_matmul or
 	 * norm_matmul_swiglu), so the add may leave h ready for it. */
 	void (*norm_next)(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind);
+	/* Optional, a hint (results are the same within the router's rounding): the next op is a
+	 * residual add into h (matmul_add), and the op after that is norm_moe_add(p, h, nw), so the
+	 * add may also take the router's logits. */
+	void (*moe_next)(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind,
+	                 const struct fp4s_moe_params *p);
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */
 	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	           float *y, struct fp4s_error *err);

@@ -519,6 +519,8 @@ static int record_step(void *ctx, struct fp4s_error *err)
 		/* (a hint: the o projection's add may leave h ready for the MLP's norm) */
 		if (be->norm_next && n == 1 && !L->is_moe && L->gu_pairs)
 			be->norm_next(be, h, L->ffn_norm, f->norm_kind);
+		if (be->moe_next && n == 1 && L->is_moe)
+			be->moe_next(be, h, L->ffn_norm, f->norm_kind, &L->moe);
 		if ((rc = matmul_add(be, att, n, &L->o, h, y, H, err)))
 			return rc;
 		if (L->is_moe) {

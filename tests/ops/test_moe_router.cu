@@ -29,6 +29,13 @@
 // squares in another order), and modes 3, 4 and one launch run twice must give the same bits. n = 2
 // and mode 0 must decline.
 //
+// LOCAL cases: a gpt-oss-like layer's o projection (BF16, the backend's matmul_add after the
+// moe_next hint) and norm_moe_add: the o projection adds the router's logits in fixed point and
+// every block of the one launch routes itself (moe_tma.cu local, which must be taken on every
+// hinted step). Eight steps on fresh h and x, hinted and unhinted interleaved (the shares' two
+// halves and their clearing by every launch): each within 1e-4 of the CPU's matmul + add + rmsnorm + moe + add, and the hinted within 1e-5
+// of the unhinted one launch on the same inputs (the logits and 1 / rms in another order).
+//
 // UPLOAD cases: the backend's uploads land whole (run_upload's comment says what must hold).
 // `test_moe_router [filter]` runs cases whose name contains filter.
 #include <cuda_runtime.h>
@@ -463,6 +470,111 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 	gpu->destroy(gpu);
 }
 
+/* LOCAL cases (the header says what must hold): gpt-oss-like experts after a BF16 o projection of
+ * Kx columns */
+static void run_local(int E, int K, int H, int I, int Kx, int zc, const char *filter)
+{
+	char name[160];
+	snprintf(name, sizeof name, "LOCAL(E=%d,K=%d,H=%d,I=%d,Kx=%d,%s)", E, K, H, I, Kx, zc ? "zero-centred" : "plain");
+	if (filter && !strstr(name, filter))
+		return;
+	struct experts X;
+	make_experts(&X, 1, E, H, I);
+	struct fp4s_error err = {0};
+	std::vector<float> rbias(E), nw(H);
+	std::vector<uint8_t> rw = make_router(FP4S_WF_BF16, E, H, 0, &rbias);
+	std::vector<uint8_t> ow = make_router(FP4S_WF_BF16, H, Kx, 0, NULL); /* the o projection [H][Kx] */
+	fill_norm(nw, zc);
+	struct fp4s_moe_params p = {};
+	p.router_kind = FP4S_ROUTER_TOPK_SOFTMAX;
+	const struct fp4s_mat router = {FP4S_WF_BF16, E, H, rw.data(), NULL, 1.0f, rbias.data(), 0};
+	const struct fp4s_mat wo = {FP4S_WF_BF16, H, Kx, ow.data(), NULL, 1.0f, NULL, 0};
+	p.router = router;
+	p.n_experts = E, p.top_k = K, p.norm_topk = 0, p.oai_swiglu = 1;
+	p.swiglu_alpha = 1.702f, p.swiglu_limit = 7.0f;
+	p.hidden = H, p.inter = I;
+	p.experts = X.ex.data();
+	const float eps = 1e-5f;
+	const enum fp4s_norm_kind nk = zc ? FP4S_NORM_ZERO_CENTRED : FP4S_NORM_PLAIN;
+	struct fp4s_backend *cpu = NULL, *gpu = NULL;
+	if (fp4s_backend_cpu_create(&cpu, &err) || fp4s_backend_cuda_create(0, &gpu, &err)) {
+		CHECK_MSG(0, "%s: backends: %s", name, err.msg);
+		return;
+	}
+	struct fp4s_moe_params pg = p;
+	struct fp4s_mat wog = wo;
+	float *dnw = nw.data(), *dh = NULL, *dx = NULL;
+	int rc = gpu->upload_moe(gpu, &pg, &err);
+	if (!rc)
+		rc = gpu->upload_mat(gpu, &pg.router, &err);
+	if (!rc)
+		rc = gpu->upload_mat(gpu, &wog, &err);
+	if (!rc)
+		rc = gpu->upload_f32(gpu, &dnw, H, &err);
+	if (!rc)
+		rc = gpu->alloc(gpu, (void **)&dh, (int64_t)(H + Kx) * 4, &err);
+	if (rc || !pg.dev || !gpu->moe_next || !gpu->matmul_add) {
+		CHECK_MSG(0, "%s: setup: %d %s", name, rc, err.msg);
+		cpu->destroy(cpu), gpu->destroy(gpu);
+		return;
+	}
+	dx = dh + H;
+	static const int hinted[8] = {1, 1, 0, 1, 0, 0, 1, 1};
+	double worst = 0, worst_pair = 0;
+	int local_ok = 1;
+	for (int step = 0; step < 8 && !rc; step++) {
+		std::vector<float> h0(H), x(Kx), hc(H), xn(H), y(H), hg(H, NAN), hu(H, NAN);
+		for (int i = 0; i < H; i++)
+			h0[i] = (float)(t_rand_normal() * 2.0);
+		for (int i = 0; i < Kx; i++)
+			x[i] = (float)t_rand_normal();
+		/* CPU: h = h0 + Wo x, then h += moe(rmsnorm(h)) */
+		rc = cpu->matmul(cpu, x.data(), 1, &wo, y.data(), &err);
+		for (int i = 0; i < H; i++)
+			hc[i] = h0[i] + y[i];
+		std::vector<float> h1 = hc;
+		cpu->rmsnorm(cpu, hc.data(), nw.data(), 1, H, eps, nk, xn.data());
+		if (!rc)
+			rc = cpu->moe(cpu, &p, xn.data(), 1, y.data(), &err);
+		for (int i = 0; i < H; i++)
+			hc[i] += y[i];
+		/* GPU: the step as the forward pass runs it (hinted or not), then hinted ones again unhinted */
+		for (int pass = 0; pass < 1 + hinted[step] && !rc; pass++) {
+			const int hint = hinted[step] && pass == 0;
+			const unsigned long long l0 = fp4s_cuda_moe_tma_local_launches();
+			CK(cudaMemcpy(dh, h0.data(), (size_t)H * 4, cudaMemcpyHostToDevice));
+			CK(cudaMemcpy(dx, x.data(), (size_t)Kx * 4, cudaMemcpyHostToDevice));
+			if (hint)
+				gpu->moe_next(gpu, dh, dnw, nk, &pg);
+			rc = gpu->matmul_add(gpu, dx, 1, &wog, dh, &err);
+			if (!rc)
+				rc = gpu->norm_moe_add(gpu, &pg, dh, dnw, eps, nk, 1, &err);
+			if (!rc)
+				rc = gpu->read(gpu, pass ? hu.data() : hg.data(), dh, (int64_t)H * 4, &err);
+			local_ok &= fp4s_cuda_moe_tma_local_launches() - l0 == (unsigned long long)hint;
+		}
+		if (rc)
+			break;
+		const double e = rel_err(hg, hc, h1);
+		worst = e > worst ? e : worst;
+		if (hinted[step]) {
+			const double ep = rel_err(hg, hu, h1);
+			worst_pair = ep > worst_pair ? ep : worst_pair;
+		}
+		if (getenv("FP4S_TEST_VERBOSE"))
+			printf("%s step %d%s: vs CPU %.2e\n", name, step, hinted[step] ? " (hinted)" : "", e);
+	}
+	if (rc)
+		CHECK_MSG(0, "%s: %d %s", name, rc, err.msg);
+	else
+		CHECK_MSG(worst <= 1e-4 && worst_pair <= 1e-5 && local_ok,
+		          "%s: worst vs CPU %.3g, hinted vs unhinted %.3g, local launches as hinted %d", name, worst,
+		          worst_pair, local_ok);
+	gpu->free(gpu, dh);
+	cpu->destroy(cpu);
+	gpu->destroy(gpu);
+}
+
 /* The backend's uploads land whole: a Qwen3-like block's experts, its router, then a q projection
  * of Q rows (the order in which a 1024 x 2048 one once came up with its rows from 404 on still
  * unpermuted: the permute kernel on the backend's stream raced the tail of a pageable cudaMemcpy,
@@ -594,6 +706,9 @@ int main(int argc, char **argv)
 	run_block(1, 8, 4, 2880, 2880, 0, filter);  /* gpt-oss's expert shapes */
 	run_block(1, 128, 4, 2880, 128, 0, filter); /* gpt-oss-120b's router */
 	run_block(1, 8, 4, 1024, 4608, 0, filter);  /* more row tiles a block than moe_tma.cu copies the bias of ahead */
+	run_local(32, 4, 2880, 256, 4096, 0, filter); /* gpt-oss-20b's router and o projection */
+	run_local(128, 4, 2880, 128, 1024, 1, filter); /* gpt-oss-120b's router */
+	run_local(8, 2, 1024, 512, 512, 0, filter);
 	/* uploads that land whole (three times: the race they had was a matter of timing) */
 	for (int rep = 0; rep < 3; rep++) {
 		run_upload(32, 2048, 128, 1024, filter);

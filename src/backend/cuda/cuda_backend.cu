@@ -617,6 +617,8 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 	/* in: x as the launch before left it; out: h for the norm the forward pass said reads it next */
 	const float *onw = c->lk.hint_h == h ? c->lk.hint_nw : NULL;
 	const int ozc = c->lk.hint_zc;
+	const struct fp4s_moe_params *mp = c->mh_h == h ? c->mh_p : NULL; /* (moe_next's hint) */
+	c->mh_h = NULL;
 	struct fp4s_gemv_link lk0, *lk = link_for(c, &lk0, n, x, NULL, 0, w->cols, onw != NULL, onw, ozc, w->rows);
 	c->lk.hint_h = NULL;
 	if (lk && fused_path(be, n, w)) {
@@ -624,6 +626,12 @@ static int cu_matmul_add(struct fp4s_backend *be, const float *x, int64_t n, con
 		if (!rc)
 			link_done(c, lk, h, onw, ozc, w->rows);
 		return rc;
+	}
+	if (mp && !fused_path(be, n, w) && n == 1 && !fp4s_env_off("FP4S_FUSED_ADD", &off)) {
+		/* the next MoE block's router logits in the same launch, where it routes from them */
+		const int rc = cu_moe_matmul_add_route(c, mp, w, x, h, err);
+		if (rc != FP4S_EUNSUPPORTED)
+			return rc;
 	}
 	if (!fused_path(be, n, w))
 		/* dense weights (gpt-oss's BF16 attention): the add in gemv_fast's store, one launch

@@ -67,6 +67,12 @@ struct cuda_impl {
 		const float *x, *nw, *hint_h, *hint_nw;
 		int64_t K;
 	} lk;
+	/* The forward pass's hint (moe_next): the next residual add into mh_h is read by
+	 * norm_moe_add(mh_p, mh_h, mh_nw) after it, so that add may also take the router's share
+	 * (cu_moe_matmul_add_route). The add clears it. */
+	const float *mh_h, *mh_nw;
+	const struct fp4s_moe_params *mh_p;
+	int mh_zc;
 };
 
 /* the staged hand-over's limit (buffers sized for it at kv_init) */
@@ -76,6 +82,7 @@ static inline void cu_link_clear(struct cuda_impl *c)
 {
 	c->lk.valid = 0;
 	c->lk.hint_h = NULL;
+	c->mh_h = NULL;
 }
 
 static inline struct cuda_impl *impl_of(struct fp4s_backend *be) { return (struct cuda_impl *)be->impl; }
@@ -107,5 +114,10 @@ int cu_permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream
 /* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
 void cu_moe_install(struct fp4s_backend *be);
 void cu_moe_free(struct cuda_impl *c);
+/* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's logits, added
+ * in the add's blocks, for a one-launch MoE block that routes in every block (moe_tma.cu, local);
+ * FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Clears the hint. */
+int cu_moe_matmul_add_route(struct cuda_impl *c, const struct fp4s_moe_params *p, const struct fp4s_mat *w,
+                            const float *x, float *h, struct fp4s_error *err);
 
 #endif

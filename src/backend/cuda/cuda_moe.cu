@@ -48,6 +48,8 @@ struct cu_moe {
 	int32_t *idx1, *idxn;
 	float *w1, *wn, *h1, *hn, *a1, *an, *o1, *on, *lg1, *lgn;
 	float *x1;     /* norm_moe_add: the normalized token, where the gate|up GEMV declines the norm */
+	long long *racc; /* the router logits' shares from the o projection ([2][E], moe_tma.cu), or NULL */
+	int lr_pending;  /* the add before norm_moe_add took the shares: it must route from them */
 	unsigned *cnt; /* norm_moe_add: word 0 the fused router's block counter (left zero by each
 	                * launch), the rest the one-launch block's counters (moe_tma.cu; they only
 	                * grow) */
@@ -198,6 +200,9 @@ static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, str
 			rc = cu_track(c, *bufs[i], err);
 	if (!rc && cudaMemset(m->cnt, 0, FP4S_MOE_TMA_SYNC * sizeof(unsigned)) != cudaSuccess)
 		rc = fp4s_error_set(err, FP4S_ECUDA, "moe: clearing the router counter failed");
+	if (!rc && E <= FP4S_GEMV_ROUTE_EMAX && !(rc = cu_dev_alloc(c, (void **)&m->racc, 2 * (size_t)E * 8, err)) &&
+	    !(rc = cu_track(c, m->racc, err)) && cudaMemset(m->racc, 0, 2 * (size_t)E * 8) != cudaSuccess)
+		rc = fp4s_error_set(err, FP4S_ECUDA, "moe: clearing the router shares failed");
 	if (rc) {
 		free(m); /* stacked weights stay tracked and are freed with the backend */
 		return rc;
@@ -352,6 +357,51 @@ static int moe_on_device(struct fp4s_backend *be, const struct fp4s_moe_params *
 	return expert_down(c, m, p, idx, w, slots, h, a, o, (int32_t)n, accumulate, y, err);
 }
 
+/* norm_moe_add's one launch (moe_tma.cu) takes pairs (gate, up) SwiGLU'd in the gate|up epilogue */
+static int moe_pairact(const struct cu_moe *m, int mode)
+{
+	static int pairact_off = -1; /* FP4S_MOE_PAIRACT=0: the SwiGLU back in the down GEMV's staging */
+	return mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off);
+}
+
+static void cu_moe_next(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind,
+                        const struct fp4s_moe_params *p)
+{
+	struct cuda_impl *c = impl_of(be);
+	c->mh_h = nw && p ? h : NULL;
+	c->mh_nw = nw;
+	c->mh_zc = kind == FP4S_NORM_ZERO_CENTRED;
+	c->mh_p = p;
+}
+
+/* The router logits added by the o projection and every MoE block routing from them (moe_tma.cu
+ * local; FP4S_MOE_LOCAL=0: off): its one launch then has no block waiting on others before its
+ * weight copies (the router blocks' norm, logits, counter, top-k and flag took ~6 us of
+ * gpt-oss-20b's 45 us MoE launch, bench/results/2026-11-23-h100-session19.md). */
+int cu_moe_matmul_add_route(struct cuda_impl *c, const struct fp4s_moe_params *p, const struct fp4s_mat *w,
+                            const float *x, float *h, struct fp4s_error *err)
+{
+	static int off = -1;
+	struct cu_moe *m = p ? (struct cu_moe *)p->dev : NULL;
+	const int mode = fp4s_cuda_moe_fused();
+	if (!m || !m->racc || fp4s_env_off("FP4S_MOE_LOCAL", &off) || mode != 3 || !moe_pairact(m, mode) ||
+	    !fp4s_gemv_mma_allowed() || p->router.rows != p->n_experts || p->router.cols != p->hidden ||
+	    p->router.cols != w->rows || !p->router.data)
+		return FP4S_EUNSUPPORTED;
+	struct fp4s_error e0;
+	if (fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, p->top_k,
+	                      p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, c->mh_nw, 1e-6f,
+	                      c->mh_zc, m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, 1, 1, c->s,
+	                      &e0) != FP4S_OK)
+		return FP4S_EUNSUPPORTED;
+	const struct fp4s_gemv_route rt = {p->router.data, (int)p->router.fmt, (int)p->n_experts, c->mh_zc, c->mh_nw,
+	                                   m->racc, (const unsigned long long *)m->cnt + FP4S_MOE_TMA_EPOCH};
+	const int rc = fp4s_cuda_matmul_add_route(w, x, h, &rt, c->s, err);
+	if (rc == FP4S_OK)
+		m->lr_pending = 1;
+	return rc;
+}
+
 /* h += moe(rmsnorm(h; nw)) for one token (backend.h norm_moe_add): all in one launch where
  * moe_tma.cu takes it (by default MXFP4 experts); else norm, router and top-k in one kernel (which also writes the normalized
  * token, or leaves the norm to the gate|up GEMV), the gate|up GEMV, the down GEMV doing the
@@ -363,21 +413,36 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	struct cuda_impl *c = impl_of(be);
 	cu_link_clear(c);
 	struct cu_moe *m = (struct cu_moe *)p->dev;
+	/* the add before took the router's shares (cu_moe_matmul_add_route): only the one launch
+	 * that reads them may follow, or they would be added to at the next step */
+	const int local = m && m->lr_pending;
+	if (m)
+		m->lr_pending = 0;
 	const int mode = fp4s_cuda_moe_fused();
-	if (!m || n != 1 || mode == 0 || !fp4s_gemv_mma_allowed() || p->router.rows != p->n_experts ||
-	    p->router.cols != p->hidden)
-		return FP4S_EUNSUPPORTED;
 	const int32_t K = p->top_k;
 	const int64_t I = p->inter, H = p->hidden;
 	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
-	static int pairact_off = -1; /* FP4S_MOE_PAIRACT=0: the SwiGLU back in the down GEMV's staging */
-	const int pairact = mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off);
 	int rc;
+	if (local) {
+		rc = n == 1 ? fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, K,
+		                                p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps,
+		                                zc, m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, 1, 0, c->s,
+		                                err)
+		            : FP4S_EUNSUPPORTED;
+		if (rc == FP4S_EUNSUPPORTED)
+			rc = fp4s_error_set(err, FP4S_EINVAL, "moe: the router's shares were taken for a block that "
+			                                      "does not read them (%lld tokens)", (long long)n);
+		return rc;
+	}
+	if (!m || n != 1 || mode == 0 || !fp4s_gemv_mma_allowed() || p->router.rows != p->n_experts ||
+	    p->router.cols != p->hidden)
+		return FP4S_EUNSUPPORTED;
+	const int pairact = moe_pairact(m, mode);
 	if (pairact && mode == 3) {
 		/* all of it in one launch (moe_tma.cu; where it declines: the three below) */
 		rc = fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, K,
 		                       p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps, zc,
-		                       m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, c->s, err);
+		                       m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, 0, 0, c->s, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 	}
@@ -497,6 +562,7 @@ void cu_moe_install(struct fp4s_backend *be)
 	be->moe = cu_moe;
 	be->moe_add = cu_moe_add;
 	be->norm_moe_add = cu_norm_moe_add;
+	be->moe_next = cu_moe_next;
 }
 
 void cu_moe_free(struct cuda_impl *c)

@@ -52,6 +52,26 @@ struct fp4s_gemv_tune {
 int fp4s_cuda_matmul_add(const struct fp4s_mat *w, const float *x, int32_t M, float *y, cudaStream_t s,
                          struct fp4s_error *err);
 
+/* The next MoE router's share of one token's residual add (fp4s_cuda_matmul_add_route): the
+ * router rows w [E][H] (fmt BF16 / F16 / F32, H = the add's rows), the MoE's norm weight nw
+ * (zc: 1 + nw), and where the shares go: acc[(*epoch & 1) * E + e] += round(2^32 * sum over the
+ * launch's block of w[e][i] (zc + nw[i]) h[i]), h the updated residual. moe_tma.cu reads and
+ * clears them (its epoch counter). */
+#define FP4S_GEMV_ROUTE_EMAX 128
+struct fp4s_gemv_route {
+	const void *w;
+	int fmt; /* enum fp4s_wformat */
+	int E, zc;
+	const float *nw;
+	long long *acc;
+	const unsigned long long *epoch;
+};
+
+/* y[rows] += W x for one token (as fp4s_cuda_matmul_add), each block also adding its share of the
+ * router logits (above); FP4S_EUNSUPPORTED, with nothing enqueued, where that kernel declines. */
+int fp4s_cuda_matmul_add_route(const struct fp4s_mat *w, const float *x, float *y, const struct fp4s_gemv_route *rt,
+                               cudaStream_t s, struct fp4s_error *err);
+
 /* y[M][rows] = W RMSNorm(x; norm_w, eps; zero_centred: 1 + norm_w) (M <= 16; BF16 / F16 / F32
  * weights): FP4S_EUNSUPPORTED, with nothing enqueued, for other formats or shapes. */
 int fp4s_cuda_norm_matmul(const struct fp4s_mat *w, const float *x, int32_t M, float *y, const float *norm_w,

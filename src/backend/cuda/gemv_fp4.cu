@@ -84,6 +84,16 @@ struct gemv_args {
 	float eps;
 	float zc;            /* 1: the norm weight is zero-centred (1 + w) */
 	int prew;            /* gemv_fast: the first chunk's weight loads issued before the PDL wait */
+	/* gemv_fast, one token, a residual add followed by a MoE block (RT; fp4s_gemv_route): each
+	 * block's share of the next router's unnormalized logits, sum over its rows i of
+	 * rw[e][i] (zc + nw[i]) h[i], added in fixed point (2^32) into racc[(epoch & 1) E + e],
+	 * epoch = *rt_epoch (moe_tma.cu) */
+	const void *rt_w;
+	const float *rt_nw;
+	long long *rt_acc;
+	const unsigned long long *rt_epoch;
+	int rt_fmt, rt_E;
+	float rt_zc;
 };
 
 static __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
@@ -290,9 +300,9 @@ static __device__ __forceinline__ void compute_chunk(const uint4 cur[R], const u
 
 /* Reduce: across the warp by shuffles, then across the ksplit warps of the group; store with
  * the epilogue factors and bias. Every thread of the CTA must call it (barrier inside). */
-template <int F, int R, int MT, bool NORM = false>
+template <int F, int R, int MT, bool NORM = false, bool RT = false>
 static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv_args &a, int64_t row0,
-                                                    float *ss = nullptr)
+                                                    float *ss = nullptr, float *hrow = nullptr)
 {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int ksplit = a.ksplit;
@@ -373,18 +383,45 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 				v = __fadd_rn(v, a.bias[row]);
 			/* accumulate: h + (dot * post + bias), the CPU's matmul then add */
 			float *yp = a.y + (size_t)t * a.rows + row;
-			*yp = a.accumulate ? __fadd_rn(*yp, v) : v;
+			v = a.accumulate ? __fadd_rn(*yp, v) : v;
+			*yp = v;
+			if (RT) /* (M = 1) the block's rows in order, for the router's share */
+				hrow[row - (int64_t)blockIdx.x * ngrp * R] = v;
 		}
 	}
 }
 
-template <int F, int R, int MT, bool NORM = false>
+/* Element (e, i) of a router matrix [E][H] (BF16 / F16 / F32) */
+static __device__ __forceinline__ float rt_weight(const gemv_args &a, int e, int64_t i)
+{
+	const size_t at = (size_t)e * (size_t)a.rows + (size_t)i;
+	if (a.rt_fmt == G_F32)
+		return __ldg((const float *)a.rt_w + at);
+	const unsigned short u = __ldg((const unsigned short *)a.rt_w + at);
+	return a.rt_fmt == G_BF16 ? __uint_as_float((uint32_t)u << 16) : __half2float(__ushort_as_half(u));
+}
+
+template <int F, int R, int MT, bool NORM = false, bool RT = false>
 __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 {
 	/* the weights depend on no earlier kernel: with a.prew the first chunk's loads go out before
 	 * the PDL wait, while the previous kernel finishes (x and y are read after it) */
 	pdl_trigger();
 	TL_SCOPE(TL_SMALL + 4, a.data);
+	/* RT: thread e's router weights for the block's rows (at most 4 groups of R), times the norm
+	 * weight, loaded before any wait (no kernel of the step writes them) */
+	constexpr int RB = RT ? 4 * R : 1;
+	float wg[RB];
+	int rt_n = 0;
+	if (RT) {
+		const int64_t b0 = (int64_t)blockIdx.x * (blockDim.x / (32 * a.ksplit)) * R;
+		rt_n = (int)min((int64_t)(blockDim.x / (32 * a.ksplit)) * R, a.rows - b0);
+#pragma unroll
+		for (int j = 0; j < RB; j++)
+			wg[j] = (int)threadIdx.x < a.rt_E && j < rt_n
+			                ? rt_weight(a, (int)threadIdx.x, b0 + j) * (a.rt_zc + __ldg(a.rt_nw + b0 + j))
+			                : 0.0f;
+	}
 	if (!a.prew)
 		pdl_wait();
 	constexpr int EPC = gemv_fmt_traits<F>::EPC;
@@ -460,7 +497,29 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 		c = cn;
 	}
 
-	reduce_store<F, R, MT, NORM>(acc, a, row0, ss);
+	if (!RT) {
+		reduce_store<F, R, MT, NORM>(acc, a, row0, ss);
+		return;
+	}
+	/* the router's share: this block's new h rows, each expert's products summed in row order,
+	 * then one fixed-point add (integer sums do not depend on the blocks' order: the logits
+	 * are the same bits every run) */
+	__shared__ float s_h[RB];
+	unsigned long long ep = 0;
+	if ((int)threadIdx.x < a.rt_E) /* (read after the wait: the MoE launch before wrote it) */
+		ep = __ldcg(a.rt_epoch);
+	reduce_store<F, R, MT, NORM, RT>(acc, a, row0, ss, s_h);
+	__syncthreads();
+	if ((int)threadIdx.x < a.rt_E) {
+		float p = 0.0f;
+#pragma unroll
+		for (int j = 0; j < RB; j++)
+			if (j < rt_n)
+				p += wg[j] * s_h[j];
+		const long long q = __float2ll_rn(p * 4294967296.0f);
+		atomicAdd(reinterpret_cast<unsigned long long *>(a.rt_acc + (size_t)(ep & 1) * a.rt_E + threadIdx.x),
+		          (unsigned long long)q);
+	}
 }
 
 /* The same work split as gemv_fast, but the weight stream goes through a per-warp ring of ST
@@ -682,6 +741,8 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 		S = S > cap ? cap : S;
 	}
 	S = S < 1 ? 1 : S > 8 ? 8 : S;
+	if (a.rt_acc && S == 3)
+		S = 4; /* RT: blocks of at least 128 threads, a thread an expert */
 	const int ngrp = S >= 4 ? 1 : 4 / S;
 	a.ksplit = S;
 	const dim3 block(32 * S * ngrp);
@@ -709,6 +770,14 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 	if constexpr (!gemv_fmt_traits<F>::FP4) {
 		if (a.norm_w) {
 			pdl_launch(gemv_fast<F, R, MT, true>, dim3((unsigned)grid), block, 0, s, a);
+			return cudaGetLastError();
+		}
+	}
+	if constexpr (MT == 1 && !gemv_fmt_traits<F>::FP4) {
+		if (a.rt_acc) {
+			if ((int)block.x < a.rt_E)
+				return cudaErrorInvalidConfiguration; /* (fp4s_cuda_matmul_add_route bounds E) */
+			pdl_launch(gemv_fast<F, R, MT, false, true>, dim3((unsigned)grid), block, 0, s, a);
 			return cudaGetLastError();
 		}
 	}
@@ -757,14 +826,14 @@ static int is_aligned(const void *p, size_t n)
 }
 
 static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
-                       const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune, cudaStream_t s,
-                       struct fp4s_error *err);
+                       const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune,
+                       const struct fp4s_gemv_route *rt, cudaStream_t s, struct fp4s_error *err);
 
 extern "C" int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                                    const struct fp4s_gemv_tune *tune, cudaStream_t s,
                                    struct fp4s_error *err)
 {
-	return matmul_impl(w, x, M, y, 0, NULL, 0.0f, 0, tune, s, err);
+	return matmul_impl(w, x, M, y, 0, NULL, 0.0f, 0, tune, NULL, s, err);
 }
 
 static int dense_fast_ok(const struct fp4s_mat *w, const float *x, int32_t M, float *y)
@@ -781,9 +850,19 @@ extern "C" int fp4s_cuda_matmul_add(const struct fp4s_mat *w, const float *x, in
 {
 	if (!dense_fast_ok(w, x, M, y))
 		return FP4S_EUNSUPPORTED;
-	return matmul_impl(w, x, M, y, 1, NULL, 0.0f, 0, NULL, s, err);
+	return matmul_impl(w, x, M, y, 1, NULL, 0.0f, 0, NULL, NULL, s, err);
 }
 
+
+/* fp4s_cuda_matmul_add for one token, plus the next MoE router's share (gemv_cuda.h) */
+extern "C" int fp4s_cuda_matmul_add_route(const struct fp4s_mat *w, const float *x, float *y,
+                                          const struct fp4s_gemv_route *rt, cudaStream_t s, struct fp4s_error *err)
+{
+	if (!dense_fast_ok(w, x, 1, y) || !rt || !rt->w || !rt->nw || !rt->acc || !rt->epoch || rt->E < 1 ||
+	    rt->E > FP4S_GEMV_ROUTE_EMAX || (rt->fmt != FP4S_WF_BF16 && rt->fmt != FP4S_WF_F16 && rt->fmt != FP4S_WF_F32))
+		return FP4S_EUNSUPPORTED;
+	return matmul_impl(w, x, 1, y, 1, NULL, 0.0f, 0, NULL, rt, s, err);
+}
 
 /* y[M][rows] = W RMSNorm(x; norm_w) for dense weights on gemv_fast, the norm's sums of squares
  * taken in the same pass over x (gpt-oss's BF16 qkv without an rmsnorm kernel);
@@ -794,12 +873,12 @@ extern "C" int fp4s_cuda_norm_matmul(const struct fp4s_mat *w, const float *x, i
 {
 	if (!dense_fast_ok(w, x, M, y) || !norm_w || !is_aligned(norm_w, 16))
 		return FP4S_EUNSUPPORTED;
-	return matmul_impl(w, x, M, y, 0, norm_w, eps, zero_centred, NULL, s, err);
+	return matmul_impl(w, x, M, y, 0, norm_w, eps, zero_centred, NULL, NULL, s, err);
 }
 
 static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, float *y, int accumulate,
-                       const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune, cudaStream_t s,
-                       struct fp4s_error *err)
+                       const float *norm_w, float eps, int zc, const struct fp4s_gemv_tune *tune,
+                       const struct fp4s_gemv_route *rt, cudaStream_t s, struct fp4s_error *err)
 {
 	const int ksplit = tune ? tune->ksplit : 0, generic = tune ? tune->generic : 0;
 	const int fp4fmt = w->fmt == FP4S_WF_NVFP4 || w->fmt == FP4S_WF_MXFP4;
@@ -883,6 +962,13 @@ static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, floa
 	a.zc = zc ? 1.0f : 0.0f;
 	static int prew_off = -1; /* FP4S_GEMV_FAST_PREW=0: gemv_fast waits before its first weight loads */
 	a.prew = !fp4s_env_off("FP4S_GEMV_FAST_PREW", &prew_off);
+	a.rt_w = rt ? rt->w : NULL;
+	a.rt_nw = rt ? rt->nw : NULL;
+	a.rt_acc = rt ? rt->acc : NULL;
+	a.rt_epoch = rt ? rt->epoch : NULL;
+	a.rt_fmt = rt ? (rt->fmt == FP4S_WF_BF16 ? G_BF16 : rt->fmt == FP4S_WF_F16 ? G_F16 : G_F32) : 0;
+	a.rt_E = rt ? rt->E : 0;
+	a.rt_zc = rt && rt->zc ? 1.0f : 0.0f;
 	for (int32_t t0 = 0; t0 < M; t0 += tile) {
 		a.M = M - t0 < tile ? M - t0 : tile;
 		a.x = x + (size_t)t0 * K;

@@ -55,9 +55,18 @@ int fp4s_cuda_moe_fused(void);
 int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4s_stacked *dn, int form, float alpha,
                       float limit, const struct fp4s_mat *router, int32_t K, int kind, int norm, float *h,
                       const float *nw, float eps, int zero_centred, float *lg, unsigned *sync, int32_t *idx, float *w,
-                      float *x1, float *a1, float *o1, cudaStream_t s, struct fp4s_error *err);
+                      float *x1, float *a1, float *o1, long long *racc, int local, int dry, cudaStream_t s,
+                      struct fp4s_error *err);
+/* (racc, local, dry) above: racc[2 * E] (zero at upload, or NULL) the router logits' shares that
+ * fp4s_cuda_matmul_add_route adds (gemv_cuda.h; epoch: sync as unsigned long long, word MT_FLAG,
+ * FP4S_MOE_TMA_EPOCH); every launch clears the half the layer's next one reads. local: the
+ * launch before added them, so every block routes itself from them (mode 1 only: with local set,
+ * FP4S_EUNSUPPORTED means the shares were left unread). dry: the checks alone, nothing enqueued
+ * (FP4S_OK: a launch with these arguments would run). */
+#define FP4S_MOE_TMA_EPOCH 32
 void fp4s_cuda_set_moe_tma(int on);
 unsigned long long fp4s_cuda_moe_tma_launches(void); /* tests: launches so far */
+unsigned long long fp4s_cuda_moe_tma_local_launches(void); /* tests: of those, local ones */
 void fp4s_cuda_set_moe_fused(int mode);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
  * RMSNorm(h; nw) (+ router bias; eps, zero_centred: 1 + nw), then idx/w [K] as

@@ -41,6 +41,7 @@
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/gemv_cuda.h"
 #include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/gemv_mma.h"
 #include "backend/cuda/gemv_tma.cuh"
@@ -63,7 +64,7 @@
  *  - the router blocks' counter gains nrb a launch.
  * (Word 0 stays moe.cu's norm_route counter, for the launches that route apart.) */
 #define MT_RCNT 16               /* 64-bit words: router blocks done */
-#define MT_FLAG 32               /* routings done */
+#define MT_FLAG FP4S_MOE_TMA_EPOCH /* routings done (launches of the layer) */
 #define MT_SLOT(z) (48 + 16 * (z)) /* the slot's gate|up blocks done */
 
 struct mt_args {
@@ -86,6 +87,13 @@ struct mt_args {
 	                     * 0: by its warp 0 (route_warp) */
 	int spin;           /* ns between polls of a counter */
 	int bpre;           /* the bias copied ahead of the tiles (mt_bias_copy; FP4S_MOE_ONE_BPRE=0: off, A/B) */
+	/* The router's logits from the launch before (fp4s_cuda_matmul_add_route: the o projection's
+	 * blocks each add their rows' share, unnormalized, in fixed point): racc[2][E], the half
+	 * (epoch & 1). local: every block takes the logits from there and routes itself, so no
+	 * block waits on another before its copies (route = 0). Every launch clears the other half,
+	 * the one the next launch of this layer reads (racc may be NULL: no shares for this layer). */
+	long long *racc;
+	int local;
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -293,7 +301,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
-	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], bgo;
+	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], bgo, rgo;
 	__shared__ int hdr[GT_SMAX];
 	__shared__ float s_red[GT_W];
 	__shared__ int32_t sel[64];
@@ -309,25 +317,32 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
 		gt_init(&empty[threadIdx.x], GT_W);
-		if (threadIdx.x == 0)
+		if (threadIdx.x == 0) {
 			gt_init(&bgo, 1);
+			gt_init(&rgo, 1);
+		}
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	__syncthreads();
 
 	/* this layer's launches so far: slot z's counter before any block of this launch arrives on
 	 * it (read before the wait: the kernels it waits for do not touch it) */
-	unsigned long long epoch0 = 0; /* the producer's lane 0 and the consumers' thread 0 */
-	if (threadIdx.x == 0 || threadIdx.x == GT_W * 32)
+	unsigned long long epoch0 = 0; /* the producer's lane 0 and the consumers' thread 0 (local: all) */
+	if (threadIdx.x == 0 || threadIdx.x == GT_W * 32 || p.local)
 		epoch0 = __ldcg(&p.sync[MT_SLOT(slot)]) / gridDim.x;
 	if (warp == GT_W) {
 		/* the producer: nothing to copy until the routing names this slot's expert */
 		pdl_wait();
 		int64_t e = 0;
 		if (lane == 0) {
-			if (p.route)
-				mt_spin(&p.sync[MT_FLAG], epoch0 + 1, p.spin);
-			e = __ldcg(p.idx + slot);
+			if (p.local) { /* this block's own routing */
+				gt_wait(&rgo, 0);
+				e = sel[slot];
+			} else {
+				if (p.route)
+					mt_spin(&p.sync[MT_FLAG], epoch0 + 1, p.spin);
+				e = __ldcg(p.idx + slot);
+			}
 		}
 		e = __shfl_sync(0xFFFFFFFFu, e, 0);
 		uint64_t pol;
@@ -362,8 +377,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		else if (p.warm && warp == 0)
 			route_warm(p.topk, p.kind, p.norm, sel, selv);
 	}
+	if (p.local && p.warm) /* every block runs the top-k (route.cuh): its code warm */
+		route_warm_block<GT_W * 32>(p.topk, p.kind, p.norm, sel, selv);
 	pdl_wait(); /* h (or the routing) belongs to the kernels before this one */
 	TL_MARK(1);
+	if (threadIdx.x == 0)
+		s_epoch = epoch0; /* thread 0 reads it back itself (its load issued long before) */
 	if (router) {
 		/* h * norm weight into the ring's bytes (free: this block's producer copies nothing
 		 * before the routing is done, which waits for this block); all of a thread's loads in
@@ -446,9 +465,53 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 				asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 		}
 	}
+	__shared__ float s_inv;
+	if (p.local) {
+		/* the logits' shares and h, all loads in flight at once; the sum of squares in the
+		 * router blocks' order (below), then the top-k into sel / selv (and idx / w, the same
+		 * values from every block), in the ring's bytes: the producer copies nothing before
+		 * rgo */
+		float *pr = reinterpret_cast<float *>(sm);
+		const long long *acc = p.racc + (size_t)(epoch0 & 1) * p.E;
+		long long q = 0;
+		if ((int)threadIdx.x < p.E)
+			q = __ldcg(acc + threadIdx.x);
+		float4 v[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = 4 * (threadIdx.x + u * GT_W * 32);
+			if (i < p.H)
+				v[u] = __ldcg(reinterpret_cast<const float4 *>(p.h + i));
+		}
+		float ss = 0.0f;
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			if (4 * (threadIdx.x + u * GT_W * 32) < p.H)
+				ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+		for (int o = 16; o; o >>= 1)
+			ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+		if (lane == 0)
+			s_red[warp] = ss;
+		gt_sync();
+		ss = 0.0f;
+#pragma unroll
+		for (int i = 0; i < GT_W; i++)
+			ss += s_red[i];
+		const float inv = 1.0f / sqrtf(ss / (float)p.H + p.eps);
+		if ((int)threadIdx.x < p.E)
+			pr[threadIdx.x] = __ll2float_rn(q) * 0x1p-32f * inv + (p.rb ? __ldg(p.rb + threadIdx.x) : 0.0f);
+		if (threadIdx.x == 0)
+			s_inv = inv;
+		gt_sync();
+		route_block<GT_W * 32>(pr, reinterpret_cast<uint32_t *>(pr + ROUTE_KEYS_AT(p.E)), p.E, p.topk, p.kind, p.norm,
+		                       sel, selv, p.idx, p.w, TL_REC());
+		/* sel is final and pr / keys read (route_block's last barrier): the ring is the producer's */
+		if (threadIdx.x == 0)
+			gt_arrive(&rgo);
+	}
 	if (p.route) {
 		if (threadIdx.x == 0)
-			mt_spin(&p.sync[MT_FLAG], epoch0 + 1, p.spin);
+			mt_spin(&p.sync[MT_FLAG], s_epoch + 1, p.spin);
 		gt_sync();
 	} else if (bl == 0 && threadIdx.x == 0) { /* the routings' count stays the launches' */
 		asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
@@ -458,7 +521,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	 * done, 7 down staged, 4 down tiles done */
 	if (!router)
 		TL_MARK(2);
-	const int64_t e = __ldcg(p.idx + slot); /* in flight with the staging's loads */
+	const int64_t e = p.local ? (int64_t)sel[slot] : __ldcg(p.idx + slot); /* in flight with the staging's loads */
 	uint8_t *xs = sm + (size_t)S * stride;
 	float s_ss[1];
 	unsigned n = 0;
@@ -467,14 +530,16 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	{
 		const gm_args &a = p.gu;
 		const int nst = (a.K + 127) >> 7, cs = gm_col_stride(nst * 4);
-		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
-		if (threadIdx.x == 0)
-			s_epoch = epoch0; /* thread 0 reads it back itself */
+		if (p.local) /* h times the norm weight; 1 / rms in the epilogue (post) */
+			gm_stage<GT_W * 32, 2, false, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.h, 0, s_ss, false, threadIdx.x);
+		else
+			gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
 		const float *bias = a.bias ? a.bias + e * a.rows : NULL;
 		if (p.bpre)
 			mt_bias_copy(s_bias, bias, a.rows); /* (e is known here: it was loaded with the staging) */
 		gt_sync();
-		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
+		const float post0 = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
+		const float post = p.local ? post0 * s_inv : post0;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre ? s_bias : NULL, post, warp, lane);
 		if (!router)
@@ -483,6 +548,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
 	gt_sync();
 	if (threadIdx.x == 0) {
+		/* the shares' other half, for this layer's next launch (the last reads of it were the
+		 * launch before this one's) */
+		if (bl == 0 && p.racc)
+			for (int i = 0; i < p.E; i++)
+				__stcg(p.racc + (size_t)((s_epoch + 1) & 1) * p.E + i, 0ll);
 		/* no return wanted: the target comes from the epoch (also with the down apart: the
 		 * count is the epoch) */
 		if (p.phases == 2) {
@@ -538,10 +608,11 @@ cudaError_t mt_attrs(void)
 }
 
 static int mt_forced = -1;
-static unsigned long long mt_launches;
+static unsigned long long mt_launches, mt_local_launches;
 
 extern "C" void fp4s_cuda_set_moe_tma(int on) { mt_forced = on >= 0 && on <= 4 ? on : -1; }
 extern "C" unsigned long long fp4s_cuda_moe_tma_launches(void) { return mt_launches; }
+extern "C" unsigned long long fp4s_cuda_moe_tma_local_launches(void) { return mt_local_launches; }
 
 /* FP4S_MOE_ONE: unset: all in one launch for MXFP4 experts, off for NVFP4 ones (measured on the
  * H100, bench/results/2026-11-22-h100-session12.md: gpt-oss-20b +4-5 %; qwen3-30b-a3b -5 to
@@ -576,13 +647,13 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
                                  float alpha, float limit, const struct fp4s_mat *router, int32_t K, int kind,
                                  int norm, float *h, const float *nw, float eps, int zero_centred, float *lg,
                                  unsigned *sync, int32_t *idx, float *w, float *x1, float *a1, float *o1,
-                                 cudaStream_t s, struct fp4s_error *err)
+                                 long long *racc, int local, int dry, cudaStream_t s, struct fp4s_error *err)
 {
 	const int64_t E = router->rows, H = router->cols, I = dn->cols;
 	const int esz = router->fmt == FP4S_WF_F32 ? 4 : 2;
 	int spin, holdb;
 	const int mode = mt_mode(gu->fmt == FP4S_WF_NVFP4, &spin, &holdb);
-	if (!mode || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
+	if (!mode || (local && (mode != 1 || !racc || E > FP4S_GEMV_ROUTE_EMAX)) || (form != 1 && form != 2) || gu->fmt != dn->fmt ||
 	    (router->fmt != FP4S_WF_BF16 && router->fmt != FP4S_WF_F16 && router->fmt != FP4S_WF_F32) || K < 1 ||
 	    K > FP4S_MOE_TMA_KMAX || K > E || E > MT_EMAX || H % (16 / esz) || H % 4 || H > 16 * GT_W * 32 ||
 	    gu->cols != H ||
@@ -617,7 +688,12 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.zc = zero_centred, p.rfmt = router->fmt, p.E = (int)E, p.H = (int)H, p.topk = K, p.kind = kind;
 	p.norm = norm, p.lg = lg, p.x1 = x1, p.idx = idx, p.w = w;
 	p.sync = reinterpret_cast<unsigned long long *>(sync);
-	p.phases = mode == 2 || mode == 4 ? 1 : 2, p.spin = spin, p.route = mode != 3 && mode != 4;
+	p.phases = mode == 2 || mode == 4 ? 1 : 2, p.spin = spin, p.route = !local && mode != 3 && mode != 4;
+	p.racc = racc, p.local = local;
+	if (local) { /* the gate|up stages h times the norm weight (gm_stage), 1 / rms in its epilogue */
+		p.gu.norm_w = nw;
+		p.gu.zero_centred = zero_centred;
+	}
 	p.holdb = holdb;
 	/* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code; FP4S_MOE_ONE_RBLOCK=0: the top-k by one
 	 * warp, route_warp (A/B: gpt-oss-20b +0-1.3 % with route_block, session 16) */
@@ -635,7 +711,9 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	const dim3 grid((unsigned)(bx > tiles ? tiles : bx), 1, (unsigned)K);
 	if (per_sm < 1 || bx < 1 || (int64_t)grid.x * K < (E + GT_W - 1) / GT_W)
 		return FP4S_EUNSUPPORTED;
-	if (!p.route && (rc = fp4s_cuda_norm_route(router, K, kind, norm, h, nw, eps, zero_centred, lg, sync, idx, w, x1,
+	if (dry)
+		return FP4S_OK; /* (fp4s_cuda_moe_tma_local_ok) */
+	if (!p.route && !local && (rc = fp4s_cuda_norm_route(router, K, kind, norm, h, nw, eps, zero_centred, lg, sync, idx, w, x1,
 	                                           s, err)))
 		return rc; /* FP4S_EUNSUPPORTED: nothing enqueued */
 	static int told;
@@ -647,6 +725,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	struct pdl_launch l;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(pdl_cfg(&l, grid, dim3(GT_THREADS), smem, s, 1), kern, p));
 	mt_launches++;
+	mt_local_launches += local != 0;
 	if (p.phases == 1) /* the down GEMV with the combine, as the three-launch path */
 		return fp4s_gemv_mma_experts_ex(dn, idx, K, a1, 1, I, 0, 0.0f, 0.0f, NULL, 0.0f, 0, w, h, o1, s, err);
 	return FP4S_OK;
