@@ -516,6 +516,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	} else if (bl == 0 && threadIdx.x == 0) { /* the routings' count stays the launches' */
 		asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(&p.sync[MT_FLAG]) : "memory");
 	}
+	/* the shares' other half, for this layer's next launch (the last reads of it were the launch
+	 * before this one's), by thread 0 (its s_epoch), here: long before its next release (the
+	 * slot's), whose fence would otherwise wait for these stores */
+	if (bl == 0 && threadIdx.x == 0 && p.racc)
+		for (int i = 0; i < p.E; i++)
+			__stcg(p.racc + (size_t)((s_epoch + 1) & 1) * p.E + i, 0ll);
 	/* phase marks (diagnostic build; dev/moe_marks.py), in the blocks that do not route (the last
 	 * router block's marks 4-7 are its top-k's): 2 routed, 5 gate|up done, 6 the slot's gate|up all
 	 * done, 7 down staged, 4 down tiles done */
@@ -548,11 +554,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	/* the slot's gate|up blocks all done (their SwiGLU rows are the down projection's x) */
 	gt_sync();
 	if (threadIdx.x == 0) {
-		/* the shares' other half, for this layer's next launch (the last reads of it were the
-		 * launch before this one's) */
-		if (bl == 0 && p.racc)
-			for (int i = 0; i < p.E; i++)
-				__stcg(p.racc + (size_t)((s_epoch + 1) & 1) * p.E + i, 0ll);
 		/* no return wanted: the target comes from the epoch (also with the down apart: the
 		 * count is the epoch) */
 		if (p.phases == 2) {
