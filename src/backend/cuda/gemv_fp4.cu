@@ -84,16 +84,19 @@ struct gemv_args {
 	float eps;
 	float zc;            /* 1: the norm weight is zero-centred (1 + w) */
 	int prew;            /* gemv_fast: the first chunk's weight loads issued before the PDL wait */
-	/* gemv_fast, one token, a residual add followed by a MoE block (RT; fp4s_gemv_route): each
-	 * block's share of the next router's unnormalized logits, sum over its rows i of
-	 * rw[e][i] (zc + nw[i]) h[i], added in fixed point (2^32) into racc[(epoch & 1) E + e],
-	 * epoch = *rt_epoch (moe_tma.cu) */
-	const void *rt_w;
-	const float *rt_nw;
-	long long *rt_acc;
-	const unsigned long long *rt_epoch;
-	int rt_fmt, rt_E;
-	float rt_zc;
+};
+
+/* gemv_fast_rt, one token, a residual add followed by a MoE block (fp4s_cuda_matmul_add_route):
+ * each block's share of the next router's unnormalized logits, the sum over its rows i of
+ * w[e][i] (zc + nw[i]) h[i], added in fixed point (2^32) into acc[(*epoch & 1) E + e]
+ * (moe_tma.cu). A parameter of its own: a larger gemv_args changes every kernel's code. */
+struct gemv_rt {
+	const void *w;
+	const float *nw;
+	long long *acc;
+	const unsigned long long *epoch;
+	int fmt, E;
+	float zc;
 };
 
 static __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j)
@@ -383,26 +386,29 @@ static __device__ __forceinline__ void reduce_store(float acc[R][MT], const gemv
 				v = __fadd_rn(v, a.bias[row]);
 			/* accumulate: h + (dot * post + bias), the CPU's matmul then add */
 			float *yp = a.y + (size_t)t * a.rows + row;
-			v = a.accumulate ? __fadd_rn(*yp, v) : v;
-			*yp = v;
-			if (RT) /* (M = 1) the block's rows in order, for the router's share */
+			if constexpr (RT) { /* (M = 1) the block's rows in order, for the router's share */
+				v = a.accumulate ? __fadd_rn(*yp, v) : v;
+				*yp = v;
 				hrow[row - (int64_t)blockIdx.x * ngrp * R] = v;
+			} else {
+				*yp = a.accumulate ? __fadd_rn(*yp, v) : v;
+			}
 		}
 	}
 }
 
 /* Element (e, i) of a router matrix [E][H] (BF16 / F16 / F32) */
-static __device__ __forceinline__ float rt_weight(const gemv_args &a, int e, int64_t i)
+static __device__ __forceinline__ float rt_weight(const gemv_rt &rt, int64_t H, int e, int64_t i)
 {
-	const size_t at = (size_t)e * (size_t)a.rows + (size_t)i;
-	if (a.rt_fmt == G_F32)
-		return __ldg((const float *)a.rt_w + at);
-	const unsigned short u = __ldg((const unsigned short *)a.rt_w + at);
-	return a.rt_fmt == G_BF16 ? __uint_as_float((uint32_t)u << 16) : __half2float(__ushort_as_half(u));
+	const size_t at = (size_t)e * (size_t)H + (size_t)i;
+	if (rt.fmt == G_F32)
+		return __ldg((const float *)rt.w + at);
+	const unsigned short u = __ldg((const unsigned short *)rt.w + at);
+	return rt.fmt == G_BF16 ? __uint_as_float((uint32_t)u << 16) : __half2float(__ushort_as_half(u));
 }
 
-template <int F, int R, int MT, bool NORM = false, bool RT = false>
-__global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
+template <int F, int R, int MT, bool NORM, bool RT>
+static __device__ __forceinline__ void gemv_fast_body(const gemv_args &a, const gemv_rt *rtp)
 {
 	/* the weights depend on no earlier kernel: with a.prew the first chunk's loads go out before
 	 * the PDL wait, while the previous kernel finishes (x and y are read after it) */
@@ -413,13 +419,13 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 	constexpr int RB = RT ? 4 * R : 1;
 	float wg[RB];
 	int rt_n = 0;
-	if (RT) {
+	if constexpr (RT) {
 		const int64_t b0 = (int64_t)blockIdx.x * (blockDim.x / (32 * a.ksplit)) * R;
 		rt_n = (int)min((int64_t)(blockDim.x / (32 * a.ksplit)) * R, a.rows - b0);
 #pragma unroll
 		for (int j = 0; j < RB; j++)
-			wg[j] = (int)threadIdx.x < a.rt_E && j < rt_n
-			                ? rt_weight(a, (int)threadIdx.x, b0 + j) * (a.rt_zc + __ldg(a.rt_nw + b0 + j))
+			wg[j] = (int)threadIdx.x < rtp->E && j < rt_n
+			                ? rt_weight(*rtp, a.rows, (int)threadIdx.x, b0 + j) * (rtp->zc + __ldg(rtp->nw + b0 + j))
 			                : 0.0f;
 	}
 	if (!a.prew)
@@ -497,29 +503,41 @@ __global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
 		c = cn;
 	}
 
-	if (!RT) {
+	if constexpr (!RT) {
 		reduce_store<F, R, MT, NORM>(acc, a, row0, ss);
-		return;
-	}
+	} else {
 	/* the router's share: this block's new h rows, each expert's products summed in row order,
 	 * then one fixed-point add (integer sums do not depend on the blocks' order: the logits
 	 * are the same bits every run) */
 	__shared__ float s_h[RB];
 	unsigned long long ep = 0;
-	if ((int)threadIdx.x < a.rt_E) /* (read after the wait: the MoE launch before wrote it) */
-		ep = __ldcg(a.rt_epoch);
+	if ((int)threadIdx.x < rtp->E) /* (read after the wait: the MoE launch before wrote it) */
+		ep = __ldcg(rtp->epoch);
 	reduce_store<F, R, MT, NORM, RT>(acc, a, row0, ss, s_h);
 	__syncthreads();
-	if ((int)threadIdx.x < a.rt_E) {
+	if ((int)threadIdx.x < rtp->E) {
 		float p = 0.0f;
 #pragma unroll
 		for (int j = 0; j < RB; j++)
 			if (j < rt_n)
 				p += wg[j] * s_h[j];
 		const long long q = __float2ll_rn(p * 4294967296.0f);
-		atomicAdd(reinterpret_cast<unsigned long long *>(a.rt_acc + (size_t)(ep & 1) * a.rt_E + threadIdx.x),
+		atomicAdd(reinterpret_cast<unsigned long long *>(rtp->acc + (size_t)(ep & 1) * rtp->E + threadIdx.x),
 		          (unsigned long long)q);
 	}
+	}
+}
+
+template <int F, int R, int MT, bool NORM = false>
+__global__ void __launch_bounds__(256) gemv_fast(gemv_args a)
+{
+	gemv_fast_body<F, R, MT, NORM, false>(a, nullptr);
+}
+
+template <int F, int R, int MT>
+__global__ void __launch_bounds__(256) gemv_fast_rt(gemv_args a, const __grid_constant__ gemv_rt rt)
+{
+	gemv_fast_body<F, R, MT, false, true>(a, &rt);
 }
 
 /* The same work split as gemv_fast, but the weight stream goes through a per-warp ring of ST
@@ -725,7 +743,7 @@ static cudaError_t launch_async(gemv_args a, int64_t grid, dim3 block, size_t sm
 }
 
 template <int F, int MT, int R>
-static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, int stages)
+static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, int stages, const gemv_rt *rt)
 {
 	const int C = a.K / gemv_fmt_traits<F>::EPC;
 	const int64_t nrg = (a.rows + R - 1) / R;
@@ -741,8 +759,8 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 		S = S > cap ? cap : S;
 	}
 	S = S < 1 ? 1 : S > 8 ? 8 : S;
-	if (a.rt_acc && S == 3)
-		S = 4; /* RT: blocks of at least 128 threads, a thread an expert */
+	if (rt && S == 3)
+		S = 4; /* gemv_fast_rt: blocks of at least 128 threads, a thread an expert */
 	const int ngrp = S >= 4 ? 1 : 4 / S;
 	a.ksplit = S;
 	const dim3 block(32 * S * ngrp);
@@ -774,10 +792,10 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 		}
 	}
 	if constexpr (MT == 1 && !gemv_fmt_traits<F>::FP4) {
-		if (a.rt_acc) {
-			if ((int)block.x < a.rt_E)
+		if (rt) {
+			if ((int)block.x < rt->E)
 				return cudaErrorInvalidConfiguration; /* (fp4s_cuda_matmul_add_route bounds E) */
-			pdl_launch(gemv_fast<F, R, MT, false, true>, dim3((unsigned)grid), block, 0, s, a);
+			pdl_launch(gemv_fast_rt<F, R, MT>, dim3((unsigned)grid), block, 0, s, a, *rt);
 			return cudaGetLastError();
 		}
 	}
@@ -786,24 +804,26 @@ static cudaError_t launch_fast_r(gemv_args a, cudaStream_t s, int ksplit_req, in
 }
 
 template <int F, int MT>
-static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit, int rows, int stages)
+static cudaError_t launch_fast_mt(gemv_args a, cudaStream_t s, int ksplit, int rows, int stages,
+                                  const gemv_rt *rt = nullptr)
 {
 	if constexpr (MT <= 4) {
 		if (rows == 2)
-			return launch_fast_r<F, MT, 2>(a, s, ksplit, stages);
+			return launch_fast_r<F, MT, 2>(a, s, ksplit, stages, rt);
 	}
 	if constexpr (MT == 1) {
 		if (rows == 8)
-			return launch_fast_r<F, MT, 8>(a, s, ksplit, stages);
+			return launch_fast_r<F, MT, 8>(a, s, ksplit, stages, rt);
 	}
-	return launch_fast_r<F, MT, gemv_rows<MT>::R>(a, s, ksplit, stages);
+	return launch_fast_r<F, MT, gemv_rows<MT>::R>(a, s, ksplit, stages, rt);
 }
 
 template <int F>
-static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit, int rows, int stages)
+static cudaError_t launch_fast(gemv_args a, cudaStream_t s, int ksplit, int rows, int stages,
+                               const gemv_rt *rt = nullptr)
 {
 	if (a.M <= 1)
-		return launch_fast_mt<F, 1>(a, s, ksplit, rows, stages);
+		return launch_fast_mt<F, 1>(a, s, ksplit, rows, stages, rt);
 	if (a.M <= 2)
 		return launch_fast_mt<F, 2>(a, s, ksplit, rows, stages);
 	if (a.M <= 4)
@@ -962,13 +982,14 @@ static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, floa
 	a.zc = zc ? 1.0f : 0.0f;
 	static int prew_off = -1; /* FP4S_GEMV_FAST_PREW=0: gemv_fast waits before its first weight loads */
 	a.prew = !fp4s_env_off("FP4S_GEMV_FAST_PREW", &prew_off);
-	a.rt_w = rt ? rt->w : NULL;
-	a.rt_nw = rt ? rt->nw : NULL;
-	a.rt_acc = rt ? rt->acc : NULL;
-	a.rt_epoch = rt ? rt->epoch : NULL;
-	a.rt_fmt = rt ? (rt->fmt == FP4S_WF_BF16 ? G_BF16 : rt->fmt == FP4S_WF_F16 ? G_F16 : G_F32) : 0;
-	a.rt_E = rt ? rt->E : 0;
-	a.rt_zc = rt && rt->zc ? 1.0f : 0.0f;
+	gemv_rt grt = {};
+	if (rt) {
+		if (M != 1 || fmt == G_NVFP4 || fmt == G_MXFP4)
+			return FP4S_EUNSUPPORTED; /* one token, dense weights (nothing enqueued) */
+		grt.w = rt->w, grt.nw = rt->nw, grt.acc = rt->acc, grt.epoch = rt->epoch;
+		grt.fmt = rt->fmt == FP4S_WF_BF16 ? G_BF16 : rt->fmt == FP4S_WF_F16 ? G_F16 : G_F32;
+		grt.E = rt->E, grt.zc = rt->zc ? 1.0f : 0.0f;
+	}
 	for (int32_t t0 = 0; t0 < M; t0 += tile) {
 		a.M = M - t0 < tile ? M - t0 : tile;
 		a.x = x + (size_t)t0 * K;
@@ -983,9 +1004,9 @@ static int matmul_impl(const struct fp4s_mat *w, const float *x, int32_t M, floa
 			switch (fmt) {
 			case G_NVFP4: e = launch_fast<G_NVFP4>(a, s, ksplit, rows, stages); break;
 			case G_MXFP4: e = launch_fast<G_MXFP4>(a, s, ksplit, rows, stages); break;
-			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit, rows, stages); break;
-			case G_F16: e = launch_fast<G_F16>(a, s, ksplit, rows, stages); break;
-			default: e = launch_fast<G_F32>(a, s, ksplit, rows, stages); break;
+			case G_BF16: e = launch_fast<G_BF16>(a, s, ksplit, rows, stages, rt ? &grt : nullptr); break;
+			case G_F16: e = launch_fast<G_F16>(a, s, ksplit, rows, stages, rt ? &grt : nullptr); break;
+			default: e = launch_fast<G_F32>(a, s, ksplit, rows, stages, rt ? &grt : nullptr); break;
 			}
 		}
 		FP4S_CUDA_TRY(err, e);
