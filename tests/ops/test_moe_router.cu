@@ -472,22 +472,23 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 
 /* LOCAL cases (the header says what must hold): gpt-oss-like experts after a BF16 o projection of
  * Kx columns */
-static void run_local(int E, int K, int H, int I, int Kx, int zc, const char *filter)
+static void run_local(enum fp4s_wformat rf, int E, int K, int H, int I, int Kx, int zc, const char *filter)
 {
 	char name[160];
-	snprintf(name, sizeof name, "LOCAL(E=%d,K=%d,H=%d,I=%d,Kx=%d,%s)", E, K, H, I, Kx, zc ? "zero-centred" : "plain");
+	snprintf(name, sizeof name, "LOCAL(router %s,E=%d,K=%d,H=%d,I=%d,Kx=%d,%s)", fp4s_wformat_name(rf), E, K, H, I, Kx,
+	         zc ? "zero-centred" : "plain");
 	if (filter && !strstr(name, filter))
 		return;
 	struct experts X;
 	make_experts(&X, 1, E, H, I);
 	struct fp4s_error err = {0};
 	std::vector<float> rbias(E), nw(H);
-	std::vector<uint8_t> rw = make_router(FP4S_WF_BF16, E, H, 0, &rbias);
+	std::vector<uint8_t> rw = make_router(rf, E, H, 0, &rbias);
 	std::vector<uint8_t> ow = make_router(FP4S_WF_BF16, H, Kx, 0, NULL); /* the o projection [H][Kx] */
 	fill_norm(nw, zc);
 	struct fp4s_moe_params p = {};
 	p.router_kind = FP4S_ROUTER_TOPK_SOFTMAX;
-	const struct fp4s_mat router = {FP4S_WF_BF16, E, H, rw.data(), NULL, 1.0f, rbias.data(), 0};
+	const struct fp4s_mat router = {rf, E, H, rw.data(), NULL, 1.0f, rbias.data(), 0};
 	const struct fp4s_mat wo = {FP4S_WF_BF16, H, Kx, ow.data(), NULL, 1.0f, NULL, 0};
 	p.router = router;
 	p.n_experts = E, p.top_k = K, p.norm_topk = 0, p.oai_swiglu = 1;
@@ -706,9 +707,10 @@ int main(int argc, char **argv)
 	run_block(1, 8, 4, 2880, 2880, 0, filter);  /* gpt-oss's expert shapes */
 	run_block(1, 128, 4, 2880, 128, 0, filter); /* gpt-oss-120b's router */
 	run_block(1, 8, 4, 1024, 4608, 0, filter);  /* more row tiles a block than moe_tma.cu copies the bias of ahead */
-	run_local(32, 4, 2880, 256, 4096, 0, filter); /* gpt-oss-20b's router and o projection */
-	run_local(128, 4, 2880, 128, 1024, 1, filter); /* gpt-oss-120b's router */
-	run_local(8, 2, 1024, 512, 512, 0, filter);
+	run_local(FP4S_WF_BF16, 32, 4, 2880, 256, 4096, 0, filter); /* gpt-oss-20b's router and o projection */
+	run_local(FP4S_WF_BF16, 128, 4, 2880, 128, 1024, 1, filter); /* gpt-oss-120b's router */
+	run_local(FP4S_WF_F32, 8, 2, 1024, 512, 512, 0, filter);
+	run_local(FP4S_WF_F16, 60, 6, 1056, 256, 768, 1, filter);
 	/* uploads that land whole (three times: the race they had was a matter of timing) */
 	for (int rep = 0; rep < 3; rep++) {
 		run_upload(32, 2048, 128, 1024, filter);
