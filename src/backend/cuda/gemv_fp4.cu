@@ -506,25 +506,25 @@ static __device__ __forceinline__ void gemv_fast_body(const gemv_args &a, const 
 	if constexpr (!RT) {
 		reduce_store<F, R, MT, NORM>(acc, a, row0, ss);
 	} else {
-	/* the router's share: this block's new h rows, each expert's products summed in row order,
-	 * then one fixed-point add (integer sums do not depend on the blocks' order: the logits
-	 * are the same bits every run) */
-	__shared__ float s_h[RB];
-	unsigned long long ep = 0;
-	if ((int)threadIdx.x < rtp->E) /* (read after the wait: the MoE launch before wrote it) */
-		ep = __ldcg(rtp->epoch);
-	reduce_store<F, R, MT, NORM, RT>(acc, a, row0, ss, s_h);
-	__syncthreads();
-	if ((int)threadIdx.x < rtp->E) {
-		float p = 0.0f;
+		/* the router's share: this block's new h rows, each expert's products summed in row order,
+		 * then one fixed-point add (integer sums do not depend on the blocks' order: the logits
+		 * are the same bits every run) */
+		__shared__ float s_h[RB];
+		unsigned long long ep = 0;
+		if ((int)threadIdx.x < rtp->E) /* (read after the wait: the MoE launch before wrote it) */
+			ep = __ldcg(rtp->epoch);
+		reduce_store<F, R, MT, NORM, RT>(acc, a, row0, ss, s_h);
+		__syncthreads();
+		if ((int)threadIdx.x < rtp->E) {
+			float p = 0.0f;
 #pragma unroll
-		for (int j = 0; j < RB; j++)
-			if (j < rt_n)
-				p += wg[j] * s_h[j];
-		const long long q = __float2ll_rn(p * 4294967296.0f);
-		atomicAdd(reinterpret_cast<unsigned long long *>(rtp->acc + (size_t)(ep & 1) * rtp->E + threadIdx.x),
-		          (unsigned long long)q);
-	}
+			for (int j = 0; j < RB; j++)
+				if (j < rt_n)
+					p += wg[j] * s_h[j];
+			const long long q = __float2ll_rn(p * 4294967296.0f);
+			atomicAdd(reinterpret_cast<unsigned long long *>(rtp->acc + (size_t)(ep & 1) * rtp->E + threadIdx.x),
+			          (unsigned long long)q);
+		}
 	}
 }
 
