@@ -364,6 +364,15 @@ static int moe_pairact(const struct cu_moe *m, int mode)
 	return mode >= 3 && m->form && !fp4s_env_off("FP4S_MOE_PAIRACT", &pairact_off);
 }
 
+/* the layer's one-launch block (moe_tma.cu) on h with its buffers; local / dry as there */
+static int moe_tma_launch(struct cuda_impl *c, const struct fp4s_moe_params *p, struct cu_moe *m, float *h,
+                          const float *nw, float eps, int zc, int local, int dry, struct fp4s_error *err)
+{
+	return fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, p->top_k,
+	                         p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps, zc, m->lg1,
+	                         m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, local, dry, c->s, err);
+}
+
 static void cu_moe_next(struct fp4s_backend *be, const float *h, const float *nw, enum fp4s_norm_kind kind,
                         const struct fp4s_moe_params *p)
 {
@@ -389,10 +398,7 @@ int cu_moe_matmul_add_route(struct cuda_impl *c, const struct fp4s_moe_params *p
 	    p->router.cols != w->rows || !p->router.data)
 		return FP4S_EUNSUPPORTED;
 	struct fp4s_error e0;
-	if (fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, p->top_k,
-	                      p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, c->mh_nw, 1e-6f,
-	                      c->mh_zc, m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, 1, 1, c->s,
-	                      &e0) != FP4S_OK)
+	if (moe_tma_launch(c, p, m, h, c->mh_nw, 1e-6f, c->mh_zc, 1, 1, &e0) != FP4S_OK) /* (dry: eps unused) */
 		return FP4S_EUNSUPPORTED;
 	const struct fp4s_gemv_route rt = {p->router.data, (int)p->router.fmt, (int)p->n_experts, c->mh_zc, c->mh_nw,
 	                                   m->racc, (const unsigned long long *)m->cnt + FP4S_MOE_TMA_EPOCH};
@@ -424,11 +430,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	const int zc = kind == FP4S_NORM_ZERO_CENTRED;
 	int rc;
 	if (local) {
-		rc = n == 1 ? fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, K,
-		                                p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps,
-		                                zc, m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, 1, 0, c->s,
-		                                err)
-		            : FP4S_EUNSUPPORTED;
+		rc = n == 1 ? moe_tma_launch(c, p, m, h, nw, eps, zc, 1, 0, err) : FP4S_EUNSUPPORTED;
 		if (rc == FP4S_EUNSUPPORTED)
 			rc = fp4s_error_set(err, FP4S_EINVAL, "moe: the router's shares were taken for a block that "
 			                                      "does not read them (%lld tokens)", (long long)n);
@@ -440,9 +442,7 @@ static int cu_norm_moe_add(struct fp4s_backend *be, const struct fp4s_moe_params
 	const int pairact = moe_pairact(m, mode);
 	if (pairact && mode == 3) {
 		/* all of it in one launch (moe_tma.cu; where it declines: the three below) */
-		rc = fp4s_cuda_moe_tma(&m->gu, &m->down, m->form, p->swiglu_alpha, p->swiglu_limit, &p->router, K,
-		                       p->router_kind == FP4S_ROUTER_SOFTMAX_TOPK ? 0 : 1, p->norm_topk, h, nw, eps, zc,
-		                       m->lg1, m->cnt, m->idx1, m->w1, m->x1, m->a1, m->o1, m->racc, 0, 0, c->s, err);
+		rc = moe_tma_launch(c, p, m, h, nw, eps, zc, 0, 0, err);
 		if (rc != FP4S_EUNSUPPORTED)
 			return rc;
 	}
