@@ -2,8 +2,9 @@
 """The MoE router's last block in a timeline recording (timeline.cuh, FP4S_TL): per layer, when it
 arrived on the counter, read the logits back, had the softmax and keys, the ranks, the weights, and
 left, against the other blocks. Kernel 5 (moe.cu's norm_route) or, with --kid 2, moe_tma.cu's
-one-launch MoE (its last router block: the one with mark 4).
-usage: router_marks.py FILE[.gz] [--kid 5|2]"""
+one-launch MoE (its last router block: the one with mark 4), or with --kid 15 gemv_fp4.cu's
+gemv_fast_rt_tail (mark 2 there: every block's arrival on the counter; 4: the logits and x1 done).
+usage: router_marks.py FILE[.gz] [--kid 5|2|15]"""
 import collections
 import statistics
 import sys
@@ -19,6 +20,8 @@ print("kernel %s, times in us from the first block's release; marks: 2 arrive on
       " 6 softmax and keys, 7 ranked, 5 weights written, 3 exit" % kid)
 cols = collections.defaultdict(list)
 for tag, rs in list(g.items())[3:]:
+    if not any(r['t'][1] for r in rs):  # a launch of the kernel without the marks (gemv_fast: lm_head)
+        continue
     t0 = min(r['t'][1] for r in rs if r['t'][1])
     last = [r for r in rs if len(r['t']) > 4 and r['t'][4]]
     if not last:
