@@ -10,7 +10,8 @@ kernels byte for byte as they were, without a GPU.
        -o /tmp/new.cubin src/backend/cuda/gemv_fp4.cu     (and the same from the old tree)
   dev/cubin_diff.py /tmp/new.cubin /tmp/old.cubin [name filter]
 
-Prints SAME / DIFF / NEW / GONE a kernel, then the counts."""
+Prints DIFF / NEW / GONE a kernel (and SAME for one renamed with the same bytes), then the
+counts."""
 import hashlib
 import struct
 import sys
@@ -38,11 +39,19 @@ def main():
     a, b = sections(sys.argv[1]), sections(sys.argv[2])
     flt = sys.argv[3] if len(sys.argv) > 3 else ''
     counts = {}
+    # a kernel whose name changed (a template argument added) but whose bytes did not: GONE and
+    # NEW with the same size and hash are reported as one SAME (renamed)
+    gone = {b[k]: k for k in b if k not in a and flt in k}
+    renamed = {k: gone.pop(a[k]) for k in a if k not in b and flt in k and a[k] in gone}
     for k in sorted(set(a) | set(b)):
-        if flt not in k:
+        if flt not in k or k in renamed.values():
             continue
         x, y = a.get(k), b.get(k)
-        tag = 'NEW' if y is None else 'GONE' if x is None else 'SAME' if x == y else 'DIFF'
+        if k in renamed:
+            tag, y = 'SAME', x
+            print(f"SAME {k} (renamed from {renamed[k]})")
+        else:
+            tag = 'NEW' if y is None else 'GONE' if x is None else 'SAME' if x == y else 'DIFF'
         counts[tag] = counts.get(tag, 0) + 1
         if tag != 'SAME':
             print(f"{tag:4} {k} {x} {y}")
