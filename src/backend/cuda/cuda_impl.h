@@ -114,9 +114,10 @@ int cu_permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream
 /* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
 void cu_moe_install(struct fp4s_backend *be);
 void cu_moe_free(struct cuda_impl *c);
-/* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's logits, added
- * in the add's blocks, for a one-launch MoE block that routes in every block (moe_tma.cu, local);
- * FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Clears the hint. */
+/* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's
+ * logits, added in the add's blocks, for a one-launch MoE block that routes in every block
+ * (moe_tma.cu, local); FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Reads
+ * mh_nw / mh_zc; the caller (cu_matmul_add) has already cleared mh_h. */
 int cu_moe_matmul_add_route(struct cuda_impl *c, const struct fp4s_moe_params *p, const struct fp4s_mat *w,
                             const float *x, float *h, struct fp4s_error *err);
 
