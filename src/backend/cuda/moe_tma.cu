@@ -136,6 +136,22 @@ static __device__ __forceinline__ float mt_dot(int rfmt, const uint4 wv, const f
 /* The producer's copies of one matrix for expert e: tiles blockIdx.x + i * gridDim.x (strided:
  * the combine relies on it), each stage into ring slot n % S once handed back, then a stage
  * marked -1. n runs on across both matrices. (gemv_tma.cu's copies without the tensor maps.) */
+/* 1 / rms of a row of H from each thread's partial sum of squares: shuffles within the warps,
+ * then the GT_W warps' sums through s_red (the router blocks and a locally routing block alike) */
+static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int lane, int warp, int H, float eps)
+{
+	for (int o = 16; o; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if (lane == 0)
+		s_red[warp] = ss;
+	gt_sync();
+	ss = 0.0f;
+#pragma unroll
+	for (int i = 0; i < GT_W; i++)
+		ss += s_red[i];
+	return 1.0f / sqrtf(ss / (float)H + eps);
+}
+
 template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
@@ -416,16 +432,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 				                                                  v[u].z * (c + g[u].z), v[u].w * (c + g[u].w));
 			}
 		}
-		for (int o = 16; o; o >>= 1)
-			ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-		if (lane == 0)
-			s_red[warp] = ss;
-		gt_sync();
-		ss = 0.0f;
-#pragma unroll
-		for (int i = 0; i < GT_W; i++)
-			ss += s_red[i];
-		const float inv = 1.0f / sqrtf(ss / (float)p.H + p.eps);
+		const float inv = mt_inv_rms(ss, s_red, lane, warp, p.H, p.eps);
 		if (bl == 0) /* the normalized token every block stages */
 			for (int i = threadIdx.x; i < p.H; i += GT_W * 32)
 				p.x1[i] = hs[i] * inv;
@@ -495,16 +502,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		for (int u = 0; u < 4; u++)
 			if (4 * (threadIdx.x + u * GT_W * 32) < p.H)
 				ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-		for (int o = 16; o; o >>= 1)
-			ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-		if (lane == 0)
-			s_red[warp] = ss;
-		gt_sync();
-		ss = 0.0f;
-#pragma unroll
-		for (int i = 0; i < GT_W; i++)
-			ss += s_red[i];
-		const float inv = 1.0f / sqrtf(ss / (float)p.H + p.eps);
+		const float inv = mt_inv_rms(ss, s_red, lane, warp, p.H, p.eps);
 		if ((int)threadIdx.x < p.E)
 			pr[threadIdx.x] = __ll2float_rn(q) * 0x1p-32f * inv + (p.rb ? __ldg(p.rb + threadIdx.x) : 0.0f);
 		if (threadIdx.x == 0)
