@@ -263,7 +263,7 @@ static int run_case(const acase &c, const char *filter)
 	if (c.tune.stages)
 		off += snprintf(name + off, sizeof name - off, ",stages=%d", c.tune.stages);
 	if (c.tune.cluster)
-		off += snprintf(name + off, sizeof name - off, ",cluster=%s", c.tune.cluster > 0 ? "on" : "off");
+		off += snprintf(name + off, sizeof name - off, ",cluster=%d", c.tune.cluster);
 	off += snprintf(name + off, sizeof name - off, ",seqs=");
 	for (size_t s = 0; s < c.seqs.size() && off < 440; s++)
 		off += snprintf(name + off, sizeof name - off, "%s%d%s", s ? "/" : "", c.seqs[s].len,
@@ -837,6 +837,11 @@ int main(int argc, char **argv)
 					         filter);
 				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, random_decode(3, 3000), 14, t, 1, 1.0, pro,
 				          g.d},
+				         filter);
+			}
+			for (int l : {100, 4096}) { /* clusters of at most 4 */
+				const fp4s_attn_tune t = {0, 0, 0, 0, 0, 1, 4};
+				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({l}), 128, t, 0, 1.0, pro, g.d},
 				         filter);
 			}
 			/* tiles straight into registers (the writer's row then comes from registers too) and

@@ -537,20 +537,25 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 				nb -= nb % R;
 		}
 		/* FP4S_ATTN_CLUSTER=1: decode's splits as one cluster per (token, KV head), merged through
-		 * distributed shared memory (att_cl_merge): at most 16 splits, a power of two, where
-		 * every cluster fits at once; otherwise the counter's merge. */
+		 * distributed shared memory (att_cl_merge): a power of two up to 16 splits (or to
+		 * FP4S_ATTN_CLUSTER = 2, 4, 8), the most where every cluster fits at once (H100, one
+		 * block an SM for d = 128: 7 clusters of 16, 15 of 8); otherwise the counter's merge. */
 		int32_t C = 0;
 		static int clmode = -1;
 		if (clmode < 0) {
 			const char *e = getenv("FP4S_ATTN_CLUSTER");
-			clmode = e && atoi(e) == 1 ? 1 : 0;
+			const int v = e ? atoi(e) : 0;
+			clmode = v == 1 ? 16 : v == 2 || v == 4 || v == 8 || v == 16 ? v : 0;
 		}
-		if ((tune->cluster ? tune->cluster > 0 : clmode) && pro && few && W == 8 && S == 1 && !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS &&
+		const int cmax = tune->cluster ? (tune->cluster == 1 ? 16 : tune->cluster > 1 ? tune->cluster : 0) : clmode;
+		if (cmax > 1 && pro && few && W == 8 && S == 1 && !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS &&
 		    G * d / 4 <= 32 * W) {
 			int32_t c = 1;
-			while (2 * c <= nb && 2 * c <= 16)
+			while (2 * c <= nb && 2 * c <= cmax)
 				c *= 2;
-			if (c >= 2 && att_cl_fits(d, f8, att_smem_of(d, W, f8, S, true), n * nkv, c)) {
+			while (c >= 2 && !att_cl_fits(d, f8, att_smem_of(d, W, f8, S, true), n * nkv, c))
+				c /= 2;
+			if (c >= 2) {
 				C = c;
 				nb = c;
 			}

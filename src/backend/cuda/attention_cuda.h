@@ -39,8 +39,9 @@ struct fp4s_attn_tune {
 	int32_t stages;        /* KV tiles per warp in a shared-memory ring, 2..4 (fewer where they
 	                        * do not fit), or 1: straight into registers */
 	int32_t cluster;       /* the fused decode form's splits as one thread-block cluster per
-	                        * (token, KV head), merged in distributed shared memory: 1 where it
-	                        * fits, -1 never, 0 FP4S_ATTN_CLUSTER (default off) */
+	                        * (token, KV head), merged in distributed shared memory: 1 up to 16
+	                        * blocks a cluster where they fit, 2/4/8 up to that many, -1 never,
+	                        * 0 FP4S_ATTN_CLUSTER (the same values; default off) */
 };
 /* Defaults (attention.cu): n x nkv < SMs: 8 warps, 1 block per SM, registers (FP4S_ATTN_STAGES
  * = 2..4: a ring); else 4 warps, 2 blocks per SM, registers. */
