@@ -247,9 +247,6 @@ static int compare(const char *name, const acase &c, const batch &b, const std::
 	return 0;
 }
 
-/* cases run with the cluster form asked for, and how many took it (where it fits) */
-static int cl_cases, cl_used;
-
 static int run_case(const acase &c, const char *filter)
 {
 	char name[512];
@@ -262,8 +259,6 @@ static int run_case(const acase &c, const char *filter)
 		                c.tune.min_tiles, c.tune.unfused, c.tune.generic);
 	if (c.tune.stages)
 		off += snprintf(name + off, sizeof name - off, ",stages=%d", c.tune.stages);
-	if (c.tune.cluster)
-		off += snprintf(name + off, sizeof name - off, ",cluster=%d", c.tune.cluster);
 	off += snprintf(name + off, sizeof name - off, ",seqs=");
 	for (size_t s = 0; s < c.seqs.size() && off < 440; s++)
 		off += snprintf(name + off, sizeof name - off, "%s%d%s", s ? "/" : "", c.seqs[s].len,
@@ -425,13 +420,6 @@ static int run_case(const acase &c, const char *filter)
 			fprintf(stderr, "%s: fp4s_cuda_attention failed: %s\n", name, err.msg);
 			failed = 1;
 			break;
-		}
-		if (c.tune.cluster > 0 && round == 0) {
-			const int cl = fp4s_cuda_attention_last_cluster();
-			cl_cases++;
-			cl_used += cl > 0;
-			if (getenv("FP4S_TEST_VERBOSE"))
-				printf("%s: cluster of %d\n", name, cl);
 		}
 		CK(cudaStreamSynchronize(st));
 		CK(cudaGetLastError());
@@ -828,22 +816,6 @@ int main(int argc, char **argv)
 			         filter);
 			run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({1000}), 128, dflt, 1, 1.0, pro, g.d},
 			         filter);
-			/* the splits as one cluster, merged in distributed shared memory (and forced off):
-			 * one token at lengths where 1, a few or all 16 splits are active, batches */
-			for (int cl = -1; cl <= 1; cl += 2) {
-				const fp4s_attn_tune t = {0, 0, 0, 0, 0, 1, cl};
-				for (int l : {2, 17, 100, 300, 1000, 4096, 5003})
-					run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({l}), 128, t, 0, 1.0, pro, g.d},
-					         filter);
-				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, random_decode(3, 3000), 14, t, 1, 1.0, pro,
-				          g.d},
-				         filter);
-			}
-			for (int l : {100, 4096}) { /* clusters of at most 4 */
-				const fp4s_attn_tune t = {0, 0, 0, 0, 0, 1, 4};
-				run_case({g.name, g.nh, g.nkv, g.d, kv, g.window, g.sinks, decode({l}), 128, t, 0, 1.0, pro, g.d},
-				         filter);
-			}
 			/* tiles straight into registers (the writer's row then comes from registers too) and
 			 * the ring, whichever FP4S_ATTN_STAGES makes the default */
 			for (int st = 1; st <= 3; st += 2) {
@@ -912,7 +884,6 @@ int main(int argc, char **argv)
 		                          1.0f, 1, d, d, 0, &err) == FP4S_EINVAL); /* no such KV type */
 		CK(cudaFree(d));
 	}
-	printf("cluster form taken in %d of %d cases asking for it\n", cl_used, cl_cases);
 	printf("worst relative L2: tensor-core path %.3g (FP8 cache %.3g), generic path %.3g (FP8 cache %.3g)\n",
 	       worst_mma, worst_mma8, worst_generic, worst_generic8);
 	return TEST_DONE();

@@ -19,7 +19,6 @@
  *     batches too large for the counters.
  *   attn_partial_kernel + attn_merge_kernel: everything else, FP32 cache (the exact mode the
  *     golden tests use) included: CUDA cores, one warp per key. */
-#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,15 +222,13 @@ static __global__ void attn_merge_kernel(const float *__restrict__ work, int32_t
 #define ATT_COUNTERS 8192
 static __device__ unsigned att_counters[ATT_COUNTERS];
 
-/* C: fp4s_diag_clone's copy; CL: launched as clusters of the splits, which merge through
- * distributed shared memory (att_cl_merge) */
-template <int D, int W, bool RING, bool F8, int C = 0, bool CL = false>
+template <int D, int W, bool RING, bool F8, int C = 0> /* C: fp4s_diag_clone's copy */
 static __global__ void __launch_bounds__(W * 32) attn_mma_kernel(const att_mma_args a)
 {
 	extern __shared__ float4 att_smem[];
 	TL_SCOPE(TL_ATTN, a.kc);
-	att_mma_block<D, W, RING, F8, CL>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z,
-	                                  (unsigned char *)att_smem, TL_REC());
+	att_mma_block<D, W, RING, F8>(a, threadIdx.x, blockIdx.x, blockIdx.y, blockIdx.z, (unsigned char *)att_smem,
+	                              TL_REC());
 }
 
 /* grid (tokens, KV heads): merges the partials of tokens whose range took several blocks */
@@ -254,77 +251,13 @@ static __global__ void __launch_bounds__(ATT_MERGE_THREADS) attn_mma_merge_kerne
 /* the most dynamic shared memory a block may have (Hopper: 227 KB) */
 #define ATT_SMEM_MAX (227 * 1024)
 
-/* The cluster form (decode: the fused prologue, 8 warps, tiles into registers): its kernel, and
- * whether n x nkv clusters of C blocks fit the GPU at once (cudaOccupancyMaxActiveClusters, cached
- * per shape; clusters that wait for others to leave would serialize the step). */
-static int att_last_cluster;
-extern "C" int fp4s_cuda_attention_last_cluster(void) { return att_last_cluster; }
-
-template <int D>
-static void (*att_cl_kernel(bool f8))(const att_mma_args)
-{
-	return f8 ? attn_mma_kernel<D, 8, false, true, 0, true> : attn_mma_kernel<D, 8, false, false, 0, true>;
-}
-static bool att_cl_fits(int32_t d, bool f8, size_t smem, int32_t clusters, int32_t C)
-{
-	static int cache[2][2][5]; /* [d == 128][f8][log2 C]: max active clusters + 1, 0 unknown */
-	int lc = 0;
-	while ((1 << lc) < C)
-		lc++;
-	if (C < 2 || C > 16 || (1 << lc) != C)
-		return false;
-	int *slot = &cache[d == 128][f8][lc];
-	if (!*slot) {
-		void (*fn)(const att_mma_args) = d == 128 ? att_cl_kernel<128>(f8) : att_cl_kernel<64>(f8);
-		cudaLaunchConfig_t cfg{};
-		cudaLaunchAttribute at[1];
-		cfg.gridDim = dim3(1, 1, (unsigned)C);
-		cfg.blockDim = dim3(8 * 32);
-		cfg.dynamicSmemBytes = smem;
-		at[0].id = cudaLaunchAttributeClusterDimension;
-		at[0].val.clusterDim.x = 1, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = (unsigned)C;
-		cfg.attrs = at;
-		cfg.numAttrs = 1;
-		int ncl = 0;
-		if (cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
-		    cudaOccupancyMaxActiveClusters(&ncl, fn, &cfg) != cudaSuccess)
-			ncl = 0;
-		(void)cudaGetLastError();
-		*slot = ncl + 1;
-		if (getenv("FP4S_ATTN_CLUSTER_INFO"))
-			fprintf(stderr, "attention: %d clusters of %d blocks fit at once (d %d, %s cache, %zu bytes of shared memory)\n",
-			        ncl, C, d, f8 ? "FP8" : "BF16", smem);
-	}
-	return *slot - 1 >= clusters;
-}
-
 template <int D, int W>
-static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, bool f8, int32_t C, cudaStream_t s)
+static cudaError_t attn_mma_launch(const att_mma_args &a, int32_t n, bool fused, bool f8, cudaStream_t s)
 {
 	const bool pro = a.kraw != nullptr;
 	const size_t smem = f8 ? (pro ? att_smem_bytes_pro<D, W, true>(a.stages) : att_smem_bytes<D, W, true>(a.stages))
 	                       : (pro ? att_smem_bytes_pro<D, W, false>(a.stages) : att_smem_bytes<D, W, false>(a.stages));
 	const dim3 grid((unsigned)n, (unsigned)a.nkv, (unsigned)a.splits);
-	if constexpr (W == 8) {
-		if (pro && C > 1 && a.stages <= 1) {
-			cudaLaunchConfig_t cfg{};
-			cudaLaunchAttribute at[2];
-			int na = 0;
-			if (fp4s_cuda_pdl() >= 2) {
-				at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-				at[na++].val.programmaticStreamSerializationAllowed = 1;
-			}
-			at[na].id = cudaLaunchAttributeClusterDimension;
-			at[na].val.clusterDim.x = 1, at[na].val.clusterDim.y = 1, at[na++].val.clusterDim.z = (unsigned)C;
-			cfg.gridDim = grid;
-			cfg.blockDim = dim3(W * 32);
-			cfg.dynamicSmemBytes = smem;
-			cfg.stream = s;
-			cfg.attrs = at;
-			cfg.numAttrs = (unsigned)na;
-			return cudaLaunchKernelEx(&cfg, att_cl_kernel<D>(f8), a);
-		}
-	}
 	if (pro) {
 		/* the fused decode form follows the projections directly: launched early (PDL), it
 		 * streams the older keys and values while they finish (attention_mma.cuh) */
@@ -370,10 +303,6 @@ static cudaError_t attn_mma_setup(void)
 	cudaError_t e = cudaSuccess;
 	for (int i = 0; i < 4 && e == cudaSuccess; i++)
 		e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
-	if constexpr (W == 8)
-		for (int i = 0; i < 2 && e == cudaSuccess; i++)
-			e = cudaFuncSetAttribute(att_cl_kernel<D>(i == 1), cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                         ATT_SMEM_MAX);
 	return e;
 }
 
@@ -432,9 +361,6 @@ static int att_device_info(int *sms, unsigned **counters, struct fp4s_error *err
 	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 2>()));
 	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 4>()));
 	FP4S_CUDA_TRY(err, (attn_mma_setup<128, 8>()));
-	/* the cluster form's fit, looked up here, outside any graph capture */
-	for (int k = 0; k < 16; k++)
-		(void)att_cl_fits(k & 1 ? 128 : 64, k & 2, att_smem_of(k & 1 ? 128 : 64, 8, k & 2, 1, true), 1, 2 << (k >> 2));
 	*counters = (unsigned *)cnt;
 	if (dev >= 0 && dev < 64) {
 		cache[dev].counters = *counters;
@@ -461,7 +387,7 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
                     float *work, float *out, const struct fp4s_attn_tune *tune,
                     const struct fp4s_attn_prologue *pro, cudaStream_t s, struct fp4s_error *err)
 {
-	const struct fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0, 0};
+	const struct fp4s_attn_tune dflt = {0, 0, 0, 0, 0, 0};
 	if (!tune)
 		tune = &dflt;
 	const float *q = (const float *)q_;
@@ -536,31 +462,6 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 			if (R > 0 && nb > R && nb % R && nb % R <= nb / 16)
 				nb -= nb % R;
 		}
-		/* FP4S_ATTN_CLUSTER=1: decode's splits as one cluster per (token, KV head), merged through
-		 * distributed shared memory (att_cl_merge): a power of two up to 16 splits (or to
-		 * FP4S_ATTN_CLUSTER = 2, 4, 8), the most where every cluster fits at once (H100, one
-		 * block an SM for d = 128: 7 clusters of 16, 15 of 8); otherwise the counter's merge. */
-		int32_t C = 0;
-		static int clmode = -1;
-		if (clmode < 0) {
-			const char *e = getenv("FP4S_ATTN_CLUSTER");
-			const int v = e ? atoi(e) : 0;
-			clmode = v == 1 ? 16 : v == 2 || v == 4 || v == 8 || v == 16 ? v : 0;
-		}
-		const int cmax = tune->cluster ? (tune->cluster == 1 ? 16 : tune->cluster > 1 ? tune->cluster : 0) : clmode;
-		if (cmax > 1 && pro && few && W == 8 && S == 1 && !tune->unfused && (int64_t)n * nkv <= ATT_COUNTERS &&
-		    G * d / 4 <= 32 * W) {
-			int32_t c = 1;
-			while (2 * c <= nb && 2 * c <= cmax)
-				c *= 2;
-			while (c >= 2 && !att_cl_fits(d, f8, att_smem_of(d, W, f8, S, true), n * nkv, c))
-				c /= 2;
-			if (c >= 2) {
-				C = c;
-				nb = c;
-			}
-		}
-		att_last_cluster = C;
 		/* partials of a (token, KV head): a region of a multiple of 4 floats (16-byte loads) */
 		int64_t region = (nb * G * (d + 2) + 3) & ~(int64_t)3;
 		if (nb > 1 && region > (int64_t)splits * G * (d + 2)) {
@@ -614,13 +515,13 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		}
 		cudaError_t e;
 		if (d == 64)
-			e = W == 2   ? attn_mma_launch<64, 2>(a, n, fused, f8, C, s)
-			    : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, f8, C, s)
-			             : attn_mma_launch<64, 8>(a, n, fused, f8, C, s);
+			e = W == 2   ? attn_mma_launch<64, 2>(a, n, fused, f8, s)
+			    : W == 4 ? attn_mma_launch<64, 4>(a, n, fused, f8, s)
+			             : attn_mma_launch<64, 8>(a, n, fused, f8, s);
 		else
-			e = W == 2   ? attn_mma_launch<128, 2>(a, n, fused, f8, C, s)
-			    : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, f8, C, s)
-			             : attn_mma_launch<128, 8>(a, n, fused, f8, C, s);
+			e = W == 2   ? attn_mma_launch<128, 2>(a, n, fused, f8, s)
+			    : W == 4 ? attn_mma_launch<128, 4>(a, n, fused, f8, s)
+			             : attn_mma_launch<128, 8>(a, n, fused, f8, s);
 		FP4S_CUDA_TRY(err, e);
 		return FP4S_OK;
 	}

@@ -38,10 +38,6 @@ struct fp4s_attn_tune {
 	int32_t generic;       /* the CUDA-core kernel even where the tensor-core one applies */
 	int32_t stages;        /* KV tiles per warp in a shared-memory ring, 2..4 (fewer where they
 	                        * do not fit), or 1: straight into registers */
-	int32_t cluster;       /* the fused decode form's splits as one thread-block cluster per
-	                        * (token, KV head), merged in distributed shared memory: 1 up to 16
-	                        * blocks a cluster where they fit, 2/4/8 up to that many, -1 never,
-	                        * 0 FP4S_ATTN_CLUSTER (the same values; default off) */
 };
 /* Defaults (attention.cu): n x nkv < SMs: 8 warps, 1 block per SM, registers (FP4S_ATTN_STAGES
  * = 2..4: a ring); else 4 warps, 2 blocks per SM, registers. */
@@ -74,8 +70,6 @@ int fp4s_cuda_attention_fused(const float *q, void *kc, void *vc, int kv_dtype, 
                               float scale, int32_t splits, float *work, float *out,
                               const struct fp4s_attn_prologue *pro, const struct fp4s_attn_tune *tune,
                               cudaStream_t s, struct fp4s_error *err);
-/* the cluster size the last tensor-core launch used (0: none; tests and diagnostics) */
-int fp4s_cuda_attention_last_cluster(void);
 /* once per process: raises the kernels' shared-memory limit */
 int fp4s_cuda_attention_setup(struct fp4s_error *err);
 

@@ -136,36 +136,6 @@ ATT_DEV void att_grid_wait(void) { pdl_wait(); }
 ATT_DEV void att_grid_trigger(void) { pdl_trigger(); }
 /* a mark in the step's timeline (timeline.cuh; nothing outside -DFP4S_DIAG_TL builds) */
 ATT_DEV void att_mark(void *tl, int k) { tl_mark_at(tl, k); }
-/* Thread-block clusters (the CL instances): another block's shared memory (mapa + ld.shared::cluster)
- * and the cluster's barrier, release then acquire at cluster scope. Every thread of every block
- * of the cluster must reach each barrier (.aligned: a warp's lanes together). */
-ATT_DEV uint32_t att_cl_map(const void *p, uint32_t rank)
-{
-	uint32_t r;
-	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-	             : "=r"(r)
-	             : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
-	return r;
-}
-ATT_DEV float att_cl_ld(uint32_t addr)
-{
-	float v;
-	asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-	return v;
-}
-ATT_DEV float4 att_cl_ld4(uint32_t addr)
-{
-	float4 v;
-	asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-	             : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-	             : "r"(addr)
-	             : "memory");
-	return v;
-}
-ATT_DEV void att_cl_sync(void)
-{
-	asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 /* one value into the cache, encoded as kv_write_kernel (cuda_backend.cu) encodes it */
 ATT_DEV void att_kv_put(uint16_t *p, float x) { *p = fp4s_f32_to_bf16(x); }
 ATT_DEV void att_kv_put(uint8_t *p, float x) { *p = fp4s_kv_e4m3(x); }
@@ -501,76 +471,12 @@ ATT_DEV void att_merge_cp(const float *part, const float *ml, int32_t nact, int3
 #define ATT_MERGE_CP 1
 #endif
 
-#ifndef FP4S_ATTN_EMU
-/* The merge inside a thread-block cluster (the CL instances: the grid's splits of a (token, KV
- * head) are one cluster of C = a.splits blocks, C a power of two <= 16, rank = split). Why: the
- * global form (partials to L2, a fence and counter, the last block loading them back behind the
- * next launch's weight copies) left ~5 us between the tiles and the output at depth 4096
- * (llama3-8b: tiles 6.7 us, merged output 12.5-13.4 us; session 25's timeline). Here each block
- * leaves its partial in its own shared memory: po = its unnormalized outputs [G][D] (the warps'
- * sums, in place of warp 0's outputs), pm = (max, sum) [2][...] per head, both read by the other
- * blocks; a block past the active range (empty) only joins. After the cluster's barrier every
- * block merges a C-th of the output quads, C lanes a quad (one partial a lane, summed by
- * shuffles), and a second barrier keeps each block's shared memory alive until all have read it.
- * wb: [8][ATT_MERGE_MAX] floats of this block's shared memory for the weights. */
-template <int D, int NT>
-ATT_DEV void att_cl_merge(const float *po, const float *pm, int32_t pm_stride, int32_t nact, int32_t C, int32_t rank,
-                          int32_t G, const float *sinks, float *out, int tid, float (*wb)[ATT_MERGE_MAX])
-{
-	att_cl_sync();
-	/* the weights: lane group of C threads per head, one split a thread */
-	if (tid < ((G * C + 31) & ~31)) {
-		const int32_t g = tid / C, s = tid % C;
-		const bool act = tid < G * C && s < nact;
-		float m = -INFINITY, l = 0.0f;
-		if (act) {
-			m = att_cl_ld(att_cl_map(pm + g, (uint32_t)s));
-			l = att_cl_ld(att_cl_map(pm + pm_stride + g, (uint32_t)s));
-		}
-		float mx = m;
-		for (int o = C / 2; o > 0; o >>= 1)
-			mx = fmaxf(mx, att_shfl_xor(mx, o));
-		const float s2 = sinks && tid < G * C ? sinks[g] * ATT_LOG2E : -INFINITY;
-		mx = fmaxf(mx, s2);
-		const float e = m == -INFINITY ? 0.0f : att_ex2(m - mx);
-		float den = l * e;
-		for (int o = C / 2; o > 0; o >>= 1)
-			den += att_shfl_xor(den, o);
-		if (s2 != -INFINITY)
-			den += att_ex2(s2 - mx);
-		if (tid < G * C)
-			wb[g][s] = e / den;
-	}
-	att_sync();
-	/* this block's quads: [rank Q, rank Q + Q), Q = G D / 4 / C; lane s of a group loads partial s */
-	const int32_t Q = G * D / 4 / C;
-	if (tid < ((Q * C + 31) & ~31)) {
-		const int32_t q = rank * Q + tid / C, s = tid % C, g = 4 * q / D;
-		float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
-		if (tid < Q * C && s < nact) {
-			const float4 u = att_cl_ld4(att_cl_map(po + 4 * q, (uint32_t)s));
-			const float w = wb[g][s];
-			v.x = w * u.x, v.y = w * u.y, v.z = w * u.z, v.w = w * u.w;
-		}
-		for (int o = C / 2; o > 0; o >>= 1) {
-			v.x += att_shfl_xor(v.x, o);
-			v.y += att_shfl_xor(v.y, o);
-			v.z += att_shfl_xor(v.z, o);
-			v.w += att_shfl_xor(v.w, o);
-		}
-		if (tid < Q * C && s == 0)
-			((float4 *)out)[q] = v;
-	}
-	att_cl_sync();
-}
-#endif
-
 /* One block's work; tid in [0, 32 W), (bx, by, bz) = (token, KV head, split), smem as above.
  * RING: tiles stream through the shared-memory ring, a.stages deep (the decode default: few
  * blocks, each must keep many bytes in flight); otherwise straight into registers, the next
  * tile's K loaded once the scores are out of the K registers and its V once P.V is done (many
  * blocks per SM: the batch default, where that streams faster). */
-template <int D, int W, bool RING, bool F8, bool CL = false>
+template <int D, int W, bool RING, bool F8>
 ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int bz, unsigned char *smem,
                            void *tl = nullptr)
 {
@@ -586,23 +492,8 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 
 	const int32_t p = a.pos[bx];
 	const att_range r = att_range_of(p, a.window, a.splits, a.min_tiles);
-	if (split >= r.nact) { /* the whole block: nothing to do */
-#ifndef FP4S_ATTN_EMU
-		if constexpr (CL) { /* but join the cluster's merge */
-			if (r.nact > 1) {
-				if (a.trigger == 1)
-					att_grid_trigger();
-				att_grid_wait();
-				float *pm = (float *)(smem + att_smem_ring<D, W, F8>(S)) + 2 * W * 8;
-				att_cl_merge<D, 32 * W>((const float *)smem, pm, ATT_MERGE_MAX, r.nact, a.splits, split, G,
-				                        a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
-				                        a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, tid,
-				                        (float(*)[ATT_MERGE_MAX])(pm + 8 * ATT_MERGE_MAX));
-			}
-		}
-#endif
-		return;
-	}
+	if (split >= r.nact)
+		return; /* the whole block: nothing to do */
 	const int32_t *trow = a.table + (size_t)a.seq[i] * a.table_stride;
 	const int32_t b_begin = r.b_lo + split * r.per;
 	const int32_t b_end = b_begin + r.per < r.b_lo + r.nb ? b_begin + r.per : r.b_lo + r.nb;
@@ -993,29 +884,6 @@ ATT_DEV void att_mma_block(const att_mma_args &a, int tid, int bx, int by, int b
 	att_sync();
 	if (whole)
 		att_mark(tl, 6);
-#ifndef FP4S_ATTN_EMU
-	if constexpr (CL) {
-		if (!whole) {
-			/* the partial stays here (in place: thread x reads warp 0's output x before it writes
-			 * it, and no other thread reads that slot) for the cluster's merge; wt[0], wt[1] hold
-			 * its (max, sum) per head */
-			for (int32_t x = tid; x < G * D; x += 32 * W) {
-				const int32_t gg = x / D, j = x - gg * D;
-				float acc = 0.0f;
-#pragma unroll
-				for (int w = 0; w < W; w++)
-					acc += sm_o[((size_t)w * 8 + gg) * D + j];
-				sm_o[x] = acc;
-			}
-			att_mark(tl, 5);
-			att_cl_merge<D, 32 * W>(sm_o, wt[0], ATT_MERGE_MAX, r.nact, a.splits, split, G,
-			                        a.sinks ? a.sinks + (size_t)g0 * G : nullptr,
-			                        a.out + ((size_t)i * a.nh + (size_t)g0 * G) * D, tid, wl);
-			att_mark(tl, 7);
-			return;
-		}
-	}
-#endif
 	float *part = a.work + ((size_t)i * a.nkv + g0) * a.region;
 	float *ml = part + (size_t)a.splits * G * D;
 	for (int32_t x = tid; x < G * D; x += 32 * W) {
