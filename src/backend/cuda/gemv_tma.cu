@@ -389,7 +389,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 				break;
 			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
 			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
-			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in sc's rows */
+			const int ch = a.tscl && !CAT ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in sc's rows (CAT: a stage is one slot's whole rows) */
 			uint32_t cai, cbi;
 			if (4 * s + t >= (K >> 5)) {
 				cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
