@@ -703,11 +703,6 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
                       int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s,
                       struct fp4s_error *err);
 
-static int gm_cat_forced = -1;
-static unsigned long long gm_cat_launches;
-extern "C" void fp4s_cuda_set_moe_cat(int on) { gm_cat_forced = on >= 0 ? on != 0 : -1; }
-extern "C" unsigned long long fp4s_cuda_moe_cat_launches(void) { return gm_cat_launches; }
-
 extern "C" int fp4s_gemv_mma_experts_ex(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_slots,
                                         const float *x, int32_t x_div, int64_t x_stride, int act, float alpha,
                                         float limit, const float *norm_w, float eps, int zero_centred,
@@ -741,27 +736,6 @@ static int gm_experts(const struct fp4s_stacked *w, const int32_t *idx, int32_t 
 	if (rc)
 		return rc;
 	const int64_t tiles = (w->rows + 15) / 16;
-	/* FP4S_MOE_CAT=1: a down projection with the combine (plain x rows side by side, no bias) as
-	 * one matrix over the slots (gemv_tma.cu's gt_cat), adding into ch itself */
-	static int cat_env = -1;
-	if (cat_env < 0) {
-		const char *e = getenv("FP4S_MOE_CAT");
-		cat_env = e && atoi(e) == 1;
-	}
-	const int cat = gm_cat_forced >= 0 ? gm_cat_forced : cat_env;
-	if (cat && cw && a.stages && a.tflat && !pairact && !act && !norm_w && x_div == 1 && x_stride == w->cols &&
-	    !w->bias && n_slots <= 16) {
-		gm_args c = a;
-		c.idx = NULL, c.cw = NULL, c.ch = NULL;
-		c.y = ch;
-		c.accumulate = 1;
-		const cudaError_t e = gm_tma_launch_cat(c, w->fmt == FP4S_WF_NVFP4, sms, idx, cw, n_slots, (int)w->cols, s);
-		if (e != cudaErrorNotSupported) {
-			FP4S_CUDA_TRY(err, e);
-			gm_cat_launches++;
-			return FP4S_OK;
-		}
-	}
 	FP4S_CUDA_TRY(err, gm_launch_planned(a, w->fmt == FP4S_WF_NVFP4, tiles, 1, n_slots, sms, 0, s));
 	return FP4S_OK;
 }

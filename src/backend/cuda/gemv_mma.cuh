@@ -456,12 +456,6 @@ int gm_expert_args(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_s
                    int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s, gm_args *a,
                    int *sms, struct fp4s_error *err);
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s);
-/* One token's nslots expert slots as one matrix (gemv_tma.cu's gt_cat): a as planned for one
- * slot's rows of ke (flat stages), y the row to add into (accumulate), x the slots' rows side by
- * side; slot k's sum times cw[k]. cudaErrorNotSupported (nothing enqueued) where the ring does not
- * fit beside the longer x. */
-cudaError_t gm_tma_launch_cat(const gm_args &a, int nv, int sms, const int32_t *idx, const float *cw, int nslots,
-                              int ke, cudaStream_t s);
 cudaError_t gm_tma_attrs(void);
 
 #endif

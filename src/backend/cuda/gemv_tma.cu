@@ -72,7 +72,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <type_traits>
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
@@ -81,44 +80,15 @@
 #include "backend/cuda/gemv_tma.cuh"
 #include "backend/cuda/pdl.cuh"
 
-/* gemv_tma_kernel's second parameter: none for the plain forms (a larger gm_args would change
- * every kernel's code) */
-struct gt_none {
-};
-/* ... or one token's expert slots as one matrix (gm_tma_launch_cat): K = nslots x ke, the
- * activations x the slots' rows [nslots][ke] side by side, and the tile's rows of expert idx[k]
- * over slot k's ke columns, so the down projection of a MoE block is one sum over all slots: no
- * combine launch or counter, one tile epilogue for all slots. Slot k's sum is scaled by cw[k]
- * (and the expert's ws2e) as it ends; the epilogue adds into y (h). */
-struct gt_cat {
-	const int32_t *idx;
-	const float *cw;
-	int32_t nslots, ke;
-};
-
-/* a stored row's K: gt_cat's ke, else the matrix's */
-template <class XP>
-static __device__ __forceinline__ int gt_row_k(const XP &xp, int K)
+/* C: a second copy of the code (diagnostics: fp4s_diag_clone in cuda_common.h) */
+template <int F, int NG, int C = 0>
+static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __grid_constant__ gm_args a)
 {
-	if constexpr (std::is_same<XP, gt_cat>::value)
-		return xp.ke;
-	else
-		return K;
-}
-
-/* C: a second copy of the code (diagnostics: fp4s_diag_clone in cuda_common.h). XP: gt_none, or
- * gt_cat (a body of its own under if constexpr, so that the other kernels keep their code). */
-template <int F, int NG, int C = 0, class XP = gt_none>
-static __global__ void __launch_bounds__(GT_THREADS, 2)
-        gemv_tma_kernel(const __grid_constant__ gm_args a, const __grid_constant__ XP xp)
-{
-	constexpr bool CAT = std::is_same<XP, gt_cat>::value;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
 	__shared__ __align__(8) uint64_t full[GT_SMAX], empty[GT_SMAX], xrdy, xbar;
 	__shared__ int hdr[GT_SMAX]; /* the stage's tile (-1: no more) */
 	__shared__ float s_ss[16];
-	__shared__ float s_cf[CAT ? 16 : 1]; /* CAT: slot k's factor */
 	const int S = a.stages;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	auto stamp = [&](int k) {
@@ -148,8 +118,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 	if (warp == GT_W) {
 		/* The producer: stage n goes to slot n % S once the consumers have handed back its
 		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
-		const int KR = gt_row_k(xp, K);
-		const size_t rowb = (size_t)KR / 2, spr = F == GM_NVFP4 ? KR / 16 : KR / 32;
+		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
 		int64_t tile = blockIdx.x;
 		int kc = 0, round = 0;
 		const int tpre = a.tpre > 1 ? a.tpre : 1;
@@ -158,13 +127,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 		if (a.tpre < 0 && !a.idx && !a.g_m) { /* diagnostics: no copies before the wait */
 			pdl_wait();
 			waited = true;
-		}
-		int32_t ecat = 0; /* CAT: lane k holds slot k's expert */
-		if constexpr (CAT) {
-			pdl_wait(); /* the experts come from the router */
-			waited = true;
-			if (lane < xp.nslots)
-				ecat = xp.idx[lane];
 		}
 		if (a.idx || a.g_m) { /* the expert comes from the router: nothing to copy before it */
 			pdl_wait();
@@ -203,11 +165,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 			}
 			const int64_t r0 = tile * 16;
 			const int nr = (int)min((int64_t)16, a.rows - r0);
-			if constexpr (CAT) { /* stage kc: slot kc's whole rows (a flat plan) */
-				const int64_t e = __shfl_sync(0xFFFFFFFFu, ecat, kc);
-				data = a.data + e * a.stride_data;
-				scales = a.scales + e * a.stride_scales;
-			}
 			const int klen = min(KC, K - kc * KC);
 			const unsigned cb = (unsigned)klen / 2, sb = F == GM_NVFP4 ? klen / 16 : klen / 32;
 			uint8_t *st = sm + (size_t)i * a.tstage;
@@ -297,10 +254,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 	if (a.twarm && a.norm_w && threadIdx.x == 0 && blockIdx.x < 4 && blockIdx.z == 0)
 		gm_l2_prefetch(a.norm_w, (uint32_t)K * 4u);
 	pdl_wait(); /* x and y belong to the kernels before this one */
-	if constexpr (CAT) {
-		if ((int)threadIdx.x < xp.nslots)
-			s_cf[threadIdx.x] = xp.cw[threadIdx.x] * (a.ws2e ? a.ws2e[xp.idx[threadIdx.x]] : 1.0f);
-	}
 	stamp(1);
 	TL_MARK(1);
 	if (a.g_m) { /* group blockIdx.z: g_m[z] tokens of expert g_expert[z], rows g_off[z] + i */
@@ -372,10 +325,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 	for (int gg = 0; gg < NG; gg++)
 		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
 	int kc = 0, tile_it = 0;
-	float cat[NG][4]; /* CAT: the slots' scaled sums so far */
-#pragma unroll
-	for (int gg = 0; gg < NG; gg++)
-		cat[gg][0] = cat[gg][1] = cat[gg][2] = cat[gg][3] = 0.0f;
 	for (unsigned n = 0;; n++) {
 		const int i = (int)(n % (unsigned)S);
 		gt_wait(&full[i], (n / S) & 1);
@@ -384,12 +333,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 			break;
 		const uint8_t *st = sm + (size_t)i * a.tstage, *sc = st + 16 * a.trs;
 		for (int j = 0; j < sps; j++) {
-			const int u = warp * sps + j, s = kc * (CAT ? KC >> 7 : GT_W * sps) + u; /* step in the stage, in the row */
-			if (s >= nsteps || (CAT && u >= (KC >> 7)))
+			const int u = warp * sps + j, s = kc * GT_W * sps + u; /* step in the stage, in the row */
+			if (s >= nsteps)
 				break;
 			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
 			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
-			const int ch = a.tscl && !CAT ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in sc's rows (CAT: a stage is one slot's whole rows) */
+			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in sc's rows */
 			uint32_t cai, cbi;
 			if (4 * s + t >= (K >> 5)) {
 				cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
@@ -408,17 +357,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 		__syncwarp();
 		if (lane == 0)
 			gt_arrive(&empty[i]); /* this warp is done with the slot */
-		if constexpr (CAT) { /* slot kc's sum, scaled */
-			const float f = s_cf[kc];
-#pragma unroll
-			for (int gg = 0; gg < NG; gg++)
-#pragma unroll
-				for (int c = 0; c < 4; c++) {
-					cat[gg][c] += f * acc[gg][c];
-					acc[gg][c] = kc + 1 < nkc ? 0.0f : cat[gg][c];
-					cat[gg][c] = kc + 1 < nkc ? cat[gg][c] : 0.0f;
-				}
-		}
 		if (++kc < nkc)
 			continue;
 		/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier, then one
@@ -483,7 +421,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2)
 		}
 	}
 	stamp(3);
-	if (!CAT && a.cw) {
+	if (a.cw) {
 		/* the MoE combine, as gemv_mma.cu: the slots' blocks with this blockIdx.x covered the same
 		 * row tiles (tiles strided, never claimed, for experts); the last of them to finish sums
 		 * the slots' rows in slot order and adds them into h */
@@ -705,52 +643,7 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaS
 	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
 	struct pdl_launch l;
 	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1),
-	                          gemv_tma_kernel<F, NG, C>, a, gt_none());
-}
-
-/* the slots as one matrix (gt_cat): one token, a flat plan of ke-wide stages, a.K = nslots x ke,
- * tiles strided over as many blocks as fit (no claims: the experts are known only after the
- * wait, like the slot form's) */
-template <int F>
-static cudaError_t gt_go_cat(const gm_args &a, const gt_cat &xp, int64_t tiles, int sms, cudaStream_t s)
-{
-	const size_t smem = (size_t)a.stages * a.tstage + (size_t)2 * a.M * gm_col_stride((a.K + 127) / 128 * 4) +
-	                    (size_t)2 * GT_W * a.M * 16 * sizeof(float);
-	int per_sm = 0;
-	cudaError_t e =
-	        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_tma_kernel<F, 1, 0, gt_cat>, GT_THREADS, smem);
-	if (e != cudaSuccess)
-		return e;
-	if (per_sm < 1)
-		return cudaErrorInvalidConfiguration;
-	int64_t bx = (int64_t)per_sm * sms;
-	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
-	struct pdl_launch l;
-	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, 1), dim3(GT_THREADS), smem, s, 1),
-	                          gemv_tma_kernel<F, 1, 0, gt_cat>, a, xp);
-}
-
-cudaError_t gm_tma_launch_cat(const gm_args &a1, int nv, int sms, const int32_t *idx, const float *cw, int nslots,
-                              int ke, cudaStream_t s)
-{
-	if (a1.M != 1 || !a1.tflat || a1.tkc != ke || a1.K != ke || nslots < 1 || nslots > 16 || a1.idx || a1.g_m ||
-	    a1.cw || a1.bias || a1.st_out || a1.pairact || a1.act || a1.norm_w || !a1.accumulate)
-		return cudaErrorNotSupported;
-	gm_args a = a1;
-	a.K = nslots * ke;
-	a.kb = (a.K + 127) / 128 * 128;
-	/* the ring beside the slots' x */
-	const size_t xs = (size_t)2 * gm_col_stride((a.K + 127) / 128 * 4) + (size_t)2 * GT_W * 16 * sizeof(float);
-	const size_t room = gm_tma_budget();
-	size_t n = xs < room ? (room - xs) / (size_t)a.tstage : 0;
-	n = n > GT_SMAX ? GT_SMAX : n;
-	if (n < 2)
-		return cudaErrorNotSupported;
-	a.stages = (int)n;
-	a.thold = 0;
-	const gt_cat xp = {idx, cw, nslots, ke};
-	const int64_t tiles = (a.rows + 15) >> 4;
-	return nv ? gt_go_cat<GM_NVFP4>(a, xp, tiles, sms, s) : gt_go_cat<GM_MXFP4>(a, xp, tiles, sms, s);
+	                          gemv_tma_kernel<F, NG, C>, a);
 }
 
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
@@ -783,8 +676,6 @@ cudaError_t gm_tma_attrs(void)
 	GT_ATTR(GM_MXFP4, 1)
 	GT_ATTR(GM_MXFP4, 2)
 	GT_ATTR(GM_MXFP4, 4)
-	GT_ATTR(GM_NVFP4, 1, 0, gt_cat)
-	GT_ATTR(GM_MXFP4, 1, 0, gt_cat)
 #ifdef FP4S_DIAG_CLONE
 	GT_ATTR(GM_NVFP4, 1, 1)
 	GT_ATTR(GM_MXFP4, 1, 1)

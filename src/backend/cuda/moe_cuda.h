@@ -68,10 +68,6 @@ void fp4s_cuda_set_moe_tma(int on);
 unsigned long long fp4s_cuda_moe_tma_launches(void); /* tests: launches so far */
 unsigned long long fp4s_cuda_moe_tma_local_launches(void); /* tests: of those, local ones */
 void fp4s_cuda_set_moe_fused(int mode);
-/* The one-token down projection with its combine as one matrix over the slots (gemv_mma.cu,
- * gemv_tma.cu's gt_cat): 1 on, 0 off, -1 back to FP4S_MOE_CAT; and its launches so far (tests). */
-void fp4s_cuda_set_moe_cat(int on);
-unsigned long long fp4s_cuda_moe_cat_launches(void);
 /* One token's routing straight from the residual, in one launch: logits lg[E] = router .
  * RMSNorm(h; nw) (+ router bias; eps, zero_centred: 1 + nw), then idx/w [K] as
  * fp4s_cuda_moe_route (kind, norm); xn (may be NULL): RMSNorm(h; nw) itself [H]. cnt: one device

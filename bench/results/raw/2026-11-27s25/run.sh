@@ -14,7 +14,7 @@ bench() { # label bin model args... (env via E=)
   local lab=$1 bin=$2 m=$3; shift 3
   echo "== $lab $* ${E:-}" >> $L/e2e.txt
   env ${E:-X=1} $bin/fp4serve bench -m /tmp/$m "$@" > $L/b-$lab.txt 2>&1
-  r=$(grep -E "^(tg|pp)" $L/b-$lab.txt | tail -1); echo "$r" >> $L/e2e.txt; printf "%-14s %-22s %s\n" "$lab" "${E:-}" "$r" >> $S; }
+  local res=$(grep -E "^(tg|pp)" $L/b-$lab.txt | tail -1); echo "$res" >> $L/e2e.txt; printf "%-14s %-22s %s\n" "$lab" "${E:-}" "$res" >> $S; }
 pack() { (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs); }
 for ph in "$@"; do case $ph in
 c25build)
@@ -48,6 +48,34 @@ c25tl)
     (cd $G/tree/dev && python3 timeline.py $L/tl-ll-$v.txt > $L/tlsum-ll-$v.txt 2>&1; python3 attn_marks.py $L/tl-ll-$v.txt > $L/attn-ll-$v.txt 2>&1)
     rm -f $L/tl-ll-$v.txt
     echo "== llama CLUSTER=$v" >> $S; grep -m1 -A8 "per position" $L/tlsum-ll-$v.txt | tail -7 >> $S; cat $L/attn-ll-$v.txt >> $S
+  done ;;
+c25d)
+  bld $G/tree $A $L/build.log fp4serve
+  gen ll llama3-8b; gen qw qwen3-30b-a3b; gen go gpt-oss-20b mxfp4
+  for rr in 1 2; do
+    for m in ll qw go; do
+      E="FP4S_ATTN_CLUSTER=0" bench ${m}d-0-$rr $A $m -p 0 --ctx 4096 -n 64 --reps 2
+      E="FP4S_ATTN_CLUSTER=1" bench ${m}d-1-$rr $A $m -p 0 --ctx 4096 -n 64 --reps 2
+    done
+  done ;;
+k25)
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log fp4serve test_moe_router test_engine_cuda &
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" bld $G/tree $T $L/build-tl.log fp4serve &
+  wait
+  cd $G/tree
+  ( FP4S_TEST_VERBOSE=1 $A/tests/test_moe_router BLOCK > $L/test_moe_router.txt 2>&1; echo "moe_router BLOCK rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S
+    grep -o "BLOCK([^)]*).*slots as one matrix.*" $L/test_moe_router.txt | sed 's/: vs CPU.*slots/ slots/' >> $S
+    FP4S_MOE_CAT=1 $A/tests/test_engine_cuda > $L/test_engine_cuda1.txt 2>&1; echo "engine_cuda CAT=1 rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda1.txt | tail -1)" >> $S ) &
+  cd $G; gen qw qwen3-30b-a3b; wait
+  for rr in 1 2; do
+    for v in 0 1; do E="FP4S_MOE_CAT=$v" bench qw-$v-$rr $A qw -p 0 -n 128 --reps 3; done
+    for v in 0 1; do E="FP4S_MOE_CAT=$v" bench qwd-$v-$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2; done
+  done
+  for v in 1 0; do
+    FP4S_MOE_CAT=$v FP4S_TL=$L/tl-qw-$v.txt $T/fp4serve bench -m /tmp/qw -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-qw-$v.txt 2>&1
+    (cd $G/tree/dev && python3 timeline.py $L/tl-qw-$v.txt > $L/tlsum-qw-$v.txt 2>&1); rm -f $L/tl-qw-$v.txt
+    echo "== qwen3 CAT=$v" >> $S; grep -m1 -A9 "per position" $L/tlsum-qw-$v.txt | tail -8 >> $S
   done ;;
 pack) pack ;;
 esac; done
