@@ -77,5 +77,22 @@ k25)
     (cd $G/tree/dev && python3 timeline.py $L/tl-qw-$v.txt > $L/tlsum-qw-$v.txt 2>&1); rm -f $L/tl-qw-$v.txt
     echo "== qwen3 CAT=$v" >> $S; grep -m1 -A9 "per position" $L/tlsum-qw-$v.txt | tail -8 >> $S
   done ;;
+f25)
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT) B $(cat $G/treeB/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log fp4serve test_moe_router test_engine_cuda test_golden test_gemv_experts &
+  bld $G/treeB $B $L/build-b.log fp4serve &
+  wait
+  cd $G/tree
+  ( $A/tests/test_moe_router > $L/test_moe_router.txt 2>&1; echo "moe_router rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S
+    $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+    $A/tests/test_gemv_experts > $L/test_gemv_experts.txt 2>&1; echo "gemv_experts rc=$? $(grep -E 'passed|failed' $L/test_gemv_experts.txt | tail -1)" >> $S
+    timeout 200 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S ) &
+  cd $G; gen go gpt-oss-20b mxfp4; gen ll llama3-8b; gen qw qwen3-30b-a3b; wait
+  for rr in 1 2; do
+    bench go-A$rr $A go -p 0 -n 128 --reps 3; bench go-B$rr $B go -p 0 -n 128 --reps 3
+    bench god-A$rr $A go -p 0 --ctx 4096 -n 64 --reps 2; bench god-B$rr $B go -p 0 --ctx 4096 -n 64 --reps 2
+  done
+  bench ll-A $A ll -p 0 -n 128 --reps 3; bench lld-A $A ll -p 0 --ctx 4096 -n 64 --reps 2
+  bench qw-A $A qw -p 0 -n 128 --reps 3; bench qwd-A $A qw -p 0 --ctx 4096 -n 64 --reps 2 ;;
 pack) pack ;;
 esac; done
