@@ -419,12 +419,17 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		const bool few = (int64_t)n * nkv < sms;
 		/* FP4S_ATTN_WARPS, FP4S_ATTN_BPS: the few-sequence default's warps and blocks per SM
 		 * (diagnostics, A/B in a decode step) */
-		static int few_w = -1, few_bps = -1;
+		static int few_w = -1, few_bps = -1, few_cap = 0;
 		if (few_w < 0) {
 			const char *e = getenv("FP4S_ATTN_WARPS");
 			few_w = e && (atoi(e) == 2 || atoi(e) == 4 || atoi(e) == 8) ? atoi(e) : 8;
 			e = getenv("FP4S_ATTN_BPS");
 			few_bps = e && atoi(e) >= 1 && atoi(e) <= 4 ? atoi(e) : 1;
+			/* FP4S_ATTN_SPLITS: at most this many blocks a (token, KV head) (diagnostics: fewer
+			 * attention blocks leave SMs to the next launch's blocks, which then copy their
+			 * weights while the attention runs) */
+			e = getenv("FP4S_ATTN_SPLITS");
+			few_cap = e && atoi(e) >= 1 ? atoi(e) : 0;
 		}
 		const int W = tune->warps ? tune->warps : few ? few_w : 4;
 		if (W != 2 && W != 4 && W != 8)
@@ -446,6 +451,8 @@ static int attn_run(const void *q_, const void *kc, const void *vc, int kv_dtype
 		int64_t nb = bps * sms / ((int64_t)n * nkv);
 		if (nb > splits)
 			nb = splits;
+		if (few && few_cap && nb > few_cap)
+			nb = few_cap;
 		if (nb > ATT_MERGE_MAX)
 			nb = ATT_MERGE_MAX;
 		if (nb < 1)

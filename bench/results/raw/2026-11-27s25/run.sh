@@ -94,5 +94,26 @@ f25)
   done
   bench ll-A $A ll -p 0 -n 128 --reps 3; bench lld-A $A ll -p 0 --ctx 4096 -n 64 --reps 2
   bench qw-A $A qw -p 0 -n 128 --reps 3; bench qwd-A $A qw -p 0 --ctx 4096 -n 64 --reps 2 ;;
+s25)
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log fp4serve &
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" bld $G/tree $T $L/build-tl.log fp4serve &
+  wait
+  gen qw qwen3-30b-a3b; gen ll llama3-8b; gen go gpt-oss-20b mxfp4
+  for rr in 1 2; do
+    for v in "X=1" "FP4S_ATTN_SPLITS=16" "FP4S_ATTN_SPLITS=16 FP4S_ATTN_TRIGGER=2" "FP4S_ATTN_SPLITS=8 FP4S_ATTN_TRIGGER=2" "FP4S_ATTN_TRIGGER=2"; do
+      E="$v" bench "qwd-$rr-${v// /_}" $A qw -p 0 --ctx 4096 -n 64 --reps 2; done
+    for v in "X=1" "FP4S_ATTN_SPLITS=8" "FP4S_ATTN_SPLITS=8 FP4S_ATTN_TRIGGER=2"; do
+      E="$v" bench "lld-$rr-${v// /_}" $A ll -p 0 --ctx 4096 -n 64 --reps 2; done
+    for v in "X=1" "FP4S_ATTN_SPLITS=8 FP4S_ATTN_TRIGGER=2"; do
+      E="$v" bench "god-$rr-${v// /_}" $A go -p 0 --ctx 4096 -n 64 --reps 2; done
+  done
+  for v in "X=1" "FP4S_ATTN_SPLITS=16 FP4S_ATTN_TRIGGER=2"; do E="$v" bench "qw-${v// /_}" $A qw -p 0 -n 128 --reps 3; done
+  for v in "X=1" "FP4S_ATTN_SPLITS=8 FP4S_ATTN_TRIGGER=2"; do E="$v" bench "ll-${v// /_}" $A ll -p 0 -n 128 --reps 3; done
+  for v in "X=1" "FP4S_ATTN_SPLITS=16 FP4S_ATTN_TRIGGER=2"; do
+    env $v FP4S_TL=$L/tl-qw.txt $T/fp4serve bench -m /tmp/qw -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-qw-${v// /_}.txt 2>&1
+    (cd $G/tree/dev && python3 timeline.py $L/tl-qw.txt > $L/tlsum-qw-${v// /_}.txt 2>&1; python3 attn_marks.py $L/tl-qw.txt > $L/attn-qw-${v// /_}.txt 2>&1); rm -f $L/tl-qw.txt
+    echo "== qwen3 $v" >> $S; grep -m1 -A9 "per position" $L/tlsum-qw-${v// /_}.txt | tail -8 >> $S; tail -4 $L/attn-qw-${v// /_}.txt >> $S
+  done ;;
 pack) pack ;;
 esac; done
