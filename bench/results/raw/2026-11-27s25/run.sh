@@ -115,5 +115,21 @@ s25)
     (cd $G/tree/dev && python3 timeline.py $L/tl-qw.txt > $L/tlsum-qw-${v// /_}.txt 2>&1; python3 attn_marks.py $L/tl-qw.txt > $L/attn-qw-${v// /_}.txt 2>&1); rm -f $L/tl-qw.txt
     echo "== qwen3 $v" >> $S; grep -m1 -A9 "per position" $L/tlsum-qw-${v// /_}.txt | tail -8 >> $S; tail -4 $L/attn-qw-${v// /_}.txt >> $S
   done ;;
+p25)
+  echo "A $(cat $G/tree/COMMIT) B $(cat $G/treeB/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log fp4serve test_gemv test_engine_cuda test_golden &
+  bld $G/treeB $B $L/build-b.log fp4serve &
+  wait
+  cd $G/tree
+  ( timeout 150 $A/tests/test_gemv > $L/test_gemv.txt 2>&1; echo "gemv rc=$? $(grep -E 'passed|failed' $L/test_gemv.txt | tail -1)" >> $S
+    $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+    timeout 200 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S ) &
+  cd $G; gen qw qwen3-30b-a3b; gen ll llama3-8b; wait
+  for rr in 1 2; do
+    bench qw-A$rr $A qw -p 0 -n 128 --reps 3; bench qw-B$rr $B qw -p 0 -n 128 --reps 3
+    bench ll-A$rr $A ll -p 0 -n 128 --reps 3; bench ll-B$rr $B ll -p 0 -n 128 --reps 3
+    bench qwd-A$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2; bench qwd-B$rr $B qw -p 0 --ctx 4096 -n 64 --reps 2
+    bench lld-A$rr $A ll -p 0 --ctx 4096 -n 64 --reps 2; bench lld-B$rr $B ll -p 0 --ctx 4096 -n 64 --reps 2
+  done ;;
 pack) pack ;;
 esac; done
