@@ -281,16 +281,6 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		xin += (int64_t)(slot / a.x_div) * a.x_stride;
 		yout += (int64_t)slot * (a.pairact ? a.rows / 2 : a.rows);
 	}
-	/* The first tile's rows of y that the epilogue adds to (accumulate: the residual), loaded now,
-	 * in flight with staging x, rather than as an L2 round trip at the end of the chain. The
-	 * first tile is blockIdx.x in every form; thread (token, row) as in the epilogue. */
-	float ypre = 0.0f;
-	if (a.accumulate && !a.pairact) {
-		const int tok = threadIdx.x >> 4;
-		const int64_t row = (int64_t)blockIdx.x * 16 + (threadIdx.x & 15);
-		if (tok < M && row < a.rows)
-			ypre = yout[(size_t)tok * a.rows + row];
-	}
 	if (a.tprobe == 2)
 		;
 	else if (a.st_in) {
@@ -415,7 +405,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			float v = 0.0f;
 			if (live) {
 				float *yp = yout + (size_t)tok * a.rows + row;
-				v = a.accumulate ? (tile_it == 1 ? ypre : *yp) + out : out;
+				v = a.accumulate ? *yp + out : out;
 				*yp = v;
 				if (a.st_out)
 					gm_st_put(a.st_out, gm_col_stride((int)(a.rows >> 7) * 4), (int)row,
