@@ -133,9 +133,6 @@ static __device__ __forceinline__ float mt_dot(int rfmt, const uint4 wv, const f
 	                             : nr_chunk_dot<FP4S_WF_F32>(wv, xs);
 }
 
-/* The producer's copies of one matrix for expert e: tiles blockIdx.x + i * gridDim.x (strided:
- * the combine relies on it), each stage into ring slot n % S once handed back, then a stage
- * marked -1. n runs on across both matrices. (gemv_tma.cu's copies without the tensor maps.) */
 /* 1 / rms of a row of H from each thread's partial sum of squares: shuffles within the warps,
  * then the GT_W warps' sums through s_red (the router blocks and a locally routing block alike) */
 static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int lane, int warp, int H, float eps)
@@ -152,6 +149,9 @@ static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int l
 	return 1.0f / sqrtf(ss / (float)H + eps);
 }
 
+/* The producer's copies of one matrix for expert e: tiles blockIdx.x + i * gridDim.x (strided:
+ * the combine relies on it), each stage into ring slot n % S once handed back, then a stage
+ * marked -1. n runs on across both matrices. (gemv_tma.cu's copies without the tensor maps.) */
 template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
