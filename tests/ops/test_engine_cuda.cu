@@ -18,7 +18,8 @@
  * the same rounding differences can pick another expert, and that token's logits then differ by
  * more than TOL (measured on the H100: 2-4 of 64 requests of tiny-qwen3-moe and tiny-gpt-oss,
  * none of the dense models; bench/results/2026-11-22-h100-session5.md). Up to MOE_FLIPS of 64
- * such requests are allowed there; all the rest must hold to the rules above. */
+ * such requests are allowed there; all the rest must hold to the rules above, and 3/4 of the
+ * requests not allowed to differ must be equal throughout. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -145,8 +146,12 @@ static void compare(const char *what, const char *preset, const struct outs *a, 
 	printf("%s %s: %d of %d requests equal to their alone run, %d part at a near tie, %d wrong\n", preset, what,
 	       equal, NREQ, ties, bad);
 	CHECK_MSG(bad <= allow, "%s %s: %d requests differ beyond the tolerance (%d allowed)", preset, what, bad, allow);
-	/* a check that passed only through ties would say little */
-	CHECK_MSG(equal >= NREQ * 3 / 4, "%s %s: only %d of %d requests equal throughout", preset, what, equal, NREQ);
+	/* a check that passed only through ties would say little. The requests allowed to differ
+	 * (MoE: an expert flipped at a router near-tie) cannot be equal throughout either, so they
+	 * come off the count (FP4S_TEST_SEED=0x18ebf5bb988baa1c: tiny-qwen3-moe prefix-cached, 47
+	 * equal, 11 near ties, 6 flips on the H100) */
+	CHECK_MSG(equal >= (NREQ - allow) * 3 / 4, "%s %s: only %d of %d requests equal throughout (%d allowed to differ)",
+	          preset, what, equal, NREQ, allow);
 }
 
 static void test_preset(const char *preset, const char *format)

@@ -149,19 +149,20 @@ static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int l
 	return 1.0f / sqrtf(ss / (float)H + eps);
 }
 
-/* The producer's copies of one matrix for expert e: tiles blockIdx.x + i * gridDim.x (strided:
- * the combine relies on it), each stage into ring slot n % S once handed back, then a stage
- * marked -1. n runs on across both matrices. (gemv_tma.cu's copies without the tensor maps.) */
+/* The producer's copies of one matrix for expert e: tiles first + i * gridDim.x (strided: the
+ * down's combine relies on it, first = blockIdx.x there; mt_first for the gate|up), each stage
+ * into ring slot n % S once handed back, then a stage marked -1. n runs on across both matrices.
+ * (gemv_tma.cu's copies without the tensor maps.) */
 template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
-                                                  uint64_t pol, int lane)
+                                                  uint64_t pol, int lane, int64_t first)
 {
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC;
 	const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
 	const int64_t tiles = (a.rows + 15) >> 4;
 	const uint8_t *data = a.data + e * a.stride_data, *scales = a.scales + e * a.stride_scales;
-	int64_t tile = blockIdx.x;
+	int64_t tile = first;
 	int kc = 0;
 	for (;; n++) {
 		const int i = (int)(n % (unsigned)S);
@@ -209,7 +210,7 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 	}
 }
 
-/* The bias of the block's first MT_BPRE row tiles (blockIdx.x + j * gridDim.x, the producer's
+/* The bias of the block's first MT_BPRE row tiles (first + j * gridDim.x, the producer's
  * order) copied into sb, a value a thread of the first MT_BPRE * 16, by cp.async (no register held
  * through the loops: this kernel is at its 96), early enough that the copy's latency passes under
  * other waits; mt_consume waits for them before the barrier that precedes the first read. Read in each tile's
@@ -217,15 +218,28 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
  * are already in the ring when its phase starts, so there those trips were the phase's critical
  * path (gpt-oss: 3 tiles a block, ~7.5 us from its x staged to the combine done,
  * bench/results/2026-11-23-h100-session19.md). */
-static __device__ __forceinline__ void mt_bias_copy(float *sb, const float *bias, int64_t rows)
+static __device__ __forceinline__ void mt_bias_copy(float *sb, const float *bias, int64_t rows, int64_t first)
 {
 	if (!bias || threadIdx.x >= MT_BPRE * 16)
 		return;
-	const int64_t row = ((int64_t)blockIdx.x + (int64_t)(threadIdx.x >> 4) * gridDim.x) * 16 + (threadIdx.x & 15);
+	const int64_t row = (first + (int64_t)(threadIdx.x >> 4) * gridDim.x) * 16 + (threadIdx.x & 15);
 	if (row < rows) /* rows past the matrix are never read */
 		asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(sb + threadIdx.x)),
 		             "l"(bias + row)
 		             : "memory");
+}
+
+/* The gate|up's first tile of a block. The block scheduler mostly puts blocks 2j and 2j + 1 of a
+ * launch on one SM, and with tiles strided from blockIdx.x both take an extra tile of the last
+ * round or neither: gpt-oss-20b's 360 tiles a slot over 66 blocks leave SMs of 12 tiles beside SMs
+ * of 10 (timelines, dev/moe_sm.py). Even blocks take 0 .. h - 1 and odd ones h .., h = half the
+ * blocks rounded up, so that a pair holds at most one of the last round's tiles while they are
+ * at most h. (The down projection keeps blockIdx.x: the combine needs the slots' blocks of one
+ * blockIdx.x on the same rows, and its extra tiles outnumber the pairs.) */
+static __device__ __forceinline__ int64_t mt_first(void)
+{
+	const unsigned h = (gridDim.x + 1) >> 1;
+	return blockIdx.x & 1 ? h + (blockIdx.x >> 1) : blockIdx.x >> 1;
 }
 
 static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
@@ -371,11 +385,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
-		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first());
 		if (p.phases == 2) {
 			if (p.holdb)
 				gt_wait(&bgo, 0);
-			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane);
+			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane, blockIdx.x);
 		}
 		return;
 	}
@@ -547,7 +561,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
 		const float *bias = a.bias ? a.bias + e * a.rows : NULL;
 		if (p.bpre)
-			mt_bias_copy(s_bias, bias, a.rows); /* (e is known here: it was loaded with the staging) */
+			mt_bias_copy(s_bias, bias, a.rows, mt_first()); /* (e is known here: loaded with the staging) */
 		gt_sync();
 		const float post0 = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		const float post = p.local ? post0 * s_inv : post0;
@@ -582,7 +596,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		const float *dbias = a.bias ? a.bias + e * a.rows : NULL;
 		/* (every thread is past the gate|up epilogues that read s_bias) */
 		if (p.bpre)
-			mt_bias_copy(s_bias, dbias, a.rows); /* in flight with the staging's loads */
+			mt_bias_copy(s_bias, dbias, a.rows, blockIdx.x); /* in flight with the staging's loads */
 		gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, xin, 0, s_ss, false, threadIdx.x);
 		gt_sync();
 		if (!router)
