@@ -4,7 +4,9 @@ moe_tma.cu's marks): for each launch of the first replay, the blocks that share 
 (slot, blockIdx.x), and when their gate|up tiles were done (mark 5, us after the launch's first
 release). Prints how often an SM holds two blocks with the same blockIdx.x, and the gate|up done
 time by the SM's tile count (strided tiles: slot rows / 16 over gridDim.x blocks).
-usage: moe_sm.py FILE[.gz] ROWS_GU (rows of a slot's gate|up, e.g. 5760) [GRID_X]"""
+--pairs: the gate|up's first tiles as moe_tma.cu's mt_first (even blocks the first half, odd ones
+the second), else blockIdx.x.
+usage: moe_sm.py FILE[.gz] ROWS_GU (rows of a slot's gate|up, e.g. 5760) [--pairs]"""
 import collections
 import statistics
 import sys
@@ -18,6 +20,7 @@ def main():
         return 2
     recs = first_replay(sys.argv[1], 2)
     rows = int(sys.argv[2])
+    pairs = "--pairs" in sys.argv
     by = collections.defaultdict(list)
     for r in recs:
         by[r["tag"]].append(r)
@@ -25,9 +28,7 @@ def main():
     done_by_load = collections.defaultdict(list)
     for tag, rs in by.items():
         n = len(rs)
-        gx = int(sys.argv[3]) if len(sys.argv) > 3 else None
-        if gx is None:  # gridDim.x = blocks a slot: slots = 4 for gpt-oss (n / 4)
-            gx = n // 4
+        gx = n // 4  # gridDim.x = blocks a slot: 4 slots (gpt-oss)
         tiles = (rows + 15) // 16
         t0 = min(r["t"][1] for r in rs if r["t"][1])
         sm = collections.defaultdict(list)
@@ -35,6 +36,8 @@ def main():
             sm[r["sm"]].append(r)
         for s, bl in sm.items():
             xs = [r["blk"] % gx for r in bl]
+            if pairs:
+                xs = [(gx + 1) // 2 + x // 2 if x & 1 else x // 2 for x in xs]
             if len(bl) == 2:
                 total += 1
                 same += xs[0] == xs[1]

@@ -51,7 +51,7 @@ int fp4s_cuda_moe_fused(void);
  * for NVFP4 experts, and where FP4S_MOE_ONE=0 or set_moe_tma(0) turns it off; 1 on; 2 launches
  * the down GEMV on its own, 3 the routing, 4 both (set_moe_tma(-1): back to the environment). */
 #define FP4S_MOE_TMA_KMAX 64
-#define FP4S_MOE_TMA_SYNC (2 * (48 + 16 * FP4S_MOE_TMA_KMAX))
+#define FP4S_MOE_TMA_SYNC (2 * (48 + 32 * FP4S_MOE_TMA_KMAX))
 int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4s_stacked *dn, int form, float alpha,
                       float limit, const struct fp4s_mat *router, int32_t K, int kind, int norm, float *h,
                       const float *nw, float eps, int zero_centred, float *lg, unsigned *sync, int32_t *idx, float *w,

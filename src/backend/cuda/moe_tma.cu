@@ -73,6 +73,10 @@
 #define MT_RCNT 16               /* 64-bit words: router blocks done */
 #define MT_FLAG FP4S_MOE_TMA_EPOCH /* routings done (launches of the layer) */
 #define MT_SLOT(z) (48 + 16 * (z)) /* the slot's gate|up blocks done */
+/* the slot's gate|up tiles claimed after the first round (gclaim): a launch adds exactly
+ * max(tiles - gridDim.x, 0) + gridDim.x (its successful claims and each block's one that fails),
+ * so a launch's claims start at the epoch times that */
+#define MT_CLAIM(z) (48 + 16 * FP4S_MOE_TMA_KMAX + 16 * (z))
 
 struct mt_args {
 	gm_args gu, dn; /* gate|up (pairact, x = the normalized token) and down (with the combine) */
@@ -94,6 +98,8 @@ struct mt_args {
 	                     * 0: by its warp 0 (route_warp) */
 	int spin;           /* ns between polls of a counter */
 	int bpre;           /* the bias copied ahead of the tiles (mt_bias_copy; FP4S_MOE_ONE_BPRE=0: off, A/B) */
+	int gclaim;         /* the gate|up's tiles after the first round claimed from a counter a slot (MT_CLAIM;
+	                     * FP4S_MOE_CLAIM=0: strided, A/B) */
 	/* The router's logits from the launch before (fp4s_cuda_matmul_add_route: the o projection's
 	 * blocks each add their rows' share, unnormalized, in fixed point): racc[2][E], the half
 	 * (epoch & 1). local: every block takes the logits from there and routes itself, so no
@@ -156,7 +162,8 @@ static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int l
 template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
-                                                  uint64_t pol, int lane, int64_t first)
+                                                  uint64_t pol, int lane, int64_t first, unsigned long long *claim,
+                                                  unsigned long long base)
 {
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC;
 	const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
@@ -164,6 +171,8 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 	const uint8_t *data = a.data + e * a.stride_data, *scales = a.scales + e * a.stride_scales;
 	int64_t tile = first;
 	int kc = 0;
+	if (claim && tile >= tiles && lane == 0)
+		atomicAdd(claim, 1ull); /* (the block's one failing claim: the launch's count stays exact) */
 	for (;; n++) {
 		const int i = (int)(n % (unsigned)S);
 		if (n >= (unsigned)S)
@@ -206,7 +215,14 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 		if (++kc < nkc)
 			continue;
 		kc = 0;
-		tile += gridDim.x;
+		if (claim) {
+			unsigned long long c = 0;
+			if (lane == 0)
+				c = atomicAdd(claim, 1ull);
+			tile = (int64_t)gridDim.x + (int64_t)(__shfl_sync(0xFFFFFFFFu, c, 0) - base);
+		} else {
+			tile += gridDim.x;
+		}
 	}
 }
 
@@ -247,15 +263,16 @@ static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.asy
 /* The consumers' side of one matrix, one token (gemv_tma.cu's loop at M = 1): steps from the ring
  * into acc, each tile's warps' partials summed in order by 16 threads, then y[row] = ldexp(sum,
  * pexp) * post (+ bias: from sb for the block's first MT_BPRE tiles where it was copied ahead,
- * NULL: none was; those copies are waited for at the first tile's end), or with pairact
+ * NULL: none was; those copies are waited for at the first tile's end; or, with tb, each tile's
+ * copied by its epilogue's threads into tb[parity] as the tile starts, for claimed tiles), or with pairact
  * the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
  * the stage marked -1, handing that slot back too (the producer reuses it). */
 template <int F>
 static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, const int *hdr, unsigned &n,
                                                   const uint8_t *xs, int cs, float *red, float *yout,
-                                                  const float *bias, const float *sb, float post, int warp,
-                                                  int lane)
+                                                  const float *bias, const float *sb, float *tb, float post,
+                                                  int warp, int lane)
 {
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
 	const int g = lane >> 2, t = lane & 3;
@@ -275,6 +292,11 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			return;
 		}
 		const uint8_t *st = ring + (size_t)i * stride, *sc = st + 16 * a.trs;
+		if (tb && bias && kc == 0 && threadIdx.x < 16 && (int64_t)tile * 16 + threadIdx.x < a.rows)
+			asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(
+			                 tb + (tile_it & 1) * 16 + threadIdx.x)),
+			             "l"(bias + (int64_t)tile * 16 + threadIdx.x)
+			             : "memory");
 		for (int j = 0; j < sps; j++) {
 			const int u = warp * sps + j, s = kc * GT_W * sps + u;
 			if (s >= nsteps)
@@ -307,8 +329,8 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			rp[warp * 16 + g + 8] = acc[0][2] + acc[0][3];
 		}
 		acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = 0.0f;
-		if (tile_it == 1)
-			mt_bias_wait(); /* the phase's bias copies (mt_bias_copy, if any), read after the barrier */
+		if (tile_it == 1 || tb)
+			mt_bias_wait(); /* the bias copies (mt_bias_copy's, or this tile's into tb), read after the barrier */
 		gt_sync();
 		const int r = threadIdx.x & 15;
 		const int64_t row = (int64_t)tile * 16 + r;
@@ -319,7 +341,9 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			for (int w = 0; w < GT_W; w++)
 				v += rp[w * 16 + r];
 			out = ldexpf(v, a.pexp) * post;
-			if (bias) /* tile_it - 1 = j: the producer's strided order; its bias copied ahead (sb) */
+			if (tb && bias) /* this thread's own copy (waited for above) */
+				out += tb[((tile_it - 1) & 1) * 16 + r];
+			else if (bias) /* tile_it - 1 = j: the producer's strided order; its bias copied ahead (sb) */
 				out += sb && tile_it <= MT_BPRE ? sb[(tile_it - 1) * 16 + r] : bias[row];
 		}
 		if (a.pairact) {
@@ -345,6 +369,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	__shared__ float selv[64];
 	__shared__ int s_last;
 	__shared__ float s_bias[MT_BPRE * 16]; /* mt_bias_copy */
+	__shared__ float s_tb[2 * 16];         /* the claimed gate|up tiles' bias (mt_consume's tb) */
 	const int S = p.stages, stride = p.stride;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int slot = blockIdx.z, bl = blockIdx.z * gridDim.x + blockIdx.x;
@@ -385,11 +410,15 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
-		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first());
+		const unsigned long long inc = (unsigned long long)max((p.gu.rows + 15) / 16 - (int64_t)gridDim.x, (int64_t)0) +
+		                               gridDim.x;
+		const unsigned long long base = __shfl_sync(0xFFFFFFFFu, epoch0, 0) * inc; /* (lane 0's epoch) */
+		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first(),
+		              p.gclaim ? &p.sync[MT_CLAIM(slot)] : NULL, base);
 		if (p.phases == 2) {
 			if (p.holdb)
 				gt_wait(&bgo, 0);
-			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane, blockIdx.x);
+			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane, blockIdx.x, NULL, 0);
 		}
 		return;
 	}
@@ -560,13 +589,14 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		else
 			gm_stage<GT_W * 32, 4, true, true>(a, xs, cs, 1, 0, a.K, nst * 4, p.x1, 0, s_ss, false, threadIdx.x);
 		const float *bias = a.bias ? a.bias + e * a.rows : NULL;
-		if (p.bpre)
+		if (p.bpre && !p.gclaim)
 			mt_bias_copy(s_bias, bias, a.rows, mt_first()); /* (e is known here: loaded with the staging) */
 		gt_sync();
 		const float post0 = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		const float post = p.local ? post0 * s_inv : post0;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre ? s_bias : NULL, post, warp, lane);
+		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre && !p.gclaim ? s_bias : NULL,
+		              p.gclaim ? s_tb : NULL, post, warp, lane);
 		if (!router)
 			TL_MARK(5);
 	}
@@ -603,7 +633,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 			TL_MARK(7);
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
-		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, post, warp, lane);
+		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, NULL, post, warp, lane);
 		if (!router)
 			TL_MARK(4);
 	}
@@ -722,6 +752,8 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	p.rblock = !fp4s_env_off("FP4S_MOE_ONE_RBLOCK", &rblock_off);
 	static int bpre_off = -1;
 	p.bpre = !fp4s_env_off("FP4S_MOE_ONE_BPRE", &bpre_off);
+	static int claim_off = -1;
+	p.gclaim = !fp4s_env_off("FP4S_MOE_CLAIM", &claim_off);
 	int per_sm = 0;
 	void (*kern)(mt_args) = nv ? moe_tma_kernel<GM_NVFP4> : moe_tma_kernel<GM_MXFP4>;
 	FP4S_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GT_THREADS, smem));

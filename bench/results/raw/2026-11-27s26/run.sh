@@ -81,5 +81,25 @@ m26)
   FP4S_TEST_SEED=0x18ebf5bb988baa1c $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
   timeout 200 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S
   cd $G ;;
+c26)
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT) B $(cat $G/treeB/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log fp4serve test_moe_router test_engine_cuda test_golden test_gemv_experts &
+  bld $G/treeB $B $L/build-b.log fp4serve &
+  J=4 XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" bld $G/tree $T $L/build-tl.log fp4serve &
+  wait
+  cd $G/tree
+  $A/tests/test_moe_router > $L/test_moe_router.txt 2>&1; echo "moe_router rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S
+  FP4S_MOE_CLAIM=0 $A/tests/test_moe_router > $L/test_moe_router0.txt 2>&1; echo "moe_router CLAIM=0 rc=$? $(grep -E 'passed|failed' $L/test_moe_router0.txt | tail -1)" >> $S
+  $A/tests/test_gemv_experts > $L/test_gemv_experts.txt 2>&1; echo "gemv_experts rc=$? $(grep -E 'passed|failed' $L/test_gemv_experts.txt | tail -1)" >> $S
+  $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+  timeout 200 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S
+  cd $G
+  gen go gpt-oss-20b mxfp4
+  for rr in 1 2 3; do
+    bench go-A$rr $A go -p 0 -n 128 --reps 3; E="FP4S_MOE_CLAIM=0" bench go-A0$rr $A go -p 0 -n 128 --reps 3; bench go-B$rr $B go -p 0 -n 128 --reps 3
+    bench god-A$rr $A go -p 0 --ctx 4096 -n 64 --reps 2; E="FP4S_MOE_CLAIM=0" bench god-A0$rr $A go -p 0 --ctx 4096 -n 64 --reps 2; bench god-B$rr $B go -p 0 --ctx 4096 -n 64 --reps 2
+  done
+  FP4S_TL=$L/tl-goA.txt $T/fp4serve bench -m /tmp/go -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-goA.txt 2>&1
+  (cd $G/tree/dev && python3 moe_marks.py $L/tl-goA.txt > $L/moe-goA.txt 2>&1; tail -10 $L/moe-goA.txt >> $S); gzip $L/tl-goA.txt ;;
 pack) pack ;;
 esac; done
