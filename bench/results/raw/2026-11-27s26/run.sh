@@ -101,5 +101,16 @@ c26)
   done
   FP4S_TL=$L/tl-goA.txt $T/fp4serve bench -m /tmp/go -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-goA.txt 2>&1
   (cd $G/tree/dev && python3 moe_marks.py $L/tl-goA.txt > $L/moe-goA.txt 2>&1; tail -10 $L/moe-goA.txt >> $S); gzip $L/tl-goA.txt ;;
+o26)
+  echo "A $(cat $G/tree/COMMIT) B $(cat $G/treeB/COMMIT)" >> $S
+  [ -n "${NOQW:-}" ] || { gen qw qwen3-30b-a3b
+  bench qw-A $A qw -p 0 -n 128 --reps 3; bench qw-B $B qw -p 0 -n 128 --reps 3
+  bench qwd-A $A qw -p 0 --ctx 4096 -n 64 --reps 2; bench qwd-B $B qw -p 0 --ctx 4096 -n 64 --reps 2; }
+  rm -rf /tmp/qw /tmp/go /tmp/ll; df -h /tmp | tail -1 >> $S
+  gen o120 gpt-oss-120b mxfp4
+  for rr in 1 2; do
+    bench o-A$rr $A o120 -p 0 -n 128 --reps 3; E="FP4S_MOE_CLAIM=0" bench o-A0$rr $A o120 -p 0 -n 128 --reps 3; bench o-B$rr $B o120 -p 0 -n 128 --reps 3
+    bench od-A$rr $A o120 -p 0 --ctx 4096 -n 64 --reps 2; E="FP4S_MOE_CLAIM=0" bench od-A0$rr $A o120 -p 0 --ctx 4096 -n 64 --reps 2; bench od-B$rr $B o120 -p 0 --ctx 4096 -n 64 --reps 2
+  done ;;
 pack) pack ;;
 esac; done
