@@ -112,5 +112,16 @@ o26)
     bench o-A$rr $A o120 -p 0 -n 128 --reps 3; E="FP4S_MOE_CLAIM=0" bench o-A0$rr $A o120 -p 0 -n 128 --reps 3; bench o-B$rr $B o120 -p 0 -n 128 --reps 3
     bench od-A$rr $A o120 -p 0 --ctx 4096 -n 64 --reps 2; E="FP4S_MOE_CLAIM=0" bench od-A0$rr $A o120 -p 0 --ctx 4096 -n 64 --reps 2; bench od-B$rr $B o120 -p 0 --ctx 4096 -n 64 --reps 2
   done ;;
+f26)
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  rm -rf /tmp/o120
+  bld $G/tree $A $L/build.log fp4serve
+  gen ll llama3-8b; gen qw qwen3-30b-a3b; gen go gpt-oss-20b mxfp4
+  for rr in 1 2; do
+    bench ll-$rr $A ll -p 0 -n 128 --reps 3; bench lld-$rr $A ll -p 0 --ctx 4096 -n 64 --reps 2
+    bench qw-$rr $A qw -p 0 -n 128 --reps 3; bench qwd-$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2
+    E="FP4S_MOE_ONE=1" bench qw1-$rr $A qw -p 0 -n 128 --reps 3; E="FP4S_MOE_ONE=1" bench qwd1-$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2
+    bench go-$rr $A go -p 0 -n 128 --reps 3; bench god-$rr $A go -p 0 --ctx 4096 -n 64 --reps 2
+  done ;;
 pack) pack ;;
 esac; done
