@@ -21,7 +21,16 @@
  *  - down after gate|up. Each slot's blocks (blockIdx.z) wait for the slot's gate|up blocks
  *    alone (a counter), not for the whole grid, and their producer warps copy the down weights
  *    into the ring as soon as their gate|up stages are handed back, so the first down stages are
- *    in shared memory when the wait ends.
+ *    in shared memory when the wait ends;
+ *  - the gate|up's tiles after each block's first are claimed from a counter a slot (MT_CLAIM),
+ *    so the blocks on less loaded SMs take more, and the slot's last gate|up block is done
+ *    sooner (gpt-oss-20b's slot wait 5.4 -> 3.9 us a layer). Each claimed tile's bias is copied
+ *    by the threads that add it as the tile starts. gpt-oss-20b +1.0-1.1 % against the commit
+ *    before (+1.5-2.4 % against FP4S_MOE_CLAIM=0 in the same build), gpt-oss-120b +0.4 % at 128
+ *    tokens and +1.2 % at depth 4096 (bench/results/2026-11-27-h100-session26.md). The down
+ *    keeps its strided tiles: each block's producer copies up to the ring's depth (4 tiles)
+ *    ahead, more than a block's share of the down (2.7), so claims there would be settled before
+ *    its phase starts.
  * Blocks wait on other blocks of the same grid, so the grid is never larger than what is
  * resident at once (blocks an SM by the occupancy calculator, times the SMs): every block it
  * waits for is running. The counters are per layer and only grow (see MT_SLOT).
