@@ -123,5 +123,34 @@ f26)
     E="FP4S_MOE_ONE=1" bench qw1-$rr $A qw -p 0 -n 128 --reps 3; E="FP4S_MOE_ONE=1" bench qwd1-$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2
     bench go-$rr $A go -p 0 -n 128 --reps 3; bench god-$rr $A go -p 0 --ctx 4096 -n 64 --reps 2
   done ;;
+q26)
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT) B $(cat $G/treeB/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log fp4serve test_gemv test_moe_router test_engine_cuda test_golden test_gemv_experts &
+  bld $G/treeB $B $L/build-b.log fp4serve &
+  wait
+  cd $G/tree
+  ( $A/tests/test_gemv_experts > $L/test_gemv_experts.txt 2>&1; echo "gemv_experts rc=$? $(grep -E 'passed|failed' $L/test_gemv_experts.txt | tail -1)" >> $S
+    $A/tests/test_moe_router > $L/test_moe_router.txt 2>&1; echo "moe_router rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S
+    $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+    timeout 200 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S
+    s0=$(date +%s); timeout 330 $A/tests/test_gemv > $L/test_gemv.txt 2>&1; echo "gemv rc=$? $(( $(date +%s)-s0 )) s $(grep -E 'passed|failed' $L/test_gemv.txt | tail -1)" >> $S ) &
+  cd $G; gen qw qwen3-30b-a3b; gen ll llama3-8b; gen go gpt-oss-20b mxfp4
+  for rr in 1 2 3; do
+    bench qw-A$rr $A qw -p 0 -n 128 --reps 3; E="FP4S_GEMV_ECLAIM=0" bench qw-A0$rr $A qw -p 0 -n 128 --reps 3; bench qw-B$rr $B qw -p 0 -n 128 --reps 3
+    bench qwd-A$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2; E="FP4S_GEMV_ECLAIM=0" bench qwd-A0$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2; bench qwd-B$rr $B qw -p 0 --ctx 4096 -n 64 --reps 2
+  done
+  bench ll-A $A ll -p 0 -n 128 --reps 3; bench ll-B $B ll -p 0 -n 128 --reps 3
+  bench lld-A $A ll -p 0 --ctx 4096 -n 64 --reps 2; bench lld-B $B ll -p 0 --ctx 4096 -n 64 --reps 2
+  bench go-A $A go -p 0 -n 128 --reps 3; bench go-B $B go -p 0 -n 128 --reps 3
+  wait ;;
+t26)
+  bld $G/tree $A $L/build.log test_moe_router &
+  bld $G/treeB $B $L/build-b.log test_moe_router &
+  wait
+  cd $G/tree
+  for v in 1 0; do FP4S_GEMV_ECLAIM=$v FP4S_TEST_SEED=0x18ebf810e3079b49 $A/tests/test_moe_router BLOCK > $L/tmr-A$v.txt 2>&1; echo "A ECLAIM=$v rc=$? $(grep -E 'passed|failed' $L/tmr-A$v.txt | tail -1)" >> $S; done
+  FP4S_TEST_SEED=0x18ebf810e3079b49 $B/tests/test_moe_router BLOCK > $L/tmr-B.txt 2>&1; echo "B rc=$? $(grep -E 'passed|failed' $L/tmr-B.txt | tail -1)" >> $S
+  for r in 1 2 3; do $A/tests/test_moe_router BLOCK > $L/tmr-A-$r.txt 2>&1; echo "A random seed rc=$? $(grep -E 'passed|failed' $L/tmr-A-$r.txt | tail -1)" >> $S; grep "CHECK failed" $L/tmr-A-$r.txt | cut -c1-200 >> $S; done
+  cd $G ;;
 pack) pack ;;
 esac; done
