@@ -254,13 +254,14 @@ static __device__ __forceinline__ void mt_bias_copy(float *sb, const float *bias
 		             : "memory");
 }
 
-/* The gate|up's first tile of a block. The block scheduler mostly puts blocks 2j and 2j + 1 of a
- * launch on one SM, and with tiles strided from blockIdx.x both take an extra tile of the last
- * round or neither: gpt-oss-20b's 360 tiles a slot over 66 blocks leave SMs of 12 tiles beside SMs
- * of 10 (timelines, dev/moe_sm.py). Even blocks take 0 .. h - 1 and odd ones h .., h = half the
- * blocks rounded up, so that a pair holds at most one of the last round's tiles while they are
- * at most h. (The down projection keeps blockIdx.x: the combine needs the slots' blocks of one
- * blockIdx.x on the same rows, and its extra tiles outnumber the pairs.) */
+/* The gate|up's first tile of a block. The block scheduler puts blocks a few apart in launch
+ * order on one SM (1 apart most often, up to ~6), and with tiles strided from blockIdx.x such
+ * neighbours both take an extra tile of the last round or neither: gpt-oss-20b's 360 tiles a slot
+ * over 66 blocks left 39 % of its blocks on SMs of 12 tiles (dev/moe_sm.py). Even blocks take
+ * 0 .. h - 1 and odd ones h .., h = half the blocks rounded up, so that blocks an odd distance
+ * apart hold at most one of the last round's tiles while they are at most h (12-tile SMs 18 %,
+ * +0.5 %; the claims after the first tile, gclaim, then balance the rest). (The down keeps
+ * blockIdx.x: the combine needs the slots' blocks of one blockIdx.x on the same rows.) */
 static __device__ __forceinline__ int64_t mt_first(void)
 {
 	const unsigned h = (gridDim.x + 1) >> 1;
@@ -273,9 +274,9 @@ static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.asy
  * into acc, each tile's warps' partials summed in order by 16 threads, then y[row] = ldexp(sum,
  * pexp) * post (+ bias: from sb for the block's first MT_BPRE tiles where it was copied ahead,
  * NULL: none was; those copies are waited for at the first tile's end; or, with tb, each tile's
- * copied by its epilogue's threads into tb[parity] as the tile starts, for claimed tiles), or with pairact
- * the SwiGLU of (gate, up) rows into y[row / 2]. Ends on
- * the stage marked -1, handing that slot back too (the producer reuses it). */
+ * copied by its epilogue's threads into tb[parity] as the tile starts, for claimed tiles), or
+ * with pairact the SwiGLU of (gate, up) rows into y[row / 2]. Ends on the stage marked -1,
+ * handing that slot back too (the producer reuses it). */
 template <int F>
 static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, const int *hdr, unsigned &n,
@@ -419,8 +420,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
-		const unsigned long long inc = (unsigned long long)max((p.gu.rows + 15) / 16 - (int64_t)gridDim.x, (int64_t)0) +
-		                               gridDim.x;
+		const unsigned long long inc =
+		        (unsigned long long)max((p.gu.rows + 15) / 16 - (int64_t)gridDim.x, (int64_t)0) + gridDim.x;
 		const unsigned long long base = __shfl_sync(0xFFFFFFFFu, epoch0, 0) * inc; /* (lane 0's epoch) */
 		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first(),
 		              p.gclaim ? &p.sync[MT_CLAIM(slot)] : NULL, base);
