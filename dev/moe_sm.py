@@ -5,7 +5,8 @@ moe_tma.cu's marks): for each launch of the first replay, the blocks that share 
 release). Prints how often an SM holds two blocks with the same blockIdx.x, and the gate|up done
 time by the SM's tile count (strided tiles: slot rows / 16 over gridDim.x blocks).
 --pairs: the gate|up's first tiles as moe_tma.cu's mt_first (even blocks the first half, odd ones
-the second), else blockIdx.x.
+the second), else blockIdx.x. Tiles claimed after the first (FP4S_MOE_CLAIM, the default) are not
+modelled: with claims on, the counts are the static order's, not what the blocks took.
 usage: moe_sm.py FILE[.gz] ROWS_GU (rows of a slot's gate|up, e.g. 5760) [--pairs]"""
 import collections
 import statistics
