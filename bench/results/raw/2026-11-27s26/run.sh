@@ -152,5 +152,16 @@ t26)
   FP4S_TEST_SEED=0x18ebf810e3079b49 $B/tests/test_moe_router BLOCK > $L/tmr-B.txt 2>&1; echo "B rc=$? $(grep -E 'passed|failed' $L/tmr-B.txt | tail -1)" >> $S
   for r in 1 2 3; do $A/tests/test_moe_router BLOCK > $L/tmr-A-$r.txt 2>&1; echo "A random seed rc=$? $(grep -E 'passed|failed' $L/tmr-A-$r.txt | tail -1)" >> $S; grep "CHECK failed" $L/tmr-A-$r.txt | cut -c1-200 >> $S; done
   cd $G ;;
+r26)
+  echo "A $(cat $G/tree/COMMIT) B $(cat $G/treeB/COMMIT)" >> $S
+  bld $G/tree $A $L/build.log test_moe_router &
+  bld $G/treeB $B $L/build-b.log test_moe_router &
+  wait
+  cd $G/tree
+  s0=$(date +%s); FP4S_TEST_SEED=0x18ebf810e3079b49 $A/tests/test_moe_router > $L/tmr-A.txt 2>&1; echo "A full seed rc=$? $(( $(date +%s)-s0 )) s $(grep -E 'passed|failed' $L/tmr-A.txt | tail -1)" >> $S; grep "CHECK failed" $L/tmr-A.txt | cut -c1-160 >> $S
+  FP4S_GEMV_ECLAIM=0 FP4S_TEST_SEED=0x18ebf810e3079b49 $A/tests/test_moe_router > $L/tmr-A0.txt 2>&1; echo "A ECLAIM=0 full seed rc=$? $(grep -E 'passed|failed' $L/tmr-A0.txt | tail -1)" >> $S; grep "CHECK failed" $L/tmr-A0.txt | cut -c1-160 >> $S
+  cd $G/treeB
+  FP4S_TEST_SEED=0x18ebf810e3079b49 $B/tests/test_moe_router > $L/tmr-B.txt 2>&1; echo "B full seed rc=$? $(grep -E 'passed|failed' $L/tmr-B.txt | tail -1)" >> $S; grep "CHECK failed" $L/tmr-B.txt | cut -c1-160 >> $S
+  cd $G ;;
 pack) pack ;;
 esac; done
