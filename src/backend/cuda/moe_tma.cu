@@ -83,8 +83,8 @@
 #define MT_FLAG FP4S_MOE_TMA_EPOCH /* routings done (launches of the layer) */
 #define MT_SLOT(z) (48 + 16 * (z)) /* the slot's gate|up blocks done */
 /* the slot's gate|up tiles claimed after the first round (gclaim): a launch adds exactly
- * max(tiles - gridDim.x, 0) + gridDim.x (its successful claims and each block's one that fails),
- * so a launch's claims start at the epoch times that */
+ * max(tiles, gridDim.x) (its tiles - gridDim.x successful claims, if any, and each block's one
+ * that fails), so a launch's claims start at the epoch times that */
 #define MT_CLAIM(z) (48 + 16 * FP4S_MOE_TMA_KMAX + 16 * (z))
 
 struct mt_args {
@@ -235,6 +235,13 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 	}
 }
 
+/* one float from global into shared memory, in flight until mt_bias_wait */
+static __device__ __forceinline__ void mt_cp4(float *dst, const float *src)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
+	             : "memory");
+}
+
 /* The bias of the block's first MT_BPRE row tiles (first + j * gridDim.x, the producer's
  * order) copied into sb, a value a thread of the first MT_BPRE * 16, by cp.async (no register held
  * through the loops: this kernel is at its 96), early enough that the copy's latency passes under
@@ -249,9 +256,7 @@ static __device__ __forceinline__ void mt_bias_copy(float *sb, const float *bias
 		return;
 	const int64_t row = (first + (int64_t)(threadIdx.x >> 4) * gridDim.x) * 16 + (threadIdx.x & 15);
 	if (row < rows) /* rows past the matrix are never read */
-		asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(sb + threadIdx.x)),
-		             "l"(bias + row)
-		             : "memory");
+		mt_cp4(sb + threadIdx.x, bias + row);
 }
 
 /* The gate|up's first tile of a block. The block scheduler puts blocks a few apart in launch
@@ -303,10 +308,7 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 		}
 		const uint8_t *st = ring + (size_t)i * stride, *sc = st + 16 * a.trs;
 		if (tb && bias && kc == 0 && threadIdx.x < 16 && (int64_t)tile * 16 + threadIdx.x < a.rows)
-			asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(
-			                 tb + (tile_it & 1) * 16 + threadIdx.x)),
-			             "l"(bias + (int64_t)tile * 16 + threadIdx.x)
-			             : "memory");
+			mt_cp4(tb + (tile_it & 1) * 16 + threadIdx.x, bias + (int64_t)tile * 16 + threadIdx.x);
 		for (int j = 0; j < sps; j++) {
 			const int u = warp * sps + j, s = kc * GT_W * sps + u;
 			if (s >= nsteps)
@@ -420,8 +422,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		unsigned n = 0;
-		const unsigned long long inc =
-		        (unsigned long long)max((p.gu.rows + 15) / 16 - (int64_t)gridDim.x, (int64_t)0) + gridDim.x;
+		const unsigned long long inc = (unsigned long long)max((p.gu.rows + 15) / 16, (int64_t)gridDim.x);
 		const unsigned long long base = __shfl_sync(0xFFFFFFFFu, epoch0, 0) * inc; /* (lane 0's epoch) */
 		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first(),
 		              p.gclaim ? &p.sync[MT_CLAIM(slot)] : NULL, base);
