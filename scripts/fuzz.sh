@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # fuzz.sh: builds a fuzz target (default: the safetensors header parser; FP4S_FUZZ_TARGET=config:
-# config.json parsing + table expansion) with clang + libFuzzer + ASan + UBSan and
+# config.json parsing + table expansion; request: the server's request parser, chat formats,
+# tokenizer and harmony channel parser) with clang + libFuzzer + ASan + UBSan and
 # runs it for a bounded time on the committed seed corpus (tests/fuzz/corpus, read only; new
 # inputs go to a scratch corpus in the build folder). Exits non-zero on any finding; the crashing
 # input is left as $OUT/crash-* (replay it with: $OUT/fuzz_safetensors FILE).
 #
 # usage: scripts/fuzz.sh [SECONDS]        default 60; env FP4S_FUZZ_DIR (default build-fuzz),
 #                                         CC (default clang), FP4S_FUZZ_JOBS (default 1),
-#                                         FP4S_FUZZ_TARGET (safetensors | config)
+#                                         FP4S_FUZZ_TARGET (safetensors | config | request)
 # needs: clang with libFuzzer (Debian: clang + libclang-rt-dev or the clang-N package), and the
-#        jansson development package (libjansson-dev).
+#        jansson development package (libjansson-dev); request also PCRE2, utf8proc, civetweb.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
@@ -17,6 +18,7 @@ out=${FP4S_FUZZ_DIR:-$root/build-fuzz}
 cc=${CC:-clang}
 jobs=${FP4S_FUZZ_JOBS:-1}
 target=${FP4S_FUZZ_TARGET:-safetensors}
+libs=()
 case $target in
 safetensors) srcs=("$root/src/model/st_read.c"); seeds=$root/tests/fuzz/corpus ;;
 config)
@@ -24,19 +26,26 @@ config)
 	      "$root/src/model/model.c" "$root/src/model/qscheme.c" "$root/src/model/st_read.c"
 	      "$root/src/util/progress.c" "$root/src/util/log.c" "$root/src/numerics/quant.c")
 	seeds=$root/tests/fuzz/corpus-config ;;
+request)
+	# the whole library but the CUDA backend: the parser reaches the tokenizer, the chat
+	# formats and (in its set-up) the checkpoint writer
+	mapfile -t srcs < <(ls "$root"/src/{util,numerics,model,tokenizer,backend,backend/cpu,engine,server}/*.c |
+	                    grep -v "/util/status.c$")
+	libs=(-lpcre2-8 -lutf8proc -lcivetweb -lpthread)
+	seeds=$root/tests/fuzz/corpus-request ;;
 *) echo "fuzz.sh: unknown FP4S_FUZZ_TARGET $target" >&2; exit 2 ;;
 esac
 mkdir -p "$out/corpus-$target"
-"$cc" -std=c11 -D_GNU_SOURCE -DFP4S_VERSION='"fuzz"' -g -O1 -fno-omit-frame-pointer \
+"$cc" -std=c11 -D_GNU_SOURCE -DFP4S_VERSION='"fuzz"' -DFP4S_GIT_COMMIT='"fuzz"' -g -O1 -fno-omit-frame-pointer \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fopenmp \
 	-I"$root/src" "$root/tests/fuzz/fuzz_$target.c" "${srcs[@]}" \
-	"$root/src/util/status.c" -ljansson -lm -o "$out/fuzz_$target"
+	"$root/src/util/status.c" -ljansson "${libs[@]}" -lm -o "$out/fuzz_$target"
 echo "fuzz.sh: running fuzz_$target for ${secs}s on $(ls "$seeds" | wc -l) seeds"
 cd "$out"
 par=()
 if [ "$jobs" -gt 1 ]; then par=(-jobs="$jobs" -workers="$jobs"); fi
 dict=()
-if [ "$target" = safetensors ]; then dict=(-dict="$root/tests/fuzz/safetensors.dict"); fi
+if [ -f "$root/tests/fuzz/$target.dict" ]; then dict=(-dict="$root/tests/fuzz/$target.dict"); fi
 ./fuzz_$target -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
 	"${dict[@]}" -artifact_prefix="$out/$target-" -print_final_stats=1 \
 	"${par[@]}" "$out/corpus-$target" "$seeds"

@@ -185,6 +185,10 @@ struct srv_api_req {
 
 struct mg_connection;
 int srv_api_completions(struct mg_connection *c, struct srv *s, int chat);
+/* Parses a completions body (a->chat: chat/completions) into j: its prompt, sampling and stops.
+ * 0, or -1 with a->status (4xx, or 503 out of memory) and a->status_msg; j is srv_job_free'd by
+ * the caller either way. No connection is touched: tests/fuzz/fuzz_request.c drives it. */
+int srv_api_parse(struct srv *s, struct srv_api_req *a, const char *body, size_t len, struct srv_job *j);
 int srv_api_tokenize(struct mg_connection *c, struct srv *s, int detok);
 int srv_api_models(struct mg_connection *c, struct srv *s);
 void srv_send_json(struct mg_connection *c, int status, const char *body, size_t len);

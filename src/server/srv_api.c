@@ -613,49 +613,71 @@ static int parse_request(struct srv *s, struct srv_api_req *a, json_t *root, str
 	return 0;
 }
 
+/* A JSON object body or a 400. Bodies are bounded by srv_read_body (--max-body). */
+static json_t *parse_body(struct srv_api_req *a, const char *body, size_t len)
+{
+	json_error_t je;
+	json_t *root = json_loadb(body, len, 0, &je);
+	if (!root) {
+		fail(a, 400, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+		return NULL;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		fail(a, 400, "the request body must be a JSON object");
+		return NULL;
+	}
+	return root;
+}
+
 static json_t *load_body(struct mg_connection *c, struct srv *s)
 {
 	size_t len;
 	char *body = srv_read_body(c, s, &len);
 	if (!body)
 		return NULL;
-	json_error_t je;
-	json_t *root = json_loadb(body, len, 0, &je);
+	struct srv_api_req a = {0};
+	json_t *root = parse_body(&a, body, len);
 	free(body);
-	if (!root) {
-		srv_send_error(c, s, 400, NULL, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
-		return NULL;
-	}
-	if (!json_is_object(root)) {
-		json_decref(root);
-		srv_send_error(c, s, 400, NULL, "the request body must be a JSON object");
-		return NULL;
-	}
+	if (!root)
+		srv_send_error(c, s, a.status, NULL, "%s", a.status_msg);
 	return root;
+}
+
+int srv_api_parse(struct srv *s, struct srv_api_req *a, const char *body, size_t len, struct srv_job *j)
+{
+	json_t *root = parse_body(a, body, len);
+	if (!root)
+		return -1;
+	const int rc = parse_request(s, a, root, j);
+	json_decref(root);
+	return rc;
 }
 
 int srv_api_completions(struct mg_connection *c, struct srv *s, int chat)
 {
 	const double t0 = srv_now();
-	json_t *root = load_body(c, s);
-	if (!root)
+	size_t len;
+	char *body = srv_read_body(c, s, &len);
+	if (!body)
 		return 1;
 	struct srv_api_req a = {.chat = chat};
 	struct srv_job *j = srv_job_new();
 	if (!j) {
-		json_decref(root);
+		free(body);
 		srv_send_error(c, s, 503, NULL, "out of memory");
 		return 1;
 	}
 	j->t_arrival = t0;
-	if (parse_request(s, &a, root, j)) {
+	const int rc = srv_api_parse(s, &a, body, len, j);
+	free(body);
+	if (rc) {
 		srv_send_error(c, s, a.status, NULL, "%s", a.status_msg);
 	} else if (atomic_load(&s->draining)) {
 		srv_send_error(c, s, 503, NULL, "the server is shutting down");
 	} else {
 		srv_run_job(c, s, &a, j);
 	}
-	json_decref(root);
 	srv_job_free(j);
 	return 1;
 }

@@ -86,6 +86,26 @@ static int marker(struct srv_harmony *h, const char *m, size_t n, struct fp4s_to
 	return text(h, m, n, content, reasoning); /* not a harmony marker: ordinary text */
 }
 
+/* A marker is "<|", a name of 1 to MARKER_NAME_MAX lower-case letters or '_', and "|>", so the
+ * decision at each "<|" needs only the bytes up to its end. Returns the marker's length, 1 if the
+ * bytes at s cannot be one, or 0 if the n bytes there are all a prefix of one (more may come).
+ * Whether text is cut into feeds therefore never changes how it parses: in "<|x<|end|>" the
+ * first "<|" is text and <|end|> a marker, whole or fed byte by byte. */
+#define MARKER_NAME_MAX 9 /* "constrain" */
+static size_t marker_len(const char *s, size_t n)
+{
+	size_t i = 2;
+	while (i < n && i - 2 < MARKER_NAME_MAX && ((s[i] >= 'a' && s[i] <= 'z') || s[i] == '_'))
+		i++;
+	if (i == n)
+		return 0; /* "<|name" so far */
+	if (i == 2 || s[i] != '|')
+		return 1;
+	if (i + 1 == n)
+		return 0; /* "<|name|" so far */
+	return s[i + 1] == '>' ? i + 2 : 1;
+}
+
 int srv_harmony_feed(struct srv_harmony *h, const char *in, size_t len, int final,
                      struct fp4s_tok_text *content, struct fp4s_tok_text *reasoning)
 {
@@ -113,14 +133,15 @@ int srv_harmony_feed(struct srv_harmony *h, const char *in, size_t len, int fina
 			break;
 		}
 		rc = text(h, p, (size_t)(lt - p), content, reasoning);
-		const char *gt = memmem(lt, (size_t)(end - lt), "|>", 2);
-		if (gt && gt - lt <= 14) { /* the longest marker, <|constrain|>, has 13 bytes */
-			rc = rc ? rc : marker(h, lt, (size_t)(gt + 2 - lt), content, reasoning);
-			p = gt + 2;
-		} else if (!gt && end - lt < 14 && !final) {
+		const size_t m = marker_len(lt, (size_t)(end - lt));
+		if (m == 0 && !final) {
 			memcpy(h->part, lt, (size_t)(end - lt)); /* may still become a marker */
 			h->n_part = (size_t)(end - lt);
 			break;
+		}
+		if (m > 1) {
+			rc = rc ? rc : marker(h, lt, m, content, reasoning);
+			p = lt + m;
 		} else {
 			rc = rc ? rc : text(h, lt, 2, content, reasoning);
 			p = lt + 2;

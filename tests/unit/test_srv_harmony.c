@@ -45,6 +45,14 @@ int main(void)
 	expect_split("<|channel|>commentary <|constrain|>json<|message|>{\"a\":1}<|end|>", "{\"a\":1}", "");
 	/* text that merely looks like a marker start stays text */
 	expect_split("<|channel|>final<|message|>a <| b |> c < d", "a <| b |> c < d", "");
+	/* a "<|" that cannot begin a marker is text, and a marker right after it still counts, however
+	 * the text is cut (the old rule took "<|x<|end|>" whole as one unknown marker, but "<|x" cut
+	 * off and held, then grown past its limit, as text followed by <|end|>) */
+	expect_split("<|channel|>final<|message|>a<|x<|end|>ignored", "a<|x", "");
+	expect_split("<|channel|>final<|message|>a<|cha<|return|>", "a<|cha", "");
+	/* names are lower-case letters and '_' of at most 9 bytes: longer ones and other bytes are text */
+	expect_split("<|channel|>final<|message|>a<|abcdefghij|>b<|end9|>c<|END|>d",
+	             "a<|abcdefghij|>b<|end9|>c<|END|>d", "");
 	/* a model that ignores the format (the random demo model): its text is content */
 	expect_split("plain text with no header at all", "plain text with no header at all", "");
 	/* auth: constant-time comparison semantics */
