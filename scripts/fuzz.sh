@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # fuzz.sh: builds a fuzz target (default: the safetensors header parser; FP4S_FUZZ_TARGET=config:
 # config.json parsing + table expansion; request: the server's request parser, chat formats,
-# tokenizer and harmony channel parser) with clang + libFuzzer + ASan + UBSan and
+# tokenizer and harmony channel parser; tokenizer: tokenizer.json, GGUF and llama2.c tokenizer
+# files, then encoding, decoding and chat rendering with them) with clang + libFuzzer + ASan + UBSan and
 # runs it for a bounded time on the committed seed corpus (tests/fuzz/corpus, read only; new
 # inputs go to a scratch corpus in the build folder). Exits non-zero on any finding; the crashing
 # input is left as $OUT/crash-* (replay it with: $OUT/fuzz_safetensors FILE).
 #
 # usage: scripts/fuzz.sh [SECONDS]        default 60; env FP4S_FUZZ_DIR (default build-fuzz),
 #                                         CC (default clang), FP4S_FUZZ_JOBS (default 1),
-#                                         FP4S_FUZZ_TARGET (safetensors | config | request)
+#                                         FP4S_FUZZ_TARGET (safetensors | config | request | tokenizer)
 # needs: clang with libFuzzer (Debian: clang + libclang-rt-dev or the clang-N package), and the
 #        jansson development package (libjansson-dev); request also PCRE2, utf8proc, civetweb.
 set -euo pipefail
@@ -33,6 +34,10 @@ request)
 	                    grep -v "/util/status.c$")
 	libs=(-lpcre2-8 -lutf8proc -lcivetweb -lpthread)
 	seeds=$root/tests/fuzz/corpus-request ;;
+tokenizer)
+	mapfile -t srcs < <(ls "$root"/src/{util,tokenizer}/*.c | grep -v "/util/status.c$")
+	libs=(-lpcre2-8 -lutf8proc -lpthread)
+	seeds=$root/tests/fuzz/corpus-tokenizer ;;
 *) echo "fuzz.sh: unknown FP4S_FUZZ_TARGET $target" >&2; exit 2 ;;
 esac
 mkdir -p "$out/corpus-$target"

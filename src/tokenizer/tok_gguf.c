@@ -278,13 +278,9 @@ static int build_spm(struct fp4s_tokenizer *tok, const struct gg_meta *m, struct
 			return rc;
 		if ((int)n > tok->max_piece_len)
 			tok->max_piece_len = (int)n;
-		if (t == 6 && n == 6 && !memcmp(buf, "<0x", 3)) {
-			unsigned v = 0;
-			for (int k = 3; k < 5; k++) {
-				char ch = buf[k];
-				v = v * 16 + (unsigned)(ch >= '0' && ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
-			}
-			if (v < 256 && tok->byte_id[v] < 0) {
+		const int v = t == 6 && n == 6 ? tok_byte_piece(buf) : -1;
+		if (v >= 0) {
+			if (tok->byte_id[v] < 0) {
 				tok->byte_id[v] = id;
 				tok->tok_flags[id] |= TOKF_BYTE;
 			}

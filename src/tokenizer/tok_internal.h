@@ -154,7 +154,7 @@ static inline const char *tok_text(const struct fp4s_tokenizer *tok, int32_t id,
 		return NULL;
 	}
 	*len = (size_t)(o & 0xFFFF);
-	return tok->arena + (o >> 16);
+	return tok->arena ? tok->arena + (o >> 16) : ""; /* all tokens so far empty: no arena yet */
 }
 
 int tok_ids_push(struct fp4s_tok_ids *ids, int32_t id);
@@ -189,6 +189,8 @@ int tok_bpe_encode(const struct fp4s_tokenizer *tok, const char *text, size_t le
 
 /* tok_spm.c */
 int tok_load_llama2c(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err);
+/* "<0xXX>" (6 bytes, not NUL-terminated) -> XX, else -1: SentencePiece byte tokens */
+int tok_byte_piece(const char *s);
 int tok_spm_encode(const struct fp4s_tokenizer *tok, const char *text, size_t len, struct fp4s_tok_ids *ids,
 		   struct fp4s_error *err);
 void tok_spm_finish(struct fp4s_tokenizer *tok);

@@ -22,7 +22,7 @@ static int hexval(char c)
 }
 
 /* "<0xXX>" -> XX, else -1 (s has 6 bytes, not NUL-terminated) */
-static int byte_piece(const char *s)
+int tok_byte_piece(const char *s)
 {
 	if (memcmp(s, "<0x", 3) != 0 || s[5] != '>' || hexval(s[3]) < 0 || hexval(s[4]) < 0)
 		return -1;
@@ -83,7 +83,7 @@ int tok_load_llama2c(struct fp4s_tokenizer *tok, const char *path, struct fp4s_e
 		q += 8 + l;
 		if ((rc = tok_set_text(tok, id, s, (size_t)l, err)))
 			goto out;
-		int hx = l == 6 ? byte_piece(s) : -1;
+		int hx = l == 6 ? tok_byte_piece(s) : -1;
 		if (hx >= 0 && tok->byte_id[hx] < 0) {
 			tok->byte_id[hx] = id;
 			tok->tok_flags[id] |= TOKF_BYTE;

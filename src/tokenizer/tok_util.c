@@ -178,7 +178,8 @@ int tok_set_text(struct fp4s_tokenizer *tok, int32_t id, const char *s, size_t n
 		tok->arena = a;
 		tok->arena_cap = cap;
 	}
-	memcpy(tok->arena + tok->arena_n, s, n);
+	if (n) /* an empty first token leaves the arena NULL, and NULL + 0 is undefined */
+		memcpy(tok->arena + tok->arena_n, s, n);
 	tok->tok_off[id] = ((uint64_t)tok->arena_n << 16) | n;
 	tok->arena_n += n;
 	return 0;

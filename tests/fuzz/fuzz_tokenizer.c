@@ -1,0 +1,151 @@
+/* fuzz_tokenizer.c: libFuzzer target for the tokenizer files a model folder brings (fp4s_tok_open
+ * on tokenizer.json, GGUF vocabularies and llama2.c tokenizer.bin, told apart by their bytes) and
+ * for what is then done with a tokenizer that loads: encoding text with and without special
+ * tokens, decoding, streaming decode, and chat rendering. Built and run by
+ * `FP4S_FUZZ_TARGET=tokenizer scripts/fuzz.sh SECONDS`; seeds from tests/fuzz/make_tok_seeds.py.
+ *
+ * A file that does not load must say why. One that loads must give ids inside its vocabulary and
+ * streamed text that is valid UTF-8 (the server sends it as JSON). Anything else aborts. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+#include "util/log.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char path[300];
+
+static void die(const char *msg)
+{
+	fprintf(stderr, "fuzz_tokenizer: %s\n", msg);
+	abort();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	fp4s_log_set_level(FP4S_LOG_ERROR);
+	const char *tmp = getenv("TMPDIR");
+	char dir[256];
+	snprintf(dir, sizeof dir, "%s/fp4s-fuzz-tok-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir))
+		die("mkdtemp failed");
+	/* no tokenizer_config.json beside it: the file alone decides */
+	snprintf(path, sizeof path, "%s/tokenizer.in", dir);
+	return 0;
+}
+
+/* Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+static int utf8_ok(const unsigned char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		const unsigned c = s[i];
+		size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+		if (!k || i + k > n || (k == 2 && c < 0xC2))
+			return 0;
+		uint32_t cp = k == 1 ? c : c & (0x7Fu >> k);
+		for (size_t j = 1; j < k; j++) {
+			if ((s[i + j] & 0xC0) != 0x80)
+				return 0;
+			cp = cp << 6 | (s[i + j] & 0x3F);
+		}
+		if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+			return 0;
+		i += k;
+	}
+	return 1;
+}
+
+static void check_ids(const struct fp4s_tokenizer *tok, const struct fp4s_tok_ids *ids)
+{
+	const int32_t nv = fp4s_tok_n_vocab(tok);
+	for (size_t i = 0; i < ids->n; i++)
+		if (ids->v[i] < 0 || ids->v[i] >= nv)
+			die("encode gave an id outside the vocabulary");
+}
+
+static void stream(const struct fp4s_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags)
+{
+	struct fp4s_tok_stream st;
+	struct fp4s_tok_text out = {0};
+	struct fp4s_error err = {0};
+	fp4s_tok_stream_init(&st, tok, flags);
+	for (size_t i = 0; i < n; i++)
+		if (fp4s_tok_stream_push(&st, ids[i], &out, &err))
+			die("stream decode of an in-range id failed");
+	if (fp4s_tok_stream_flush(&st, &out))
+		die("stream flush failed");
+	if (!utf8_ok((const unsigned char *)out.s, out.n))
+		die("streamed text is not valid UTF-8");
+	fp4s_tok_text_free(&out);
+}
+
+static void use(const struct fp4s_tokenizer *tok, const uint8_t *data, size_t size)
+{
+	const int32_t nv = fp4s_tok_n_vocab(tok);
+	if (nv <= 0)
+		die("a loaded tokenizer has no vocabulary");
+	static const char sample[] = "Hello world! 123 <|eot_id|><s> the \xC3\xBC\xE2\x96\x81 \xF0\x9F\x99\x82\n\n";
+	struct fp4s_error err = {0};
+	struct fp4s_tok_text txt = {0};
+	for (unsigned flags = 0; flags < 4; flags++) {
+		struct fp4s_tok_ids ids = {0};
+		/* the sample, then the file's own first bytes as text (invalid UTF-8 included) */
+		if (!fp4s_tok_encode(tok, sample, sizeof sample - 1, flags, &ids, &err))
+			check_ids(tok, &ids);
+		if (!fp4s_tok_encode(tok, (const char *)data, size < 200 ? size : 200, flags, &ids, &err))
+			check_ids(tok, &ids);
+		if (fp4s_tok_decode(tok, ids.v, ids.n, flags & 1, &txt, &err))
+			die("decode of encoded ids failed");
+		stream(tok, ids.v, ids.n, flags & 1);
+		fp4s_tok_ids_free(&ids);
+	}
+	/* every id the file defines, a bounded number of them */
+	int32_t all[512];
+	const size_t n = nv < 512 ? (size_t)nv : 512;
+	for (size_t i = 0; i < n; i++)
+		all[i] = (int32_t)((uint64_t)i * (uint64_t)nv / n);
+	stream(tok, all, n, 0);
+	stream(tok, all, n, FP4S_TOK_SKIP_SPECIAL);
+	int32_t bad = nv;
+	if (!fp4s_tok_decode(tok, &bad, 1, 0, &txt, &err))
+		die("decode of an id past the vocabulary succeeded");
+	fp4s_tok_text_free(&txt);
+	/* the chat format it was detected as, rendered and encoded */
+	const struct fp4s_chat_template *t = fp4s_tok_chat(tok);
+	if (t && t->format != FP4S_CHAT_NONE) {
+		const struct fp4s_chat_msg m[2] = {{.role = "system", .content = "Be brief."},
+		                                   {.role = "user", .content = "Hello"}};
+		const struct fp4s_chat_opts co = {.add_generation_prompt = 1, .enable_thinking = 1};
+		struct fp4s_tok_text prompt = {0};
+		struct fp4s_tok_ids ids = {0};
+		if (!fp4s_chat_apply(t, m, 2, &co, &prompt, &err) &&
+		    !fp4s_tok_encode(tok, prompt.s, prompt.n, FP4S_TOK_PARSE_SPECIAL, &ids, &err))
+			check_ids(tok, &ids);
+		fp4s_tok_ids_free(&ids);
+		fp4s_tok_text_free(&prompt);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		die("cannot write the input file");
+	if (size && fwrite(data, 1, size, f) != size)
+		die("cannot write the input file");
+	fclose(f);
+	struct fp4s_tokenizer *tok = NULL;
+	struct fp4s_error err = {0};
+	if (fp4s_tok_open(&tok, path, &err)) {
+		if (!err.msg[0])
+			die("a tokenizer that does not load says nothing");
+		return 0;
+	}
+	use(tok, data, size);
+	fp4s_tok_close(tok);
+	return 0;
+}
