@@ -189,6 +189,8 @@ int srv_api_completions(struct mg_connection *c, struct srv *s, int chat);
  * 0, or -1 with a->status (4xx, or 503 out of memory) and a->status_msg; j is srv_job_free'd by
  * the caller either way. No connection is touched: tests/fuzz/fuzz_request.c drives it. */
 int srv_api_parse(struct srv *s, struct srv_api_req *a, const char *body, size_t len, struct srv_job *j);
+/* The /tokenize (detok 0) or /detokenize (1) reply for a body, or NULL with a->status/status_msg. */
+struct json_t *srv_api_tokenize_json(struct srv *s, struct srv_api_req *a, const char *body, size_t len, int detok);
 int srv_api_tokenize(struct mg_connection *c, struct srv *s, int detok);
 int srv_api_models(struct mg_connection *c, struct srv *s);
 void srv_send_json(struct mg_connection *c, int status, const char *body, size_t len);

@@ -630,20 +630,6 @@ static json_t *parse_body(struct srv_api_req *a, const char *body, size_t len)
 	return root;
 }
 
-static json_t *load_body(struct mg_connection *c, struct srv *s)
-{
-	size_t len;
-	char *body = srv_read_body(c, s, &len);
-	if (!body)
-		return NULL;
-	struct srv_api_req a = {0};
-	json_t *root = parse_body(&a, body, len);
-	free(body);
-	if (!root)
-		srv_send_error(c, s, a.status, NULL, "%s", a.status_msg);
-	return root;
-}
-
 int srv_api_parse(struct srv *s, struct srv_api_req *a, const char *body, size_t len, struct srv_job *j)
 {
 	json_t *root = parse_body(a, body, len);
@@ -682,12 +668,11 @@ int srv_api_completions(struct mg_connection *c, struct srv *s, int chat)
 	return 1;
 }
 
-int srv_api_tokenize(struct mg_connection *c, struct srv *s, int detok)
+json_t *srv_api_tokenize_json(struct srv *s, struct srv_api_req *a, const char *text, size_t len, int detok)
 {
-	json_t *root = load_body(c, s);
+	json_t *root = parse_body(a, text, len);
 	if (!root)
-		return 1;
-	struct srv_api_req a_ = {.chat = 0}, *a = &a_;
+		return NULL;
 	const char *model = NULL;
 	json_t *resp = NULL;
 	if (opt_str(a, root, "model", &model) < 0) {
@@ -749,12 +734,32 @@ int srv_api_tokenize(struct mg_connection *c, struct srv *s, int detok)
 		srv_job_free(j);
 	}
 	json_decref(root);
-	if (a->status || !resp) {
-		srv_send_error(c, s, a->status ? a->status : 500, NULL, "%s", a->status ? a->status_msg : "internal error");
+	if (a->status) {
+		json_decref(resp);
+		return NULL;
+	}
+	if (!resp)
+		fail(a, 500, "internal error");
+	return resp;
+}
+
+int srv_api_tokenize(struct mg_connection *c, struct srv *s, int detok)
+{
+	size_t len;
+	char *text = srv_read_body(c, s, &len);
+	if (!text)
+		return 1;
+	struct srv_api_req a = {0};
+	json_t *resp = srv_api_tokenize_json(s, &a, text, len, detok);
+	free(text);
+	if (!resp) {
+		srv_send_error(c, s, a.status, NULL, "%s", a.status_msg);
 	} else {
 		char *body = json_dumps(resp, JSON_COMPACT);
 		if (body)
 			srv_send_json(c, 200, body, strlen(body));
+		else
+			srv_send_error(c, s, 503, NULL, "out of memory");
 		free(body);
 	}
 	json_decref(resp);

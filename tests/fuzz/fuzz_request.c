@@ -1,19 +1,24 @@
 /* fuzz_request.c: libFuzzer target for what a client sends the server: a completions or chat
  * completions body (srv_api_parse: JSON, every sampling field, stops, logit_bias, messages
- * rendered by the chat formats and tokenized), and model text fed to the harmony channel parser.
+ * rendered by the chat formats and tokenized), a /tokenize or /detokenize body, and model text
+ * fed to the harmony channel parser.
  * Built and run by `FP4S_FUZZ_TARGET=request scripts/fuzz.sh SECONDS`.
  *
  * The first input byte picks the case: bit 0 chat or text completions, bits 1-2 the tokenizer
  * (generated tiny-llama3, tiny-qwen3, tiny-gpt-oss: Llama 3, ChatML/Qwen3 and harmony chat
- * formats), bit 3 the harmony parser instead of the request parser. The rest is the body.
+ * formats), bit 3 the harmony parser, bit 4 /tokenize (bit 0: /detokenize) instead of the
+ * completions parser. The rest is the body.
  *
  * Beyond "no crash, no leak, no UB", an accepted request must be one the engine can run: a prompt
  * of 1 to max_ctx-1 ids inside the vocabulary, max_tokens that fit the context, stops with no NUL;
- * a refused one must carry a 4xx (or 503) and a message. Anything else aborts. */
+ * a refused one must carry a 4xx (or 503) and a message. A /tokenize reply must serialize (its
+ * strings valid UTF-8). Anything else aborts. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "model/mwrite.h"
 #include "server/srv.h"
@@ -104,6 +109,22 @@ static void run_request(struct srv *s, int chat, const char *body, size_t len)
 	srv_job_free(j);
 }
 
+static void run_tokenize(struct srv *s, int detok, const char *body, size_t len)
+{
+	struct srv_api_req a = {0};
+	json_t *r = srv_api_tokenize_json(s, &a, body, len, detok);
+	if (!r) {
+		if (!((a.status >= 400 && a.status < 500) || a.status == 503) || !a.status_msg[0])
+			die("tokenize refused", "no 4xx/503 status or no message");
+		return;
+	}
+	char *out = json_dumps(r, JSON_COMPACT);
+	if (!out)
+		die("tokenize", "the reply does not serialize");
+	free(out);
+	json_decref(r);
+}
+
 /* Cuts the text at points taken from its own bytes: a marker split across feeds must parse as
  * one fed whole, so both outputs are compared. */
 static void run_harmony(const char *text, size_t len)
@@ -145,6 +166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const char *body = (const char *)data + 1;
 	if (sel & 8)
 		run_harmony(body, size - 1);
+	else if (sel & 16)
+		run_tokenize(&servers[((sel >> 1) & 3) % N_TOK], sel & 1, body, size - 1);
 	else
 		run_request(&servers[((sel >> 1) & 3) % N_TOK], sel & 1, body, size - 1);
 	return 0;
