@@ -68,14 +68,15 @@ static const char *token_text(json_t *v)
 	return NULL;
 }
 
-static void add_stop(struct fp4s_tokenizer *tok, int32_t id)
+static void add_stop(struct fp4s_tokenizer *tok, json_int_t id)
 {
+	/* taken as it is: a cast to int32 first would turn 2^32 + 5 into 5 */
 	if (id < 0 || id >= tok->n_vocab || tok->n_stop >= TOK_MAX_STOP)
 		return;
 	for (size_t i = 0; i < tok->n_stop; i++)
 		if (tok->stop[i] == id)
 			return;
-	tok->stop[tok->n_stop++] = id;
+	tok->stop[tok->n_stop++] = (int32_t)id;
 }
 
 static int load_tok_config(struct fp4s_tokenizer *tok, const char *path, struct fp4s_error *err)
@@ -151,11 +152,11 @@ static int load_gen_config(struct fp4s_tokenizer *tok, const char *path, struct 
 	}
 	json_t *e = json_object_get(root, "eos_token_id");
 	if (json_is_integer(e)) {
-		add_stop(tok, (int32_t)json_integer_value(e));
+		add_stop(tok, json_integer_value(e));
 	} else if (json_is_array(e)) {
 		for (size_t i = 0; i < json_array_size(e); i++)
 			if (json_is_integer(json_array_get(e, i)))
-				add_stop(tok, (int32_t)json_integer_value(json_array_get(e, i)));
+				add_stop(tok, json_integer_value(json_array_get(e, i)));
 	}
 	json_t *b = json_object_get(root, "bos_token_id");
 	if (json_is_integer(b) && tok->bos < 0 && json_integer_value(b) >= 0 && json_integer_value(b) < tok->n_vocab)

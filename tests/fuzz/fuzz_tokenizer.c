@@ -4,6 +4,10 @@
  * tokens, decoding, streaming decode, and chat rendering. Built and run by
  * `FP4S_FUZZ_TARGET=tokenizer scripts/fuzz.sh SECONDS`; seeds from tests/fuzz/make_tok_seeds.py.
  *
+ * An input holding the line "#cfg#" is a model folder instead: the bytes before it are its
+ * tokenizer.json, those after it its tokenizer_config.json (BOS/EOS, add-BOS flags, chat
+ * template), and those after a second "#cfg#" line its generation_config.json (stop ids).
+ *
  * A file that does not load must say why. One that loads must give ids inside its vocabulary and
  * streamed text that is valid UTF-8 (the server sends it as JSON). Anything else aborts. */
 #include <stdint.h>
@@ -17,7 +21,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char path[300];
+static char dir[256], path[300];
 
 static void die(const char *msg)
 {
@@ -29,11 +33,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	fp4s_log_set_level(FP4S_LOG_ERROR);
 	const char *tmp = getenv("TMPDIR");
-	char dir[256];
 	snprintf(dir, sizeof dir, "%s/fp4s-fuzz-tok-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir))
 		die("mkdtemp failed");
-	/* no tokenizer_config.json beside it: the file alone decides */
 	snprintf(path, sizeof path, "%s/tokenizer.in", dir);
 	return 0;
 }
@@ -130,22 +132,65 @@ static void use(const struct fp4s_tokenizer *tok, const uint8_t *data, size_t si
 	}
 }
 
+static void put(const char *name, const uint8_t *data, size_t size)
+{
+	char p[400];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	FILE *f = fopen(p, "wb");
+	if (!f)
+		die("cannot write an input file");
+	if (size && fwrite(data, 1, size, f) != size)
+		die("cannot write an input file");
+	fclose(f);
+}
+
+static void drop(const char *name)
+{
+	char p[400];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	remove(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	FILE *f = fopen(path, "wb");
-	if (!f)
-		die("cannot write the input file");
-	if (size && fwrite(data, 1, size, f) != size)
-		die("cannot write the input file");
-	fclose(f);
+	static const char sep[] = "\n#cfg#\n";
+	const size_t ls = sizeof sep - 1;
+	const uint8_t *cfg = size >= ls ? memmem(data, size, sep, ls) : NULL;
+	const char *open_path = path;
+	size_t size0 = size;
+	if (cfg) {
+		/* a folder: tokenizer.json, tokenizer_config.json and maybe generation_config.json */
+		size0 = (size_t)(cfg - data);
+		const uint8_t *c1 = cfg + ls, *end = data + size;
+		const uint8_t *gen = memmem(c1, (size_t)(end - c1), sep, ls);
+		put("tokenizer.json", data, size0);
+		put("tokenizer_config.json", c1, (size_t)((gen ? gen : end) - c1));
+		if (gen)
+			put("generation_config.json", gen + ls, (size_t)(end - gen - ls));
+		else
+			drop("generation_config.json");
+		open_path = dir;
+	} else {
+		/* a JSON file picks up config files beside it: none may be left from a folder input */
+		drop("tokenizer_config.json");
+		drop("generation_config.json");
+		put("tokenizer.in", data, size);
+	}
 	struct fp4s_tokenizer *tok = NULL;
 	struct fp4s_error err = {0};
-	if (fp4s_tok_open(&tok, path, &err)) {
+	if (fp4s_tok_open(&tok, open_path, &err)) {
 		if (!err.msg[0])
 			die("a tokenizer that does not load says nothing");
 		return 0;
 	}
-	use(tok, data, size);
+	size_t n_stop = 0;
+	const int32_t *stop = fp4s_tok_stop_ids(tok, &n_stop);
+	for (size_t i = 0; i < n_stop; i++)
+		if (stop[i] < 0 || stop[i] >= fp4s_tok_n_vocab(tok))
+			die("a stop id outside the vocabulary");
+	if (fp4s_tok_bos(tok) >= fp4s_tok_n_vocab(tok) || fp4s_tok_eos(tok) >= fp4s_tok_n_vocab(tok))
+		die("BOS or EOS outside the vocabulary");
+	use(tok, data, size0);
 	fp4s_tok_close(tok);
 	return 0;
 }

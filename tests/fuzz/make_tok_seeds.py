@@ -5,7 +5,10 @@ small tokenizer files of every kind fp4s_tok_open reads, so the fuzzer starts in
     special tokens, a Llama-3-like pattern, a template-bearing variant;
   - GGUF v3: a gpt2 BPE vocabulary (256 byte tokens + merges, token types, BOS/EOS) and a
     SentencePiece ("llama") one with scores and <0xNN> byte tokens;
-  - llama2.c tokenizer.bin: max length, then (score, length, bytes) per token.
+  - llama2.c tokenizer.bin: max length, then (score, length, bytes) per token;
+  - model folders (fuzz_tokenizer.c's "#cfg#" lines): tokenizer.json with a tokenizer_config.json
+    (BOS/EOS as strings and AddedToken objects, add-BOS flags, a Llama 3 or ChatML template, a
+    list of named templates) and a generation_config.json (stop ids).
 Run from anywhere: python3 tests/fuzz/make_tok_seeds.py"""
 import json, os, struct
 
@@ -110,6 +113,18 @@ def main():
     seeds = {"bpe.json": tok_json(), "bpe-pairs.json": tok_json(pair_merges=True, added=False),
              "bpe-llama3.json": tok_json(llama3=True), "bpe.gguf": gguf_bpe(), "spm.gguf": gguf_spm(),
              "llama2c.bin": llama2c()}
+    sep = b"\n#cfg#\n"
+    llama3_tmpl = ("{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+                   "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+                   "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}")
+    chatml_tmpl = ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + "
+                   "'<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}")
+    seeds["dir-llama3"] = tok_json() + sep + json.dumps(
+        {"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|eot_id|>"}, "add_bos_token": True,
+         "chat_template": llama3_tmpl}).encode() + sep + json.dumps({"eos_token_id": [264, 265], "bos_token_id": 263}).encode()
+    seeds["dir-chatml"] = tok_json() + sep + json.dumps(
+        {"eos_token": "<|im_end|>", "add_bos_token": False,
+         "chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": chatml_tmpl}]}).encode()
     for name, data in seeds.items():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
