@@ -29,6 +29,8 @@ static void die(const char *msg)
 	abort();
 }
 
+static void cleanup(void);
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	fp4s_log_set_level(FP4S_LOG_ERROR);
@@ -37,6 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (!mkdtemp(dir))
 		die("mkdtemp failed");
 	snprintf(path, sizeof path, "%s/tokenizer.in", dir);
+	atexit(cleanup);
 	return 0;
 }
 
@@ -149,6 +152,15 @@ static void drop(const char *name)
 	char p[400];
 	snprintf(p, sizeof p, "%s/%s", dir, name);
 	remove(p);
+}
+
+static void cleanup(void)
+{
+	static const char *const names[] = {"tokenizer.in", "tokenizer.json", "tokenizer_config.json",
+	                                    "generation_config.json"};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		drop(names[i]);
+	remove(dir);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
