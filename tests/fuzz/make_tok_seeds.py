@@ -9,7 +9,8 @@ small tokenizer files of every kind fp4s_tok_open reads, so the fuzzer starts in
   - model folders (fuzz_tokenizer.c's "#cfg#" lines): tokenizer.json with a tokenizer_config.json
     (BOS/EOS as strings and AddedToken objects, add-BOS flags, a Llama 3 or ChatML template, a
     list of named templates) and a generation_config.json (stop ids).
-Run from anywhere: python3 tests/fuzz/make_tok_seeds.py"""
+Run from anywhere: python3 tests/fuzz/make_tok_seeds.py
+The corpus's regress-* files are inputs the fuzzer once failed on, kept so CI replays them."""
 import json, os, struct
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus-tokenizer")
