@@ -26,7 +26,8 @@ void srv_send_json(struct mg_connection *c, int status, const char *body, size_t
 {
 	char cl[32];
 	snprintf(cl, sizeof cl, "%zu", len);
-	mg_response_header_start(c, status);
+	char date[SRV_DATE_LEN];
+	srv_response_start(c, status, date);
 	/* a body we did not read (too large, too slow) must not be parsed as the next request */
 	if (status == 408 || status == 413)
 		mg_response_header_add(c, "Connection", "close", -1);

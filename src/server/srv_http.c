@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <civetweb.h>
 
@@ -41,7 +42,8 @@ static int route(struct mg_connection *c, struct srv *s)
 			srv_send_error(c, s, 500, NULL, "out of memory");
 			return 1;
 		}
-		mg_response_header_start(c, 200);
+		char date[SRV_DATE_LEN];
+		srv_response_start(c, 200, date);
 		mg_response_header_add(c, "Content-Type", "text/plain; version=0.0.4; charset=utf-8", -1);
 		char cl[32];
 		snprintf(cl, sizeof cl, "%zu", n);
@@ -102,6 +104,16 @@ method:
  * 408/413. civetweb does not expose the socket: find it by its peer address and shut it down;
  * reads then end at once and the reply already queued is still delivered before the FIN. Only
  * on these error paths, so the scan over descriptors costs nothing on normal requests. */
+void srv_response_start(struct mg_connection *c, int status, char *date)
+{
+	const time_t now = time(NULL);
+	struct tm tm;
+	if (!gmtime_r(&now, &tm) || !strftime(date, SRV_DATE_LEN, "%a, %d %b %Y %H:%M:%S GMT", &tm))
+		snprintf(date, SRV_DATE_LEN, "Thu, 01 Jan 1970 00:00:00 GMT");
+	mg_response_header_start(c, status);
+	mg_response_header_add(c, "Date", date, -1);
+}
+
 void srv_http_drop(struct mg_connection *c)
 {
 	const struct mg_request_info *ri = mg_get_request_info(c);
