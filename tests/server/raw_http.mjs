@@ -85,6 +85,13 @@ await expectErr('wrong API key, same length', 'POST', C, { prompt: 'x', max_toke
 await expectErr('models without key', 'GET', '/v1/models', undefined, 401, { auth: null });
 r = await req('GET', '/health', undefined, { auth: null });
 ok(r.status === 200 && r.json.status === 'ok', '/health needs no key');
+{
+  // one Date header, ours (civetweb's own comes from gmtime(), shared by its worker threads)
+  const h = await raw(['GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n']);
+  const dates = h.split('\r\n\r\n')[0].split('\r\n').filter((l) => /^date:/i.test(l));
+  ok(dates.length === 1 && /^Date: \w{3}, \d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(dates[0]),
+     `one well-formed Date header: ${JSON.stringify(dates)}`);
+}
 r = await req('GET', '/metrics', undefined, { auth: null });
 ok(r.status === 200 && r.text.includes('fp4serve:num_requests_running'), '/metrics needs no key');
 
