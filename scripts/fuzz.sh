@@ -2,14 +2,16 @@
 # fuzz.sh: builds a fuzz target (default: the safetensors header parser; FP4S_FUZZ_TARGET=config:
 # config.json parsing + table expansion; request: the server's request parser, chat formats,
 # tokenizer and harmony channel parser; tokenizer: tokenizer.json, GGUF and llama2.c tokenizer
-# files, then encoding, decoding and chat rendering with them) with clang + libFuzzer + ASan + UBSan and
+# files, then encoding, decoding and chat rendering with them; encode: text through the real
+# Llama 3, Qwen3 and gpt-oss tokenizers, decode(encode(x)) == x) with clang + libFuzzer + ASan + UBSan and
 # runs it for a bounded time on the committed seed corpus (tests/fuzz/corpus, read only; new
 # inputs go to a scratch corpus in the build folder). Exits non-zero on any finding; the crashing
 # input is left as $OUT/crash-* (replay it with: $OUT/fuzz_safetensors FILE).
 #
 # usage: scripts/fuzz.sh [SECONDS]        default 60; env FP4S_FUZZ_DIR (default build-fuzz),
 #                                         CC (default clang), FP4S_FUZZ_JOBS (default 1),
-#                                         FP4S_FUZZ_TARGET (safetensors | config | request | tokenizer)
+#                                         FP4S_FUZZ_TARGET (safetensors | config | request | tokenizer |
+#                                         encode)
 # needs: clang with libFuzzer (Debian: clang + libclang-rt-dev or the clang-N package), and the
 #        jansson development package (libjansson-dev); request also PCRE2, utf8proc, civetweb.
 set -euo pipefail
@@ -38,6 +40,17 @@ tokenizer)
 	mapfile -t srcs < <(ls "$root"/src/{util,tokenizer}/*.c | grep -v "/util/status.c$")
 	libs=(-lpcre2-8 -lutf8proc -lpthread)
 	seeds=$root/tests/fuzz/corpus-tokenizer ;;
+encode)
+	# the real tokenizer.json files of scripts/fetch-testdata.sh
+	cache=${FP4S_CACHE_DIR:-$root/.cache}
+	if [ ! -f "$cache/npm/tokenizer-qwen3/package/models/tokenizer.json" ]; then
+		echo "fuzz.sh: skip encode: no npm tokenizers in $cache/npm (run scripts/fetch-testdata.sh)"
+		exit 0
+	fi
+	export FP4S_CACHE_DIR=$cache
+	mapfile -t srcs < <(ls "$root"/src/{util,tokenizer}/*.c | grep -v "/util/status.c$")
+	libs=(-lpcre2-8 -lutf8proc -lpthread)
+	seeds=$root/tests/fuzz/corpus-encode ;;
 *) echo "fuzz.sh: unknown FP4S_FUZZ_TARGET $target" >&2; exit 2 ;;
 esac
 mkdir -p "$out/corpus-$target"

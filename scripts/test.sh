@@ -3,7 +3,8 @@
 # carry the label `gpu` and run with scripts/gpu-suite.sh on a machine that has one).
 #  1. the Release build (CUDA code compiled when nvcc exists) and every non-GPU test, including
 #     the exhaustive 2^32 conversion checks and the SASS/PTX check;
-#  2. the checkpoint and tokenizer parsers and the server's request parser under libFuzzer for a bounded time
+#  2. the checkpoint and tokenizer parsers, the real tokenizers' encoders and the server's request
+#     parser under libFuzzer for a bounded time
 #     (60 s each; 0 findings);
 #  3. an AddressSanitizer + UndefinedBehaviorSanitizer build of the host code and its tests.
 set -euo pipefail
@@ -18,6 +19,7 @@ scripts/fuzz.sh 60
 FP4S_FUZZ_TARGET=config scripts/fuzz.sh 60
 FP4S_FUZZ_TARGET=request scripts/fuzz.sh 60
 FP4S_FUZZ_TARGET=tokenizer scripts/fuzz.sh 60
+FP4S_FUZZ_TARGET=encode scripts/fuzz.sh 60
 # last, so the run ends on a test runner's summary
 scripts/build.sh build-asan -DFP4S_CUDA=OFF -DFP4S_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan -LE "gpu|slow" --output-on-failure -j"$jobs"
