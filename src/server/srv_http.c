@@ -99,21 +99,28 @@ method:
 	return 1;
 }
 
-/* civetweb reads and discards the rest of a request body after the handler returns, however
- * slowly it comes, so a client trickling the body it promised would keep the worker after our
- * 408/413. civetweb does not expose the socket: find it by its peer address and shut it down;
- * reads then end at once and the reply already queued is still delivered before the FIN. Only
- * on these error paths, so the scan over descriptors costs nothing on normal requests. */
 void srv_response_start(struct mg_connection *c, int status, char *date)
 {
+	/* RFC 9110's IMF-fixdate; names spelled out here, as strftime's follow the locale */
+	static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+	static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+	                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 	const time_t now = time(NULL);
 	struct tm tm;
-	if (!gmtime_r(&now, &tm) || !strftime(date, SRV_DATE_LEN, "%a, %d %b %Y %H:%M:%S GMT", &tm))
+	if (gmtime_r(&now, &tm) && tm.tm_wday >= 0 && tm.tm_wday < 7 && tm.tm_mon >= 0 && tm.tm_mon < 12)
+		snprintf(date, SRV_DATE_LEN, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
+		         months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	else
 		snprintf(date, SRV_DATE_LEN, "Thu, 01 Jan 1970 00:00:00 GMT");
 	mg_response_header_start(c, status);
 	mg_response_header_add(c, "Date", date, -1);
 }
 
+/* civetweb reads and discards the rest of a request body after the handler returns, however
+ * slowly it comes, so a client trickling the body it promised would keep the worker after our
+ * 408/413. civetweb does not expose the socket: find it by its peer address and shut it down;
+ * reads then end at once and the reply already queued is still delivered before the FIN. Only
+ * on these error paths, so the scan over descriptors costs nothing on normal requests. */
 void srv_http_drop(struct mg_connection *c)
 {
 	const struct mg_request_info *ri = mg_get_request_info(c);
