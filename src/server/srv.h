@@ -171,10 +171,8 @@ void srv_http_stop(struct srv *s);
 void srv_http_drop(struct mg_connection *c); /* shut the socket after an error reply */
 /* mg_response_header_start, plus a Date header of our own: civetweb 1.15 formats its Date with
  * gmtime(), whose one static result worker threads overwrite under each other (ThreadSanitizer
- * reports the race), and adds none when the reply has one. date (SRV_DATE_LEN bytes) must stay
- * alive until mg_response_header_send. */
-#define SRV_DATE_LEN 64
-void srv_response_start(struct mg_connection *c, int status, char *date);
+ * reports the race), and adds none when the reply has one. */
+void srv_response_start(struct mg_connection *c, int status);
 
 /* srv_api.c: the endpoints (struct mg_connection is civetweb's) */
 /* What a parsed completion request asks for beyond the job itself. */

@@ -26,8 +26,7 @@ void srv_send_json(struct mg_connection *c, int status, const char *body, size_t
 {
 	char cl[32];
 	snprintf(cl, sizeof cl, "%zu", len);
-	char date[SRV_DATE_LEN];
-	srv_response_start(c, status, date);
+	srv_response_start(c, status);
 	/* a body we did not read (too large, too slow) must not be parsed as the next request */
 	if (status == 408 || status == 413)
 		mg_response_header_add(c, "Connection", "close", -1);

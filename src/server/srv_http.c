@@ -42,8 +42,7 @@ static int route(struct mg_connection *c, struct srv *s)
 			srv_send_error(c, s, 500, NULL, "out of memory");
 			return 1;
 		}
-		char date[SRV_DATE_LEN];
-		srv_response_start(c, 200, date);
+		srv_response_start(c, 200);
 		mg_response_header_add(c, "Content-Type", "text/plain; version=0.0.4; charset=utf-8", -1);
 		char cl[32];
 		snprintf(cl, sizeof cl, "%zu", n);
@@ -99,8 +98,9 @@ method:
 	return 1;
 }
 
-void srv_response_start(struct mg_connection *c, int status, char *date)
+void srv_response_start(struct mg_connection *c, int status)
 {
+	char date[64]; /* mg_response_header_add copies it */
 	/* RFC 9110's IMF-fixdate; names spelled out here, as strftime's follow the locale */
 	static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
 	static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
@@ -108,10 +108,10 @@ void srv_response_start(struct mg_connection *c, int status, char *date)
 	const time_t now = time(NULL);
 	struct tm tm;
 	if (gmtime_r(&now, &tm) && tm.tm_wday >= 0 && tm.tm_wday < 7 && tm.tm_mon >= 0 && tm.tm_mon < 12)
-		snprintf(date, SRV_DATE_LEN, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
+		snprintf(date, sizeof date, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday], tm.tm_mday,
 		         months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 	else
-		snprintf(date, SRV_DATE_LEN, "Thu, 01 Jan 1970 00:00:00 GMT");
+		snprintf(date, sizeof date, "Thu, 01 Jan 1970 00:00:00 GMT");
 	mg_response_header_start(c, status);
 	mg_response_header_add(c, "Date", date, -1);
 }

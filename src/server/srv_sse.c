@@ -182,8 +182,7 @@ void srv_run_job(struct mg_connection *c, struct srv *s, struct srv_api_req *a, 
 		/* streaming: headers go out with the first event, so that errors before it (a failed
 		 * submit) still get a proper status */
 		if (!headers_sent) {
-			char date[SRV_DATE_LEN];
-			srv_response_start(c, 200, date);
+			srv_response_start(c, 200);
 			mg_response_header_add(c, "Content-Type", "text/event-stream", -1);
 			mg_response_header_add(c, "Cache-Control", "no-cache", -1);
 			mg_response_header_add(c, "Transfer-Encoding", "chunked", -1);
@@ -279,8 +278,7 @@ void srv_run_job(struct mg_connection *c, struct srv *s, struct srv_api_req *a, 
 		}
 	} else if (!gone) {
 		if (!headers_sent) {
-			char date[SRV_DATE_LEN];
-			srv_response_start(c, 200, date);
+			srv_response_start(c, 200);
 			mg_response_header_add(c, "Content-Type", "text/event-stream", -1);
 			mg_response_header_add(c, "Cache-Control", "no-cache", -1);
 			mg_response_header_add(c, "Transfer-Encoding", "chunked", -1);

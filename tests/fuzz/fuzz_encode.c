@@ -16,6 +16,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "fuzz_util.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
 
@@ -45,18 +46,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		}
 	}
 	return 0;
-}
-
-static int valid_utf8(const uint8_t *s, size_t n)
-{
-	for (size_t i = 0; i < n;) {
-		utf8proc_int32_t cp;
-		utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
-		if (l <= 0)
-			return 0;
-		i += (size_t)l;
-	}
-	return 1;
 }
 
 static void fail(const char *what, const char *tok, const uint8_t *x, size_t n, const struct fp4s_tok_ids *ids,
@@ -94,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fail("an id outside the vocabulary", toks[k].name, x, n, &ids, NULL);
 	if (fp4s_tok_decode(tok, ids.v, ids.n, 0, &out, &err))
 		fail(err.msg, toks[k].name, x, n, &ids, NULL);
-	const int valid = valid_utf8(x, n);
+	const int valid = fuzz_valid_utf8(x, n);
 	if (toks[k].nfc) {
 		if (valid && n < 4096) {
 			char *z = malloc(n + 1);
@@ -117,9 +106,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			fail(err.msg, toks[k].name, x, n, &ids, &out);
 	if (fp4s_tok_stream_flush(&s, &st))
 		fail("stream flush failed", toks[k].name, x, n, &ids, &out);
-	if (!valid_utf8((const uint8_t *)st.s, st.n))
+	if (!fuzz_valid_utf8((const uint8_t *)st.s, st.n))
 		fail("streamed text is not valid UTF-8", toks[k].name, x, n, &ids, &st);
-	if (valid_utf8((const uint8_t *)out.s, out.n) && (st.n != out.n || (out.n && memcmp(st.s, out.s, out.n))))
+	if (fuzz_valid_utf8((const uint8_t *)out.s, out.n) && (st.n != out.n || (out.n && memcmp(st.s, out.s, out.n))))
 		fail("streamed text differs from decode", toks[k].name, x, n, &ids, &st);
 	fp4s_tok_ids_free(&ids);
 	fp4s_tok_text_free(&out);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
 
@@ -43,27 +44,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* Well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
-static int utf8_ok(const unsigned char *s, size_t n)
-{
-	for (size_t i = 0; i < n;) {
-		const unsigned c = s[i];
-		size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-		if (!k || i + k > n || (k == 2 && c < 0xC2))
-			return 0;
-		uint32_t cp = k == 1 ? c : c & (0x7Fu >> k);
-		for (size_t j = 1; j < k; j++) {
-			if ((s[i + j] & 0xC0) != 0x80)
-				return 0;
-			cp = cp << 6 | (s[i + j] & 0x3F);
-		}
-		if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-			return 0;
-		i += k;
-	}
-	return 1;
-}
-
 static void check_ids(const struct fp4s_tokenizer *tok, const struct fp4s_tok_ids *ids)
 {
 	const int32_t nv = fp4s_tok_n_vocab(tok);
@@ -83,7 +63,7 @@ static void stream(const struct fp4s_tokenizer *tok, const int32_t *ids, size_t 
 			die("stream decode of an in-range id failed");
 	if (fp4s_tok_stream_flush(&st, &out))
 		die("stream flush failed");
-	if (!utf8_ok((const unsigned char *)out.s, out.n))
+	if (!fuzz_valid_utf8((const uint8_t *)out.s, out.n))
 		die("streamed text is not valid UTF-8");
 	fp4s_tok_text_free(&out);
 }
