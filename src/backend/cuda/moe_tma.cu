@@ -698,6 +698,30 @@ static int mt_mode(int nv, int *spin, int *holdb)
 	return mt_forced >= 0 ? mt_forced : env >= 0 ? env : !nv;
 }
 
+/* The ring's depth: FP4S_MOE_STAGES (2-16; 0: as many stages as the shared-memory budget holds,
+ * 4 for gpt-oss's 24.5 KB stages). Default 2.
+ *
+ * Why. Every block's producer copies its first stages as soon as the routing names its expert:
+ * with 4 stages, gpt-oss-20b's 264 blocks put 26 MB of copies in flight at once, four times what
+ * the DRAM's latency needs at full rate. Whatever else the blocks fetch behind them (instructions
+ * missing the SM's caches, the staging of x, the bias, the counters) waits in that queue. ncu's
+ * warp samples of the launch (bench/results/2026-11-27-h100-session28.md) show the gate|up step
+ * loop 42 % slower a step than the down's identical loop, which runs once the copies are done,
+ * with instruction-fetch stalls (no_inst) at every 256-byte boundary of the loop: 31 % of its
+ * samples against 5 %. With 2 stages (13 MB in flight; each block 62 instead of 111 KB of
+ * shared memory): gpt-oss-20b decode +4.5 % at 128 tokens, +4.3 % at depth 4096 (3 stages: +3 %).
+ * The dense kernels (gemv_tma.cu) lost with smaller rings (llama3-8b -10 % with 2-3 stages
+ * fewer), so the budget there stays. */
+static int mt_depth(void)
+{
+	static int d = -1;
+	if (d < 0) {
+		const char *e = getenv("FP4S_MOE_STAGES");
+		d = e && (atoi(e) == 0 || (atoi(e) >= 2 && atoi(e) <= GT_SMAX)) ? atoi(e) : 2;
+	}
+	return d;
+}
+
 /* the staged activations and tile sums of a K-column matmul (as gm_tma_plan) */
 static size_t mt_xs(int64_t K)
 {
@@ -743,6 +767,11 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
 	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < ROUTE_SCRATCH(E))
 		return FP4S_EUNSUPPORTED;
+	/* then no more stages than mt_depth asks, where that still leaves the room above */
+	const size_t want = (size_t)mt_depth();
+	while (want && st > want && st > 2 && (st - 1) * (size_t)p.stride >= (size_t)H * 4 &&
+	       (st - 1) * (size_t)p.stride >= ROUTE_SCRATCH(E))
+		st--;
 	p.stages = (int)st;
 	const size_t smem = st * (size_t)p.stride + xs;
 	p.rw = (const uint8_t *)router->data, p.rb = router->bias, p.h = h, p.nw = nw, p.eps = eps;

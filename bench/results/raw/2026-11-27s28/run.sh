@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# device runs (git-ignored copy in .gpu/): cd .gpu && TAG=x bash run.sh PHASE...
+# tree/ = the change, treeB/ = the baseline (fp4serve only)
+set -uo pipefail
+export PATH="$PATH:/usr/local/cuda/bin"
+G=$PWD; L=$OUT/logs; mkdir -p $L; S=$OUT/sum.txt
+A=/tmp/fa; B=/tmp/fb; T=/tmp/tlA
+cfg() { cmake -S $1 -B $2 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$1/.deps/root/usr "${@:3}"; }
+bld() { # src build log targets...
+  local s0=$(date +%s) src=$1 dir=$2 log=$3; shift 3
+  cfg $src $dir ${XF:+"$XF"} > $log 2>&1 && cmake --build $dir -j${J:-5} --target "$@" >> $log 2>&1; echo "build $dir rc=$? $(( $(date +%s)-s0 )) s" >> $S; }
+gen() { [ -d /tmp/$1 ] || { s0=$(date +%s); $A/fp4serve gen --preset $2 --format ${3:-nvfp4} /tmp/$1 > $L/gen-$1.log 2>&1; echo "gen $1 rc=$? $(( $(date +%s)-s0 )) s" >> $S; }; }
+bench() { # label bin model args... (env via E=)
+  local lab=$1 bin=$2 m=$3; shift 3
+  echo "== $lab $* ${E:-}" >> $L/e2e.txt
+  env ${E:-X=1} $bin/fp4serve bench -m /tmp/$m "$@" > $L/b-$lab.txt 2>&1
+  local res=$(grep -E "^(tg|pp)" $L/b-$lab.txt | tail -1); echo "$res" >> $L/e2e.txt; printf "%-14s %-22s %s\n" "$lab" "${E:-}" "$res" >> $S; }
+pack() { (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs); }
+# ncu of one kernel (regex) in a decode run: label bin model regex skip
+prof() {
+  local lab=$1 bin=$2 m=$3 re=$4 skip=$5
+  FP4S_NO_GRAPH=1 timeout 240 ncu --clock-control none --cache-control none -k regex:$re --launch-skip $skip --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SourceCounters \
+    --section SchedulerStats --section Occupancy --section LaunchStats --import-source yes -o /tmp/p-$lab \
+    $bin/fp4serve bench -m /tmp/$m -p 0 -n 24 --reps 1 > $L/ncu-$lab.log 2>&1
+  echo "ncu $lab rc=$?" >> $S
+  ncu -i /tmp/p-$lab.ncu-rep --page details > $L/ncu-$lab-details.txt 2>&1
+  ncu -i /tmp/p-$lab.ncu-rep --page source --csv --print-source cuda > $L/ncu-$lab-cuda.csv 2>&1
+  ncu -i /tmp/p-$lab.ncu-rep --page source --csv --print-source sass > $L/ncu-$lab-sass.csv 2>&1
+  gzip -f $L/ncu-$lab-sass.csv $L/ncu-$lab-cuda.csv
+  grep -E "Duration|DRAM Throughput|Memory Throughput|Stall|Warp Cycles|Issued Warp|No Eligible" $L/ncu-$lab-details.txt | head -30 >> $S; }
+for ph in "$@"; do case $ph in
+d28) # the baseline and where the MoE launch's warps wait (gpt-oss-20b)
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 XF="-DCMAKE_CUDA_FLAGS=-lineinfo" bld $G/tree $A $L/build.log fp4serve
+  gen go gpt-oss-20b mxfp4
+  bench go-1 $A go -p 0 -n 128 --reps 3; bench god-1 $A go -p 0 --ctx 4096 -n 64 --reps 2
+  prof moe $A go moe_tma 40
+
+  bench go-2 $A go -p 0 -n 128 --reps 3 ;;
+e28) # the ring's depth (FP4S_GEMV_TMA_SMEM: stages of the one-launch MoE) on gpt-oss-20b
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  [ -x $A/fp4serve ] || J=14 XF="-DCMAKE_CUDA_FLAGS=-lineinfo" bld $G/tree $A $L/build.log fp4serve
+  gen go gpt-oss-20b mxfp4
+  for rr in 1 2; do for kb in 112 64 88; do
+    E="FP4S_GEMV_TMA_SMEM=$kb" bench go-$kb-$rr $A go -p 0 -n 128 --reps 3
+    E="FP4S_GEMV_TMA_SMEM=$kb" bench god-$kb-$rr $A go -p 0 --ctx 4096 -n 64 --reps 2
+  done; done
+  FP4S_GEMV_TMA_SMEM=64 prof moe64 $A go moe_tma 40 ;;
+l28) # the same on the dense kernels (gemv_tma): llama3-8b and qwen3-30b-a3b
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  [ -x $A/fp4serve ] || J=14 XF="-DCMAKE_CUDA_FLAGS=-lineinfo" bld $G/tree $A $L/build.log fp4serve
+  gen ll llama3-8b; gen qw qwen3-30b-a3b
+  for rr in 1 2; do for kb in 112 64 88; do
+    E="FP4S_GEMV_TMA_SMEM=$kb" bench ll-$kb-$rr $A ll -p 0 -n 128 --reps 3
+    E="FP4S_GEMV_TMA_SMEM=$kb" bench lld-$kb-$rr $A ll -p 0 --ctx 4096 -n 64 --reps 2
+    E="FP4S_GEMV_TMA_SMEM=$kb" bench qw-$kb-$rr $A qw -p 0 -n 128 --reps 3
+    E="FP4S_GEMV_TMA_SMEM=$kb" bench qwd-$kb-$rr $A qw -p 0 --ctx 4096 -n 64 --reps 2
+  done; done ;;
+f28) # the change (FP4S_MOE_STAGES, default 2): tests, then A/B against FP4S_MOE_STAGES=0 (main's depth)
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 bld $G/tree $A $L/build.log fp4serve test_moe_router test_engine_cuda test_golden test_gemv_experts
+  cd $G/tree
+  timeout 150 $A/tests/test_moe_router > $L/test_moe_router.txt 2>&1; echo "moe_router rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S
+  timeout 60 $A/tests/test_gemv_experts > $L/test_gemv_experts.txt 2>&1; echo "gemv_experts rc=$? $(grep -E 'passed|failed' $L/test_gemv_experts.txt | tail -1)" >> $S
+  timeout 120 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S
+  cd $G
+  gen go gpt-oss-20b mxfp4
+  for rr in 1 2; do for st in 2 0; do
+    E="FP4S_MOE_STAGES=$st" bench go-$st-$rr $A go -p 0 -n 128 --reps 3
+    E="FP4S_MOE_STAGES=$st" bench god-$st-$rr $A go -p 0 --ctx 4096 -n 64 --reps 2
+  done; done
+  gen qw qwen3-30b-a3b
+  for st in 2 0; do E="FP4S_MOE_ONE=1 FP4S_MOE_STAGES=$st" bench qw1-$st $A qw -p 0 -n 128 --reps 3; done
+  bench qw $A qw -p 0 -n 128 --reps 3 ;;
+g28) # test_engine_cuda; gpt-oss-120b A/B; llama3-8b and qwen3 depth on the final build
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  [ -x $A/tests/test_engine_cuda ] || J=14 bld $G/tree $A $L/build.log fp4serve test_engine_cuda
+  cd $G/tree; timeout 200 $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S; cd $G
+  rm -rf /tmp/qw /tmp/go /tmp/ll; gen o120 gpt-oss-120b mxfp4
+  for st in 2 0; do
+    E="FP4S_MOE_STAGES=$st" bench o-$st $A o120 -p 0 -n 128 --reps 3
+    E="FP4S_MOE_STAGES=$st" bench od-$st $A o120 -p 0 --ctx 4096 -n 64 --reps 2
+  done ;;
+pack) pack ;;
+esac; done
