@@ -699,19 +699,20 @@ static int mt_mode(int nv, int *spin, int *holdb)
 }
 
 /* The ring's depth: FP4S_MOE_STAGES (2-16; 0: as many stages as the shared-memory budget holds,
- * 4 for gpt-oss's 24.5 KB stages). Default 2.
+ * 4 for gpt-oss's 24.5 KB stages, main's depth before session 28). Default 2.
  *
  * Why. Every block's producer copies its first stages as soon as the routing names its expert:
- * with 4 stages, gpt-oss-20b's 264 blocks put 26 MB of copies in flight at once, four times what
- * the DRAM's latency needs at full rate. Whatever else the blocks fetch behind them (instructions
- * missing the SM's caches, the staging of x, the bias, the counters) waits in that queue. ncu's
- * warp samples of the launch (bench/results/2026-11-27-h100-session28.md) show the gate|up step
- * loop 42 % slower a step than the down's identical loop, which runs once the copies are done,
- * with instruction-fetch stalls (no_inst) at every 256-byte boundary of the loop: 31 % of its
- * samples against 5 %. With 2 stages (13 MB in flight; each block 62 instead of 111 KB of
- * shared memory): gpt-oss-20b decode +4.5 % at 128 tokens, +4.3 % at depth 4096 (3 stages: +3 %).
- * The dense kernels (gemv_tma.cu) lost with smaller rings (llama3-8b -10 % with 2-3 stages
- * fewer), so the budget there stays. */
+ * with 4 stages, gpt-oss-20b's 264 blocks put 26 MB of copies in flight at once, about four times
+ * what the DRAM's latency needs at full rate. ncu's warp samples of the launch
+ * (bench/results/2026-11-27-h100-session28.md) showed the gate|up's step loop taking 42 % more
+ * samples a step than the down's loop, the same code shape run once the copies are done, with
+ * instruction-fetch stalls (no_inst) at every 256-byte boundary of the loop: 31 % of its samples
+ * against 5 %. The likely reading: whatever else a block fetches behind those copies (code
+ * missing the SM's caches, x, the bias, the counters) waits in their queue. With 2 stages (13 MB
+ * in flight; a block takes 62 instead of 111 KB of shared memory): gpt-oss-20b decode +4.6-5.2 %
+ * at 128 tokens and +4.9-6.9 % at depth 4096, gpt-oss-120b +6.0 % and +7.5 %, qwen3-30b-a3b
+ * with FP4S_MOE_ONE=1 +5.6 % (3 stages: in between). The dense kernels (gemv_tma.cu) lost with
+ * smaller rings (llama3-8b -10 % with its budget at 64 KB), so their budget stays. */
 static int mt_depth(void)
 {
 	static int d = -1;

@@ -73,10 +73,15 @@ f28) # the change (FP4S_MOE_STAGES, default 2): tests, then A/B against FP4S_MOE
   gen qw qwen3-30b-a3b
   for st in 2 0; do E="FP4S_MOE_ONE=1 FP4S_MOE_STAGES=$st" bench qw1-$st $A qw -p 0 -n 128 --reps 3; done
   bench qw $A qw -p 0 -n 128 --reps 3 ;;
-g28) # test_engine_cuda; gpt-oss-120b A/B; llama3-8b and qwen3 depth on the final build
+g28) # the CUDA tests not run in f28 (test_gemv_experts prints only at its end: 60 s were too few)
   echo "A $(cat $G/tree/COMMIT)" >> $S
-  [ -x $A/tests/test_engine_cuda ] || J=14 bld $G/tree $A $L/build.log fp4serve test_engine_cuda
-  cd $G/tree; timeout 200 $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S; cd $G
+  [ -x $A/tests/test_engine_cuda ] || J=14 bld $G/tree $A $L/build.log fp4serve test_engine_cuda test_gemv_experts
+  cd $G/tree
+  s0=$(date +%s); timeout 250 $A/tests/test_gemv_experts > $L/test_gemv_experts.txt 2>&1; echo "gemv_experts rc=$? $(( $(date +%s)-s0 )) s $(grep -E 'passed|failed' $L/test_gemv_experts.txt | tail -1)" >> $S
+  s0=$(date +%s); timeout 300 $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(( $(date +%s)-s0 )) s $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+  cd $G ;;
+h28) # gpt-oss-120b A/B
+  echo "A $(cat $G/tree/COMMIT)" >> $S
   rm -rf /tmp/qw /tmp/go /tmp/ll; gen o120 gpt-oss-120b mxfp4
   for st in 2 0; do
     E="FP4S_MOE_STAGES=$st" bench o-$st $A o120 -p 0 -n 128 --reps 3
