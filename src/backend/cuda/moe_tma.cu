@@ -102,6 +102,7 @@ struct mt_args {
 	int phases;         /* 2: all; 1: up to the gate|up SwiGLU (the down GEMV launched after) */
 	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
 	int holdb;          /* diagnostics: no down copies before the slot's gate|up is done */
+	int ahead;          /* copies in flight at most (mt_depth; 0: the ring's depth) */
 	int warm;           /* the router blocks run the top-k once before the PDL wait (route_warm) */
 	int rblock;         /* the top-k by the last router block's every consumer warp (route_block);
 	                     * 0: by its warp 0 (route_warp) */
@@ -172,7 +173,7 @@ template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
                                                   uint64_t pol, int lane, int64_t first, unsigned long long *claim,
-                                                  unsigned long long base)
+                                                  unsigned long long base, int ahead)
 {
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC;
 	const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
@@ -186,6 +187,12 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 		const int i = (int)(n % (unsigned)S);
 		if (n >= (unsigned)S)
 			gt_wait(&empty[i], (n / S - 1) & 1);
+		if (ahead && n >= (unsigned)ahead) {
+			/* no more than `ahead` copies in flight: stage n - ahead has landed (its slot's phase
+			 * cannot move on before stage n - ahead + S is issued, which comes after this one) */
+			const unsigned m = n - (unsigned)ahead;
+			gt_wait(&full[m % (unsigned)S], (m / S) & 1);
+		}
 		if (tile >= tiles) {
 			if (lane == 0) {
 				hdr[i] = -1;
@@ -425,11 +432,11 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		const unsigned long long inc = (unsigned long long)max((p.gu.rows + 15) / 16, (int64_t)gridDim.x);
 		const unsigned long long base = __shfl_sync(0xFFFFFFFFu, epoch0, 0) * inc; /* (lane 0's epoch) */
 		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first(),
-		              p.gclaim ? &p.sync[MT_CLAIM(slot)] : NULL, base);
+		              p.gclaim ? &p.sync[MT_CLAIM(slot)] : NULL, base, p.ahead);
 		if (p.phases == 2) {
 			if (p.holdb)
 				gt_wait(&bgo, 0);
-			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane, blockIdx.x, NULL, 0);
+			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane, blockIdx.x, NULL, 0, p.ahead);
 		}
 		return;
 	}
@@ -723,6 +730,19 @@ static int mt_depth(void)
 	return d;
 }
 
+/* FP4S_MOE_AHEAD (1-15, default 0: the ring's depth): the producer copies at most that many
+ * stages ahead of the last one landed, whatever the ring's depth (A/B: the depth that keeps the
+ * copies in flight few against the depth that holds the down's stages during the slot wait) */
+static int mt_ahead(void)
+{
+	static int d = -1;
+	if (d < 0) {
+		const char *e = getenv("FP4S_MOE_AHEAD");
+		d = e && atoi(e) >= 1 && atoi(e) < GT_SMAX ? atoi(e) : 0;
+	}
+	return d;
+}
+
 /* the staged activations and tile sums of a K-column matmul (as gm_tma_plan) */
 static size_t mt_xs(int64_t K)
 {
@@ -786,6 +806,7 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 		p.gu.zero_centred = zero_centred;
 	}
 	p.holdb = holdb;
+	p.ahead = mt_ahead() < (int)st ? mt_ahead() : 0;
 	/* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code; FP4S_MOE_ONE_RBLOCK=0: the top-k by one
 	 * warp, route_warp (A/B: gpt-oss-20b +0-1.3 % with route_block, session 16) */
 	static int warm_off = -1, rblock_off = -1;

@@ -87,5 +87,25 @@ h28) # gpt-oss-120b A/B
     E="FP4S_MOE_STAGES=$st" bench o-$st $A o120 -p 0 -n 128 --reps 3
     E="FP4S_MOE_STAGES=$st" bench od-$st $A o120 -p 0 --ctx 4096 -n 64 --reps 2
   done ;;
+i28) # FP4S_MOE_AHEAD (copies in flight apart from the ring's depth): tests, gpt-oss-20b round 1
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 bld $G/tree $A $L/build.log fp4serve test_moe_router test_engine_cuda test_golden test_gemv_experts
+  cd $G/tree
+  for cf in "X=1" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=2" "FP4S_MOE_AHEAD=1"; do
+    env $cf timeout 150 $A/tests/test_moe_router > $L/test_moe_router.txt 2>&1; echo "moe_router $cf rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S; done
+  timeout 120 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S
+  timeout 100 $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+  cd $G
+  gen go gpt-oss-20b mxfp4
+  for cf in "FP4S_MOE_STAGES=2" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=2" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=1" "FP4S_MOE_STAGES=2 FP4S_MOE_AHEAD=1"; do
+    E="$cf" bench go-1 $A go -p 0 -n 128 --reps 3; E="$cf" bench god-1 $A go -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+j28) # gpt-oss-20b round 2; qwen3-30b-a3b with a smaller ring for gemv_tma's expert launches (FP4S_GEMV_TMA_ESMEM)
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  gen go gpt-oss-20b mxfp4
+  for cf in "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=1" "FP4S_MOE_STAGES=2 FP4S_MOE_AHEAD=1" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=2" "FP4S_MOE_STAGES=2"; do
+    E="$cf" bench go-2 $A go -p 0 -n 128 --reps 3; E="$cf" bench god-2 $A go -p 0 --ctx 4096 -n 64 --reps 2; done
+  gen qw qwen3-30b-a3b
+  for cf in "X=1" "FP4S_GEMV_TMA_ESMEM=64" "FP4S_GEMV_TMA_ESMEM=88"; do
+    E="$cf" bench qw $A qw -p 0 -n 128 --reps 3; E="$cf" bench qwd $A qw -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 pack) pack ;;
 esac; done
