@@ -4,7 +4,7 @@
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 G=$PWD; L=$OUT/logs; mkdir -p $L; S=$OUT/sum.txt
-A=/tmp/fa; B=/tmp/fb; T=/tmp/tlA
+A=/tmp/fa; B=/tmp/fb; T=/tmp/tlA; k=0
 cfg() { cmake -S $1 -B $2 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$1/.deps/root/usr "${@:3}"; }
 bld() { # src build log targets...
   local s0=$(date +%s) src=$1 dir=$2 log=$3; shift 3
@@ -98,14 +98,14 @@ i28) # FP4S_MOE_AHEAD (copies in flight apart from the ring's depth): tests, gpt
   cd $G
   gen go gpt-oss-20b mxfp4
   for cf in "FP4S_MOE_STAGES=2" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=2" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=1" "FP4S_MOE_STAGES=2 FP4S_MOE_AHEAD=1"; do
-    E="$cf" bench go-1 $A go -p 0 -n 128 --reps 3; E="$cf" bench god-1 $A go -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+    k=$((k+1)); E="$cf" bench go-1-$k $A go -p 0 -n 128 --reps 3; E="$cf" bench god-1-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 j28) # gpt-oss-20b round 2; qwen3-30b-a3b with a smaller ring for gemv_tma's expert launches (FP4S_GEMV_TMA_ESMEM)
   echo "A $(cat $G/tree/COMMIT)" >> $S
   gen go gpt-oss-20b mxfp4
   for cf in "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=1" "FP4S_MOE_STAGES=2 FP4S_MOE_AHEAD=1" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=2" "FP4S_MOE_STAGES=2"; do
-    E="$cf" bench go-2 $A go -p 0 -n 128 --reps 3; E="$cf" bench god-2 $A go -p 0 --ctx 4096 -n 64 --reps 2; done
+    k=$((k+1)); E="$cf" bench go-2-$k $A go -p 0 -n 128 --reps 3; E="$cf" bench god-2-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; done
   gen qw qwen3-30b-a3b
   for cf in "X=1" "FP4S_GEMV_TMA_ESMEM=64" "FP4S_GEMV_TMA_ESMEM=88"; do
-    E="$cf" bench qw $A qw -p 0 -n 128 --reps 3; E="$cf" bench qwd $A qw -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+    k=$((k+1)); E="$cf" bench qw-$k $A qw -p 0 -n 128 --reps 3; E="$cf" bench qwd-$k $A qw -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 pack) pack ;;
 esac; done
