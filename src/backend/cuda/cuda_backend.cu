@@ -957,6 +957,13 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	if (dev < 0 || dev >= n)
 		return fp4s_error_set(err, FP4S_ENODEV, "CUDA device %d does not exist (%d found)", dev, n);
 	FP4S_CUDA_TRY(err, cudaSetDevice(dev));
+	/* FP4S_CACHE_CONFIG (diagnostics, A/B): the device's preferred split of L1 and shared
+	 * memory for kernels that state none: shared, l1 or equal */
+	const char *cc = getenv("FP4S_CACHE_CONFIG");
+	if (cc && (!strcmp(cc, "shared") || !strcmp(cc, "l1") || !strcmp(cc, "equal")))
+		FP4S_CUDA_TRY(err, cudaDeviceSetCacheConfig(!strcmp(cc, "shared") ? cudaFuncCachePreferShared
+		                                             : !strcmp(cc, "l1")   ? cudaFuncCachePreferL1
+		                                                                   : cudaFuncCachePreferEqual));
 	struct fp4s_backend *be = (struct fp4s_backend *)calloc(1, sizeof *be);
 	struct cuda_impl *c = (struct cuda_impl *)calloc(1, sizeof *c);
 	if (!be || !c) {

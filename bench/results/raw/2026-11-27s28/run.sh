@@ -107,5 +107,17 @@ j28) # gpt-oss-20b round 2; qwen3-30b-a3b with a smaller ring for gemv_tma's exp
   gen qw qwen3-30b-a3b
   for cf in "X=1" "FP4S_GEMV_TMA_ESMEM=64" "FP4S_GEMV_TMA_ESMEM=88"; do
     k=$((k+1)); E="$cf" bench qw-$k $A qw -p 0 -n 128 --reps 3; E="$cf" bench qwd-$k $A qw -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+k28) # the device's preferred L1 / shared split (FP4S_CACHE_CONFIG): is it the kernels' differing splits that keep them apart?
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 bld $G/tree $A $L/build.log fp4serve
+  gen go gpt-oss-20b mxfp4
+  for cc in none shared; do for re in gemv_fast attn_mma moe_tma; do
+    env FP4S_CACHE_CONFIG=$cc FP4S_NO_GRAPH=1 timeout 120 ncu --section LaunchStats -k regex:$re --launch-skip 30 --launch-count 1 $A/fp4serve bench -m /tmp/go -p 0 -n 8 --reps 1 > $L/ncu-cfg-$cc-$re.txt 2>&1
+    echo "$cc $re: $(grep -E 'Shared Memory Configuration Size' $L/ncu-cfg-$cc-$re.txt | tr -s ' ')" >> $S; done; done
+  for rr in 1 2; do for cf in "FP4S_MOE_AHEAD=1" "FP4S_MOE_AHEAD=1 FP4S_CACHE_CONFIG=shared" "FP4S_MOE_STAGES=0" "FP4S_MOE_STAGES=0 FP4S_CACHE_CONFIG=shared"; do
+    k=$((k+1)); E="$cf" bench go-$k $A go -p 0 -n 128 --reps 3; E="$cf" bench god-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; done; done
+  gen ll llama3-8b
+  for cf in "X=1" "FP4S_CACHE_CONFIG=shared"; do
+    k=$((k+1)); E="$cf" bench ll-$k $A ll -p 0 -n 128 --reps 3; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 pack) pack ;;
 esac; done
