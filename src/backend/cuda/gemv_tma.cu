@@ -539,7 +539,6 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	static int tsu, tevict, tprobe, tscl_env, ttensor, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
 	                                                          * _TENSOR, _GUFLAT */
 	static int thold, tpre, twarm; /* FP4S_GEMV_TMA_HOLD, _PRE, _WARM */
-	static size_t ebudget;         /* FP4S_GEMV_TMA_ESMEM: expert slots' budget, KB (0: budget) */
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -554,8 +553,6 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		const int kb = e ? atoi(e) : 0;
 		budget = kb >= 32 && kb <= GT_SMEM_CAP / 1024 ? (size_t)kb * 1024 : GM_SMEM_MAX;
 		gt_budget = budget;
-		e = getenv("FP4S_GEMV_TMA_ESMEM"); /* diagnostics (A/B): a smaller ring for expert slots */
-		ebudget = e && atoi(e) >= 32 && (size_t)atoi(e) * 1024 < budget ? (size_t)atoi(e) * 1024 : 0;
 		e = getenv("FP4S_GEMV_TMA_SU");
 		tsu = e ? atoi(e) : GT_SU;
 		e = getenv("FP4S_GEMV_TMA_EVICT");
@@ -591,7 +588,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	/* (the grouped form with gpt-oss-20b's 8 tokens at K = 2880 leaves no ring beside the
 	 * activations at two blocks an SM; at one block an SM it measured 21 % slower on pp512 than
 	 * the register kernel, which it is then left to) */
-	const size_t room = a->idx && ebudget ? ebudget : budget;
+	const size_t room = budget;
 	if (xs >= room)
 		return 0;
 	int cand[3], nc = 0;

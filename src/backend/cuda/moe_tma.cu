@@ -706,19 +706,18 @@ static int mt_mode(int nv, int *spin, int *holdb)
 }
 
 /* The ring's depth: FP4S_MOE_STAGES (2-16; 0: as many stages as the shared-memory budget holds,
- * 4 for gpt-oss's 24.5 KB stages, main's depth before session 28). Default 2.
+ * 4 for gpt-oss's 24.5 KB stages, the depth before session 28). Default 2.
  *
- * Why. Every block's producer copies its first stages as soon as the routing names its expert:
- * with 4 stages, gpt-oss-20b's 264 blocks put 26 MB of copies in flight at once, about four times
- * what the DRAM's latency needs at full rate. ncu's warp samples of the launch
- * (bench/results/2026-11-27-h100-session28.md) showed the gate|up's step loop taking 42 % more
- * samples a step than the down's loop, the same code shape run once the copies are done, with
- * instruction-fetch stalls (no_inst) at every 256-byte boundary of the loop: 31 % of its samples
- * against 5 %. The likely reading: whatever else a block fetches behind those copies (code
- * missing the SM's caches, x, the bias, the counters) waits in their queue. With 2 stages (13 MB
- * in flight; a block takes 62 instead of 111 KB of shared memory): gpt-oss-20b decode +4.6-5.2 %
- * at 128 tokens and +4.9-6.9 % at depth 4096, gpt-oss-120b +6.0 % and +7.5 %, qwen3-30b-a3b
- * with FP4S_MOE_ONE=1 +5.6 % (3 stages: in between). The dense kernels (gemv_tma.cu) lost with
+ * Why (bench/results/2026-11-27-h100-session28.md). ncu's warp samples of the launch with 4
+ * stages showed the gate|up's step loop taking 42 % more samples a step than the down's loop of
+ * the same code shape, with instruction-fetch stalls (no_inst) at every 256-byte boundary of the
+ * loop: 31 % of its samples against 5 %. With 2 stages a block takes 62 instead of 111 KB of
+ * shared memory, so the SM runs it with a 135 KB shared / ~120 KB L1 split instead of 233 / ~20
+ * (the split the attention kernel runs with too): gpt-oss-20b decode +4.6-5.2 % at 128 tokens
+ * and +4.9-6.9 % at depth 4096, gpt-oss-120b +6.0 % and +7.5 %, qwen3-30b-a3b's FP4S_MOE_ONE=1
+ * +5.6 %. What pays is the split, not fewer copies in flight: 4 stages with 2 copies in flight
+ * (FP4S_MOE_AHEAD=2) measured as 4 stages, and 2 stages with every kernel forced to the 233 KB
+ * split (FP4S_CACHE_CONFIG=shared) lost half the gain. The dense kernels (gemv_tma.cu) lost with
  * smaller rings (llama3-8b -10 % with its budget at 64 KB), so their budget stays. */
 static int mt_depth(void)
 {
@@ -730,15 +729,17 @@ static int mt_depth(void)
 	return d;
 }
 
-/* FP4S_MOE_AHEAD (1-15, default 0: the ring's depth): the producer copies at most that many
- * stages ahead of the last one landed, whatever the ring's depth (A/B: the depth that keeps the
- * copies in flight few against the depth that holds the down's stages during the slot wait) */
+/* FP4S_MOE_AHEAD (1-15; 0: the ring's depth; default 1): the producer copies at most that many
+ * stages ahead of the last one landed, whatever the ring's depth. One copy in flight a block is
+ * 6.5 MB for gpt-oss-20b's 264 blocks, about what the DRAM's latency needs at full rate; with 2
+ * stages it measured +0.6-2.6 % at 128 tokens and +0.7-1.1 % at depth 4096 against both in flight
+ * (two rounds, bench/results/2026-11-27-h100-session28.md). */
 static int mt_ahead(void)
 {
 	static int d = -1;
 	if (d < 0) {
 		const char *e = getenv("FP4S_MOE_AHEAD");
-		d = e && atoi(e) >= 1 && atoi(e) < GT_SMAX ? atoi(e) : 0;
+		d = e && atoi(e) >= 0 && atoi(e) < GT_SMAX && (atoi(e) || !strcmp(e, "0")) ? atoi(e) : 1;
 	}
 	return d;
 }

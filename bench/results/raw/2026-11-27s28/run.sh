@@ -119,5 +119,23 @@ k28) # the device's preferred L1 / shared split (FP4S_CACHE_CONFIG): is it the k
   gen ll llama3-8b
   for cf in "X=1" "FP4S_CACHE_CONFIG=shared"; do
     k=$((k+1)); E="$cf" bench ll-$k $A ll -p 0 -n 128 --reps 3; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+m28) # the final defaults (2 stages, 1 copy ahead): tests, gpt-oss-20b against main's depth in the same binary
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 bld $G/tree $A $L/build.log fp4serve test_moe_router test_engine_cuda test_golden test_gemv_experts
+  cd $G/tree
+  for cf in "X=1" "FP4S_MOE_STAGES=0 FP4S_MOE_AHEAD=0" "FP4S_MOE_STAGES=4 FP4S_MOE_AHEAD=2"; do
+    env $cf timeout 150 $A/tests/test_moe_router > $L/test_moe_router.txt 2>&1; echo "moe_router $cf rc=$? $(grep -E 'passed|failed' $L/test_moe_router.txt | tail -1)" >> $S; done
+  timeout 120 ctest --test-dir $A -R test_golden_cuda --output-on-failure > $L/test_golden_cuda.txt 2>&1; echo "golden_cuda rc=$? $(grep -E 'tests passed' $L/test_golden_cuda.txt | tail -1)" >> $S
+  timeout 100 $A/tests/test_engine_cuda > $L/test_engine_cuda.txt 2>&1; echo "engine_cuda rc=$? $(grep -E 'passed|failed' $L/test_engine_cuda.txt | tail -1)" >> $S
+  s0=$(date +%s); timeout 150 $A/tests/test_gemv_experts > $L/test_gemv_experts.txt 2>&1; echo "gemv_experts rc=$? $(( $(date +%s)-s0 )) s $(grep -E 'passed|failed' $L/test_gemv_experts.txt | tail -1)" >> $S
+  cd $G
+  gen go gpt-oss-20b mxfp4
+  for rr in 1 2; do for cf in "X=1" "FP4S_MOE_STAGES=0 FP4S_MOE_AHEAD=0"; do
+    k=$((k+1)); E="$cf" bench go-$k $A go -p 0 -n 128 --reps 3; E="$cf" bench god-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; done; done ;;
+n28) # gpt-oss-120b, final defaults against main's depth
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  rm -rf /tmp/qw /tmp/go /tmp/ll; gen o120 gpt-oss-120b mxfp4
+  for cf in "X=1" "FP4S_MOE_STAGES=0 FP4S_MOE_AHEAD=0"; do
+    k=$((k+1)); E="$cf" bench o-$k $A o120 -p 0 -n 128 --reps 3; E="$cf" bench od-$k $A o120 -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 pack) pack ;;
 esac; done
