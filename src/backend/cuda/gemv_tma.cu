@@ -70,7 +70,6 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -540,8 +539,6 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	static int tsu, tevict, tprobe, tscl_env, ttensor, guflat; /* FP4S_GEMV_TMA_SU, _EVICT, _PROBE, _TSCL,
 	                                                          * _TENSOR, _GUFLAT */
 	static int thold, tpre, twarm; /* FP4S_GEMV_TMA_HOLD, _PRE, _WARM */
-	static size_t sbudget;         /* FP4S_GEMV_TMA_SMALL=KB:MB: the budget of matrices under MB */
-	static int64_t smax;
 	static int want = -1;   /* 0 auto, 1 flat, else KC */
 	static size_t budget; /* shared memory a block (FP4S_GEMV_TMA_SMEM, KB) */
 	static int64_t maxk;  /* FP4S_GEMV_TMA_MAXK: longer rows go to gemv_mma.cu (diagnostics) */
@@ -556,10 +553,6 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 		const int kb = e ? atoi(e) : 0;
 		budget = kb >= 32 && kb <= GT_SMEM_CAP / 1024 ? (size_t)kb * 1024 : GM_SMEM_MAX;
 		gt_budget = budget;
-		e = getenv("FP4S_GEMV_TMA_SMALL"); /* diagnostics (A/B) */
-		int skb = 0, smb = 0;
-		if (e && sscanf(e, "%d:%d", &skb, &smb) == 2 && skb >= 32 && (size_t)skb * 1024 < budget && smb > 0)
-			sbudget = (size_t)skb * 1024, smax = (int64_t)smb << 20;
 		e = getenv("FP4S_GEMV_TMA_SU");
 		tsu = e ? atoi(e) : GT_SU;
 		e = getenv("FP4S_GEMV_TMA_EVICT");
@@ -595,7 +588,7 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	/* (the grouped form with gpt-oss-20b's 8 tokens at K = 2880 leaves no ring beside the
 	 * activations at two blocks an SM; at one block an SM it measured 21 % slower on pp512 than
 	 * the register kernel, which it is then left to) */
-	const size_t room = sbudget && (int64_t)a->rows * K / 2 < smax ? sbudget : budget;
+	const size_t room = budget;
 	if (xs >= room)
 		return 0;
 	int cand[3], nc = 0;

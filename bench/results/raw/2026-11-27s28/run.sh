@@ -137,5 +137,14 @@ n28) # gpt-oss-120b, final defaults against main's depth
   rm -rf /tmp/qw /tmp/go /tmp/ll; gen o120 gpt-oss-120b mxfp4
   for cf in "X=1" "FP4S_MOE_STAGES=0 FP4S_MOE_AHEAD=0"; do
     k=$((k+1)); E="$cf" bench o-$k $A o120 -p 0 -n 128 --reps 3; E="$cf" bench od-$k $A o120 -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+p28) # the dense kernels: a 64 or 88 KB ring for matrices under 16 MB only (FP4S_GEMV_TMA_SMALL)
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 bld $G/tree $A $L/build.log fp4serve
+  rm -rf /tmp/o120; gen ll llama3-8b; gen qw qwen3-30b-a3b
+  for cf in "X=1" "FP4S_GEMV_TMA_SMALL=64:16" "FP4S_GEMV_TMA_SMALL=88:16"; do
+    k=$((k+1)); E="$cf" bench ll-$k $A ll -p 0 -n 128 --reps 3; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2
+    E="$cf" bench qw-$k $A qw -p 0 -n 128 --reps 3; E="$cf" bench qwd-$k $A qw -p 0 --ctx 4096 -n 64 --reps 2; done
+  for cf in "X=1" "FP4S_GEMV_TMA_SMALL=64:16"; do
+    k=$((k+1)); E="$cf" bench ll-$k $A ll -p 0 -n 128 --reps 3; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 pack) pack ;;
 esac; done
