@@ -102,7 +102,7 @@ struct mt_args {
 	int phases;         /* 2: all; 1: up to the gate|up SwiGLU (the down GEMV launched after) */
 	int route;          /* 1: route here; 0: idx, w and x1 come from the kernel before */
 	int holdb;          /* diagnostics: no down copies before the slot's gate|up is done */
-	int ahead;          /* copies in flight at most (mt_depth; 0: the ring's depth) */
+	int ahead;          /* copies in flight at most (mt_ahead; 0: the ring's depth) */
 	int warm;           /* the router blocks run the top-k once before the PDL wait (route_warm) */
 	int rblock;         /* the top-k by the last router block's every consumer warp (route_block);
 	                     * 0: by its warp 0 (route_warp) */
