@@ -301,8 +301,11 @@ static cudaError_t attn_mma_setup(void)
 	void (*const fns[])(const att_mma_args) = {attn_mma_kernel<D, W, true, false>, attn_mma_kernel<D, W, false, false>,
 	                                           attn_mma_kernel<D, W, true, true>, attn_mma_kernel<D, W, false, true>};
 	cudaError_t e = cudaSuccess;
-	for (int i = 0; i < 4 && e == cudaSuccess; i++)
+	for (int i = 0; i < 4 && e == cudaSuccess; i++) {
 		e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, ATT_SMEM_MAX);
+		if (e == cudaSuccess)
+			e = fp4s_env_carveout((const void *)fns[i], "FP4S_ATTN_CARVEOUT");
+	}
 	return e;
 }
 

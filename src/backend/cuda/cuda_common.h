@@ -52,4 +52,16 @@ static inline int fp4s_env_off(const char *name, int *cache)
 	return *cache;
 }
 
+/* Diagnostics (A/B): a kernel's preferred shared-memory carveout, in percent of the SM's 256 KB
+ * (cudaFuncAttributePreferredSharedMemoryCarveout) from the environment variable name, 0-100;
+ * unset or out of range: the driver's choice, nothing set. The split the SM runs a kernel with
+ * decides its L1 (bench/results/2026-11-27-h100-session28.md). */
+static inline cudaError_t fp4s_env_carveout(const void *fn, const char *name)
+{
+	const char *e = getenv(name);
+	if (!e || !*e || atoi(e) < 0 || atoi(e) > 100)
+		return cudaSuccess;
+	return cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, atoi(e));
+}
+
 #endif

@@ -672,6 +672,10 @@ cudaError_t mt_attrs(void)
 	if (e == cudaSuccess)
 		e = cudaFuncSetAttribute(moe_tma_kernel<GM_MXFP4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 		                         GT_SMEM_CAP);
+	if (e == cudaSuccess)
+		e = fp4s_env_carveout((const void *)moe_tma_kernel<GM_NVFP4>, "FP4S_MOE_CARVEOUT");
+	if (e == cudaSuccess)
+		e = fp4s_env_carveout((const void *)moe_tma_kernel<GM_MXFP4>, "FP4S_MOE_CARVEOUT");
 	return e;
 }
 

@@ -146,5 +146,16 @@ p28) # the dense kernels: a 64 or 88 KB ring for matrices under 16 MB only (FP4S
     E="$cf" bench qw-$k $A qw -p 0 -n 128 --reps 3; E="$cf" bench qwd-$k $A qw -p 0 --ctx 4096 -n 64 --reps 2; done
   for cf in "X=1" "FP4S_GEMV_TMA_SMALL=64:16"; do
     k=$((k+1)); E="$cf" bench ll-$k $A ll -p 0 -n 128 --reps 3; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+q28) # one kernel's split at a time: the MoE launch at the largest (is the gain its own L1?), the attention at a smaller one
+  nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader >> $S; echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 bld $G/tree $A $L/build.log fp4serve
+  gen go gpt-oss-20b mxfp4; gen ll llama3-8b
+  for cf in "FP4S_MOE_CARVEOUT=100" "FP4S_ATTN_CARVEOUT=40"; do for re in attn_mma moe_tma; do
+    env $cf FP4S_NO_GRAPH=1 timeout 120 ncu --section LaunchStats -k regex:$re --launch-skip 30 --launch-count 1 $A/fp4serve bench -m /tmp/go -p 0 -n 8 --reps 1 > $L/ncu-cfg-$re.txt 2>&1
+    echo "$cf $re: $(grep -E 'Shared Memory Configuration Size' $L/ncu-cfg-$re.txt | tr -s ' ')" >> $S; done; done
+  for cf in "X=1" "FP4S_MOE_CARVEOUT=100" "FP4S_ATTN_CARVEOUT=40" "FP4S_ATTN_CARVEOUT=40 FP4S_MOE_CARVEOUT=0"; do
+    k=$((k+1)); E="$cf" bench go-$k $A go -p 0 -n 128 --reps 3; E="$cf" bench god-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; done
+  for cf in "X=1" "FP4S_ATTN_CARVEOUT=40"; do
+    k=$((k+1)); E="$cf" bench god-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2; done ;;
 pack) pack ;;
 esac; done
