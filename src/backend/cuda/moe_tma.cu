@@ -716,13 +716,13 @@ static int mt_mode(int nv, int *spin, int *holdb)
  * stages showed the gate|up's step loop taking 42 % more samples a step than the down's loop of
  * the same code shape, with instruction-fetch stalls (no_inst) at every 256-byte boundary of the
  * loop: 31 % of its samples against 5 %. With 2 stages a block takes 62 instead of 111 KB of
- * shared memory, so the SM runs it with a 135 KB shared / ~120 KB L1 split instead of 233 / ~20
- * (the split the attention kernel runs with too): gpt-oss-20b decode +4.6-5.2 % at 128 tokens
- * and +4.9-6.9 % at depth 4096, gpt-oss-120b +6.0 % and +7.5 %, qwen3-30b-a3b's FP4S_MOE_ONE=1
- * +5.6 %. What pays is the split, not fewer copies in flight: 4 stages with 2 copies in flight
- * (FP4S_MOE_AHEAD=2) measured as 4 stages, and 2 stages with every kernel forced to the 233 KB
- * split (FP4S_CACHE_CONFIG=shared) lost half the gain. The dense kernels (gemv_tma.cu) lost with
- * smaller rings (llama3-8b -10 % with its budget at 64 KB), so their budget stays. */
+ * shared memory (the SM runs it at a 135 KB shared / ~120 KB L1 split instead of 233 / ~20):
+ * gpt-oss-20b decode +4.6-5.2 % at 128 tokens and +4.9-6.9 % at depth 4096, gpt-oss-120b +6.0 %
+ * and +7.5 %, qwen3-30b-a3b's FP4S_MOE_ONE=1 +5.6 %. Not from fewer copies in flight (4 stages
+ * with 2 in flight, FP4S_MOE_AHEAD=2, measured as 4 stages), and only ~1 point of it from this
+ * launch's own L1 (2 stages run at the 233 KB split, FP4S_MOE_CARVEOUT=100: -0.7 to -1.2 %);
+ * the rest is not explained yet. The dense kernels (gemv_tma.cu) lost with smaller rings
+ * (llama3-8b -10 % with its budget at 64 KB), so their budget stays. */
 static int mt_depth(void)
 {
 	static int d = -1;
