@@ -157,5 +157,13 @@ q28) # one kernel's split at a time: the MoE launch at the largest (is the gain 
     k=$((k+1)); E="$cf" bench go-$k $A go -p 0 -n 128 --reps 3; E="$cf" bench god-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; done
   for cf in "X=1" "FP4S_ATTN_CARVEOUT=40"; do
     k=$((k+1)); E="$cf" bench god-$k $A go -p 0 --ctx 4096 -n 64 --reps 2; E="$cf" bench lld-$k $A ll -p 0 --ctx 4096 -n 64 --reps 2; done ;;
+r28) # where the 2-stage ring's gain sits in a layer: timelines (FP4S_DIAG_TL build) of 2 against 4 stages, depth 4096
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" bld $G/tree $T $L/build-tl.log fp4serve
+  A=$T; gen go gpt-oss-20b mxfp4
+  for cf in "X=1" "FP4S_MOE_STAGES=0 FP4S_MOE_AHEAD=0"; do
+    k=$((k+1)); env $cf FP4S_TL=$L/tl-$k.txt $T/fp4serve bench -m /tmp/go -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-$k.txt 2>&1
+    (cd $G/tree/dev && python3 timeline.py $L/tl-$k.txt > $L/tlsum-$k.txt 2>&1; python3 moe_marks.py $L/tl-$k.txt > $L/moe-$k.txt 2>&1); rm -f $L/tl-$k.txt
+    echo "== tl $cf $(grep -E '^tg' $L/tlbench-$k.txt)" >> $S; grep -m1 -A9 "per position" $L/tlsum-$k.txt | tail -8 >> $S; tail -10 $L/moe-$k.txt >> $S; done ;;
 pack) pack ;;
 esac; done
