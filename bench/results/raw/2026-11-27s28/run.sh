@@ -165,5 +165,10 @@ r28) # where the 2-stage ring's gain sits in a layer: timelines (FP4S_DIAG_TL bu
     k=$((k+1)); env $cf FP4S_TL=$L/tl-$k.txt $T/fp4serve bench -m /tmp/go -p 0 --ctx 4096 -n 64 --reps 1 > $L/tlbench-$k.txt 2>&1
     (cd $G/tree/dev && python3 timeline.py $L/tl-$k.txt > $L/tlsum-$k.txt 2>&1; python3 moe_marks.py $L/tl-$k.txt > $L/moe-$k.txt 2>&1); rm -f $L/tl-$k.txt
     echo "== tl $cf $(grep -E '^tg' $L/tlbench-$k.txt)" >> $S; grep -m1 -A9 "per position" $L/tlsum-$k.txt | tail -8 >> $S; tail -10 $L/moe-$k.txt >> $S; done ;;
+s28) # ncu of the 2-stage launch (defaults), as d28 read the 4-stage one
+  echo "A $(cat $G/tree/COMMIT)" >> $S
+  J=14 XF="-DCMAKE_CUDA_FLAGS=-lineinfo" bld $G/tree $A $L/build.log fp4serve
+  gen go gpt-oss-20b mxfp4
+  prof moe2 $A go moe_tma 40 ;;
 pack) pack ;;
 esac; done
