@@ -720,8 +720,9 @@ static int mt_mode(int nv, int *spin, int *holdb)
  * gpt-oss-20b decode +4.6-5.2 % at 128 tokens and +4.9-6.9 % at depth 4096, gpt-oss-120b +6.0 %
  * and +7.5 %, qwen3-30b-a3b's FP4S_MOE_ONE=1 +5.6 %. Not from fewer copies in flight (4 stages
  * with 2 in flight, FP4S_MOE_AHEAD=2, measured as 4 stages), and only ~1 point of it from this
- * launch's own L1 (2 stages run at the 233 KB split, FP4S_MOE_CARVEOUT=100: -0.7 to -1.2 %);
- * the rest is not explained yet. The dense kernels (gemv_tma.cu) lost with smaller rings
+ * launch's own L1 (2 stages run at the 233 KB split, FP4S_MOE_CARVEOUT=100: -0.7 to -1.2 %).
+ * With 2 stages the gate|up's loop costs what the down's does, its no_inst down to 7 %; what ties
+ * those stalls to the ring's depth is not known yet. The dense kernels (gemv_tma.cu) lost with smaller rings
  * (llama3-8b -10 % with its budget at 64 KB), so their budget stays. */
 static int mt_depth(void)
 {
