@@ -744,7 +744,7 @@ static int mt_ahead(void)
 	static int d = -1;
 	if (d < 0) {
 		const char *e = getenv("FP4S_MOE_AHEAD");
-		d = e && atoi(e) >= 0 && atoi(e) < GT_SMAX && (atoi(e) || !strcmp(e, "0")) ? atoi(e) : 1;
+		d = e && *e >= '0' && *e <= '9' && atoi(e) < GT_SMAX ? atoi(e) : 1;
 	}
 	return d;
 }
@@ -791,14 +791,14 @@ extern "C" int fp4s_cuda_moe_tma(const struct fp4s_stacked *gu, const struct fp4
 		return FP4S_EUNSUPPORTED;
 	size_t st = (budget - xs) / (size_t)p.stride;
 	st = st > GT_SMAX ? GT_SMAX : st;
-	/* at least two stages, and room in the ring for h (the router blocks) and the logits */
-	if (st < 2 || st * (size_t)p.stride < (size_t)H * 4 || st * (size_t)p.stride < ROUTE_SCRATCH(E))
+	/* at least two stages, and room in the ring for h (the router blocks) and the logits; then
+	 * no more than mt_depth asks, where that still leaves this room */
+	const size_t sb = (size_t)p.stride, room = (size_t)H * 4 > ROUTE_SCRATCH(E) ? (size_t)H * 4 : ROUTE_SCRATCH(E);
+	const size_t need = (room + sb - 1) / sb > 2 ? (room + sb - 1) / sb : 2, want = (size_t)mt_depth();
+	if (st < need)
 		return FP4S_EUNSUPPORTED;
-	/* then no more stages than mt_depth asks, where that still leaves the room above */
-	const size_t want = (size_t)mt_depth();
-	while (want && st > want && st > 2 && (st - 1) * (size_t)p.stride >= (size_t)H * 4 &&
-	       (st - 1) * (size_t)p.stride >= ROUTE_SCRATCH(E))
-		st--;
+	if (want && st > want)
+		st = want > need ? want : need;
 	p.stages = (int)st;
 	const size_t smem = st * (size_t)p.stride + xs;
 	p.rw = (const uint8_t *)router->data, p.rb = router->bias, p.h = h, p.nw = nw, p.eps = eps;
