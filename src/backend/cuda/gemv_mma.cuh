@@ -401,12 +401,29 @@ static __device__ __forceinline__ void gm_combine_rows(const gm_args &a)
 		a.cnt[blockIdx.x] = 0; /* ready for the next launch */
 }
 
+/* 16 bytes of staged activations, off bytes into a column: by a generic pointer (gemv_mma.cu), or
+ * by a shared-space address (the bulk-copy kernels, gemv_tma.cuh's gt_lds128 says why) */
+static __device__ __forceinline__ uint4 gm_ldx(const uint8_t *col, int off)
+{
+	return *reinterpret_cast<const uint4 *>(col + off);
+}
+
+static __device__ __forceinline__ uint4 gm_ldx(uint32_t col, int off)
+{
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+	             : "r"(col + (uint32_t)off));
+	return v;
+}
+
 /* One 128-element step of a lane: its 16 code bytes of rows g (wqa) and g + 8 (wqb) at chunk lc,
  * their scale bytes cai / cbi (NVFP4: two E4M3; MXFP4: one E8M0, 0x100 = a zero scale), decoded
- * to BF16 pairs and multiplied by the staged activations of each token group into acc. */
-template <int F, int NG>
+ * to BF16 pairs and multiplied by the staged activations of each token group (xcol: columns as
+ * gm_ldx takes them) into acc. */
+template <int F, int NG, typename XP>
 static __device__ __forceinline__ void gm_step(float (&acc)[NG][4], const uint4 wqa, const uint4 wqb, uint32_t cai,
-                                               uint32_t cbi, uint32_t ec, const uint8_t *const (&xcol)[NG], int lc)
+                                               uint32_t cbi, uint32_t ec, const XP (&xcol)[NG], int lc)
 {
 	uint32_t sca0, sca1, scb0, scb1;
 	if (F == GM_NVFP4) {
@@ -433,7 +450,7 @@ static __device__ __forceinline__ void gm_step(float (&acc)[NG][4], const uint4 
 		const int off = lc * 64 + ((j ^ sw) * 16);
 #pragma unroll
 		for (int gg = 0; gg < NG; gg++) {
-			const uint4 xb = *reinterpret_cast<const uint4 *>(xcol[gg] + off);
+			const uint4 xb = gm_ldx(xcol[gg], off);
 			gm_mma(acc[gg], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
 			gm_mma(acc[gg], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
 		}

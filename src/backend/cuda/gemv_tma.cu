@@ -116,7 +116,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	__syncthreads();
 
 	if (warp == GT_W) {
-		/* The producer: stage n goes to slot n % S once the consumers have handed back its
+		/* The producer: stage n goes to slot n % S (q) once the consumers have handed back its
 		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
 		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
 		int64_t tile = blockIdx.x;
@@ -152,10 +152,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			else
 				gt_copy(dst, src, bytes, b);
 		};
-		for (unsigned n = 0;; n++) {
-			const int i = (int)(n % (unsigned)S);
-			if (n >= (unsigned)S)
-				gt_wait(&empty[i], (n / S - 1) & 1);
+		for (gt_pos q = {0, 0, 0};; gt_next(q, S)) {
+			const int i = q.i;
+			if (q.n >= (unsigned)S)
+				gt_wait(&empty[i], q.ph ^ 1u);
 			if (tile >= tiles) {
 				if (lane == 0) {
 					hdr[i] = -1;
@@ -320,37 +320,43 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	const int g = lane >> 2, t = lane & 3;
 	const uint8_t *xcol[NG];
 	gm_xcols<NG>(xcol, xs, cs, M, g);
+	uint32_t xsa[NG]; /* the same, as shared-space addresses (gt_lds128) */
+#pragma unroll
+	for (int gg = 0; gg < NG; gg++)
+		xsa[gg] = gt_sa(xcol[gg]);
+	/* this lane's bytes in a stage: row g's 16 code bytes of a step and its scales (row g + 8's
+	 * are 8 rows further) */
+	const uint32_t ring = gt_sa(sm), wa = (uint32_t)(g * a.trs + t * 16), ska = (uint32_t)(16 * a.trs + g * a.tss);
 	float acc[NG][4];
 #pragma unroll
 	for (int gg = 0; gg < NG; gg++)
 		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
 	int kc = 0, tile_it = 0;
-	for (unsigned n = 0;; n++) {
-		const int i = (int)(n % (unsigned)S);
-		gt_wait(&full[i], (n / S) & 1);
+	for (gt_pos q = {0, 0, 0};; gt_next(q, S)) {
+		const int i = q.i;
+		gt_wait(&full[i], q.ph);
 		const int tile = hdr[i];
 		if (tile < 0)
 			break;
-		const uint8_t *st = sm + (size_t)i * a.tstage, *sc = st + 16 * a.trs;
+		const uint32_t pw = ring + (uint32_t)i * (uint32_t)a.tstage + wa, ps = pw - wa + ska; /* in the stage */
 		for (int j = 0; j < sps; j++) {
 			const int u = warp * sps + j, s = kc * GT_W * sps + u; /* step in the stage, in the row */
 			if (s >= nsteps)
 				break;
-			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
-			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
-			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in sc's rows */
+			const uint4 wqa = gt_lds128(pw + u * 64), wqb = gt_lds128(pw + 8 * a.trs + u * 64);
+			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in the scale rows */
 			uint32_t cai, cbi;
 			if (4 * s + t >= (K >> 5)) {
 				cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
 			} else if (F == GM_NVFP4) {
-				cai = *reinterpret_cast<const uint16_t *>(sc + g * a.tss + ch * 2);
-				cbi = *reinterpret_cast<const uint16_t *>(sc + (g + 8) * a.tss + ch * 2);
+				cai = gt_lds16(ps + ch * 2);
+				cbi = gt_lds16(ps + 8 * a.tss + ch * 2);
 			} else {
-				cai = sc[g * a.tss + ch];
-				cbi = sc[(g + 8) * a.tss + ch];
+				cai = gt_lds8(ps + ch);
+				cbi = gt_lds8(ps + 8 * a.tss + ch);
 			}
 			if (!a.tprobe)
-				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
+				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xsa, 4 * s + t);
 			else
 				acc[0][0] += __uint_as_float(wqa.x ^ wqb.y ^ cai ^ cbi); /* keep the loads */
 		}

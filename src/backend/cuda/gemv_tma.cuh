@@ -75,6 +75,51 @@ static __device__ __forceinline__ void gt_copy_2d(void *dst, const CUtensorMap *
 	             : "memory");
 }
 
+/* A position in the ring: stage n (its count), its slot n % S and the parity of that slot's use
+ * (n / S) & 1, kept by increments. With the stage count a run-time value, the division was ~30
+ * dependent instructions a stage on every warp: about a tenth of the warp samples of
+ * llama3-8b's gate|up launch on the H200 (ncu, bench/results/2026-11-28-h200-session29.md). */
+struct gt_pos {
+	unsigned n; /* stages so far */
+	int i;      /* its slot */
+	unsigned ph; /* its use's parity (the full barrier's; the empty one's previous use: ph ^ 1) */
+};
+
+static __device__ __forceinline__ void gt_next(gt_pos &q, int S)
+{
+	q.n++;
+	if (++q.i == S) {
+		q.i = 0;
+		q.ph ^= 1u;
+	}
+}
+
+/* Loads from a stage by shared-space address. Through generic pointers into the ring, ptxas
+ * rebuilt the ring's window address from the CTA's id (S2R SR_CgaCtaId and three dependent
+ * instructions) at every step, on the path to the step's first loads, and recomputed each
+ * lane's offsets from the kernel arguments; addresses kept as 32-bit values avoid both. Volatile:
+ * they stay after the mbarrier wait that hands the stage over. */
+static __device__ __forceinline__ uint4 gt_lds128(uint32_t sa)
+{
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sa));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t gt_lds16(uint32_t sa)
+{
+	unsigned short v;
+	asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(sa));
+	return v;
+}
+
+static __device__ __forceinline__ uint32_t gt_lds8(uint32_t sa)
+{
+	unsigned short v;
+	asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(sa));
+	return v;
+}
+
 /* the consumer warps only (the producer never joins) */
 static __device__ __forceinline__ void gt_sync(void)
 {

@@ -167,11 +167,12 @@ static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int l
 
 /* The producer's copies of one matrix for expert e: tiles first + i * gridDim.x (strided: the
  * down's combine relies on it, first = blockIdx.x there; mt_first for the gate|up), each stage
- * into ring slot n % S once handed back, then a stage marked -1. n runs on across both matrices.
+ * into ring slot n % S once handed back, then a stage marked -1. The position (q) runs on across both
+ * matrices.
  * (gemv_tma.cu's copies without the tensor maps.) */
 template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
-                                                  uint64_t *full, uint64_t *empty, int *hdr, unsigned &n,
+                                                  uint64_t *full, uint64_t *empty, int *hdr, gt_pos &q,
                                                   uint64_t pol, int lane, int64_t first, unsigned long long *claim,
                                                   unsigned long long base, int ahead)
 {
@@ -183,22 +184,23 @@ static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, u
 	int kc = 0;
 	if (claim && tile >= tiles && lane == 0)
 		atomicAdd(claim, 1ull); /* (the block's one failing claim: the launch's count stays exact) */
-	for (;; n++) {
-		const int i = (int)(n % (unsigned)S);
-		if (n >= (unsigned)S)
-			gt_wait(&empty[i], (n / S - 1) & 1);
-		if (ahead && n >= (unsigned)ahead) {
+	for (;; gt_next(q, S)) {
+		const int i = q.i;
+		if (q.n >= (unsigned)S)
+			gt_wait(&empty[i], q.ph ^ 1u);
+		if (ahead && q.n >= (unsigned)ahead) {
 			/* no more than `ahead` copies in flight: stage n - ahead has landed (its slot's phase
-			 * cannot move on before stage n - ahead + S is issued, which comes after this one) */
-			const unsigned m = n - (unsigned)ahead;
-			gt_wait(&full[m % (unsigned)S], (m / S) & 1);
+			 * cannot move on before stage n - ahead + S is issued, which comes after this one;
+			 * ahead < S, so its slot is i - ahead, in this use or, below 0, the one before) */
+			const int m = i - ahead;
+			gt_wait(&full[m < 0 ? m + S : m], m < 0 ? q.ph ^ 1u : q.ph);
 		}
 		if (tile >= tiles) {
 			if (lane == 0) {
 				hdr[i] = -1;
 				gt_arrive(&full[i]);
 			}
-			n++;
+			gt_next(q, S);
 			return;
 		}
 		const int64_t r0 = tile * 16;
@@ -291,7 +293,7 @@ static __device__ __forceinline__ void mt_bias_wait(void) { asm volatile("cp.asy
  * handing that slot back too (the producer reuses it). */
 template <int F>
 static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_t *ring, int stride, int S,
-                                                  uint64_t *full, uint64_t *empty, const int *hdr, unsigned &n,
+                                                  uint64_t *full, uint64_t *empty, const int *hdr, gt_pos &q,
                                                   const uint8_t *xs, int cs, float *red, float *yout,
                                                   const float *bias, const float *sb, float *tb, float post,
                                                   int warp, int lane)
@@ -302,15 +304,15 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 	gm_xcols<1>(xcol, xs, cs, 1, g);
 	float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 	int kc = 0, tile_it = 0;
-	for (;; n++) {
-		const int i = (int)(n % (unsigned)S);
-		gt_wait(&full[i], (n / S) & 1);
+	for (;; gt_next(q, S)) {
+		const int i = q.i;
+		gt_wait(&full[i], q.ph);
 		const int tile = hdr[i];
 		if (tile < 0) {
 			__syncwarp();
 			if (lane == 0)
 				gt_arrive(&empty[i]);
-			n++;
+			gt_next(q, S);
 			return;
 		}
 		const uint8_t *st = ring + (size_t)i * stride, *sc = st + 16 * a.trs;
@@ -428,15 +430,15 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		e = __shfl_sync(0xFFFFFFFFu, e, 0);
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-		unsigned n = 0;
+		gt_pos rq = {0, 0, 0};
 		const unsigned long long inc = (unsigned long long)max((p.gu.rows + 15) / 16, (int64_t)gridDim.x);
 		const unsigned long long base = __shfl_sync(0xFFFFFFFFu, epoch0, 0) * inc; /* (lane 0's epoch) */
-		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, n, pol, lane, mt_first(),
+		mt_produce<F>(p.gu, e, sm, stride, S, full, empty, hdr, rq, pol, lane, mt_first(),
 		              p.gclaim ? &p.sync[MT_CLAIM(slot)] : NULL, base, p.ahead);
 		if (p.phases == 2) {
 			if (p.holdb)
 				gt_wait(&bgo, 0);
-			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, n, pol, lane, blockIdx.x, NULL, 0, p.ahead);
+			mt_produce<F>(p.dn, e, sm, stride, S, full, empty, hdr, rq, pol, lane, blockIdx.x, NULL, 0, p.ahead);
 		}
 		return;
 	}
@@ -596,7 +598,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 	const int64_t e = p.local ? (int64_t)sel[slot] : __ldcg(p.idx + slot); /* in flight with the staging's loads */
 	uint8_t *xs = sm + (size_t)S * stride;
 	float s_ss[1];
-	unsigned n = 0;
+	gt_pos rq = {0, 0, 0};
 
 	/* gate|up: the normalized token as plain x (written in this launch: loads from L2) */
 	{
@@ -612,7 +614,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		gt_sync();
 		const float post0 = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
 		const float post = p.local ? post0 * s_inv : post0;
-		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
+		mt_consume<F>(a, sm, stride, S, full, empty, hdr, rq, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * (a.rows / 2), bias, p.bpre && !p.gclaim ? s_bias : NULL,
 		              p.gclaim ? s_tb : NULL, post, warp, lane);
 		if (!router)
@@ -650,7 +652,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) moe_tma_kernel(const __g
 		if (!router)
 			TL_MARK(7);
 		const float post = a.ws2e ? a.post * __ldg(a.ws2e + e) : a.post;
-		mt_consume<F>(a, sm, stride, S, full, empty, hdr, n, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
+		mt_consume<F>(a, sm, stride, S, full, empty, hdr, rq, xs, cs, reinterpret_cast<float *>(xs + 2 * cs),
 		              a.y + (size_t)slot * a.rows, dbias, p.bpre ? s_bias : NULL, NULL, post, warp, lane);
 		if (!router)
 			TL_MARK(4);
