@@ -116,7 +116,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	__syncthreads();
 
 	if (warp == GT_W) {
-		/* The producer: stage n goes to slot n % S (q) once the consumers have handed back its
+		/* The producer: stage n goes to slot n % S (q.n, q.i) once the consumers have handed back its
 		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
 		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
 		int64_t tile = blockIdx.x;

@@ -167,9 +167,8 @@ static __device__ __forceinline__ float mt_inv_rms(float ss, float *s_red, int l
 
 /* The producer's copies of one matrix for expert e: tiles first + i * gridDim.x (strided: the
  * down's combine relies on it, first = blockIdx.x there; mt_first for the gate|up), each stage
- * into ring slot n % S once handed back, then a stage marked -1. The position (q) runs on across both
- * matrices.
- * (gemv_tma.cu's copies without the tensor maps.) */
+ * into ring slot n % S once handed back, then a stage marked -1. The ring's position q (n, its slot
+ * and parity) runs on across both matrices. (gemv_tma.cu's copies without the tensor maps.) */
 template <int F>
 static __device__ __forceinline__ void mt_produce(const gm_args &a, int64_t e, uint8_t *ring, int stride, int S,
                                                   uint64_t *full, uint64_t *empty, int *hdr, gt_pos &q,
