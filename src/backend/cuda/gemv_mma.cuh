@@ -401,8 +401,17 @@ static __device__ __forceinline__ void gm_combine_rows(const gm_args &a)
 		a.cnt[blockIdx.x] = 0; /* ready for the next launch */
 }
 
+/* 16 bytes of shared memory by shared-space address (the bulk-copy kernels: gemv_tma.cuh's
+ * gt_lds16 says why) */
+static __device__ __forceinline__ uint4 gm_lds128(uint32_t sa)
+{
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sa));
+	return v;
+}
+
 /* 16 bytes of staged activations, off bytes into a column: by a generic pointer (gemv_mma.cu), or
- * by a shared-space address (the bulk-copy kernels, gemv_tma.cuh's gt_lds128 says why) */
+ * by a shared-space address (the bulk-copy kernels) */
 static __device__ __forceinline__ uint4 gm_ldx(const uint8_t *col, int off)
 {
 	return *reinterpret_cast<const uint4 *>(col + off);
@@ -410,11 +419,7 @@ static __device__ __forceinline__ uint4 gm_ldx(const uint8_t *col, int off)
 
 static __device__ __forceinline__ uint4 gm_ldx(uint32_t col, int off)
 {
-	uint4 v;
-	asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-	             : "r"(col + (uint32_t)off));
-	return v;
+	return gm_lds128(col + (uint32_t)off);
 }
 
 /* One 128-element step of a lane: its 16 code bytes of rows g (wqa) and g + 8 (wqb) at chunk lc,

@@ -320,7 +320,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	const int g = lane >> 2, t = lane & 3;
 	const uint8_t *xcol[NG];
 	gm_xcols<NG>(xcol, xs, cs, M, g);
-	uint32_t xsa[NG]; /* the same, as shared-space addresses (gt_lds128) */
+	uint32_t xsa[NG]; /* the same, as shared-space addresses (gm_lds128) */
 #pragma unroll
 	for (int gg = 0; gg < NG; gg++)
 		xsa[gg] = gt_sa(xcol[gg]);
@@ -343,7 +343,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 			const int u = warp * sps + j, s = kc * GT_W * sps + u; /* step in the stage, in the row */
 			if (s >= nsteps)
 				break;
-			const uint4 wqa = gt_lds128(pw + u * 64), wqb = gt_lds128(pw + 8 * a.trs + u * 64);
+			const uint4 wqa = gm_lds128(pw + u * 64), wqb = gm_lds128(pw + 8 * a.trs + u * 64);
 			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in the scale rows */
 			uint32_t cai, cbi;
 			if (4 * s + t >= (K >> 5)) {

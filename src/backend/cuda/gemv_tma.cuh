@@ -94,18 +94,12 @@ static __device__ __forceinline__ void gt_next(gt_pos &q, int S)
 	}
 }
 
-/* Loads from a stage by shared-space address. Through generic pointers into the ring, ptxas
- * rebuilt the ring's window address from the CTA's id (S2R SR_CgaCtaId and three dependent
- * instructions) at every step, on the path to the step's first loads, and recomputed each
- * lane's offsets from the kernel arguments; addresses kept as 32-bit values avoid both. Volatile:
- * they stay after the mbarrier wait that hands the stage over. */
-static __device__ __forceinline__ uint4 gt_lds128(uint32_t sa)
-{
-	uint4 v;
-	asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(sa));
-	return v;
-}
-
+/* Loads from a stage by shared-space address (and gemv_mma.cuh's gm_lds128 for 16 bytes).
+ * Through generic pointers into the ring, ptxas rebuilt the ring's window address from the
+ * CTA's id (S2R SR_CgaCtaId and three dependent instructions) at every step, on the path to the
+ * step's first loads, and recomputed each lane's offsets from the kernel arguments; addresses
+ * kept as 32-bit values avoid both. Volatile: they stay after the mbarrier wait that hands the
+ * stage over. */
 static __device__ __forceinline__ uint32_t gt_lds16(uint32_t sa)
 {
 	unsigned short v;
