@@ -338,27 +338,39 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		const int tile = hdr[i];
 		if (tile < 0)
 			break;
-		const uint32_t pw = ring + (uint32_t)i * (uint32_t)a.tstage + wa, ps = pw - wa + ska; /* in the stage */
-		for (int j = 0; j < sps; j++) {
-			const int u = warp * sps + j, s = kc * GT_W * sps + u; /* step in the stage, in the row */
-			if (s >= nsteps)
-				break;
-			const uint4 wqa = gm_lds128(pw + u * 64), wqb = gm_lds128(pw + 8 * a.trs + u * 64);
-			const int ch = a.tscl ? 4 * s + t : 4 * u + t; /* the lane's scale chunk in the scale rows */
-			uint32_t cai, cbi;
-			if (4 * s + t >= (K >> 5)) {
-				cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
-			} else if (F == GM_NVFP4) {
-				cai = gt_lds16(ps + ch * 2);
-				cbi = gt_lds16(ps + 8 * a.tss + ch * 2);
-			} else {
-				cai = gt_lds8(ps + ch);
-				cbi = gt_lds8(ps + 8 * a.tss + ch);
+		/* this warp's steps of the stage: u0 + j in it, s0 + j in the row, jn of them (fewer at
+		 * the row's end, none past it). What a step needs is the stage's value plus j times a
+		 * constant, so the loop carries no per-step index arithmetic or argument tests. */
+		const int u0 = warp * sps, s0 = kc * GT_W * sps + u0, jn = min(sps, nsteps - s0);
+		const uint32_t pw = ring + (uint32_t)i * (uint32_t)a.tstage + wa + 64u * (uint32_t)u0; /* step j: + 64 j */
+		const int sbytes = F == GM_NVFP4 ? 2 : 1; /* a chunk's scale bytes */
+		const uint32_t ps = pw - 64u * (uint32_t)u0 - wa + ska + /* step j: + 4 j chunks */
+		                    (uint32_t)(sbytes * (a.tscl ? 4 * s0 + t : 4 * u0 + t));
+		const int kr = (K >> 5) - (4 * s0 + t); /* step j's chunk is past K where 4 j >= kr */
+		const uint32_t w8 = 8u * (uint32_t)a.trs, s8 = 8u * (uint32_t)a.tss;
+		if (!a.tprobe) {
+#pragma unroll 1
+			for (int j = 0; j < jn; j++) {
+				const uint4 wqa = gm_lds128(pw + 64 * j), wqb = gm_lds128(pw + w8 + 64 * j);
+				uint32_t cai, cbi;
+				if (4 * j >= kr) {
+					cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
+				} else if (F == GM_NVFP4) {
+					cai = gt_lds16(ps + 8 * j);
+					cbi = gt_lds16(ps + s8 + 8 * j);
+				} else {
+					cai = gt_lds8(ps + 4 * j);
+					cbi = gt_lds8(ps + s8 + 4 * j);
+				}
+				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xsa, 4 * (s0 + j) + t);
 			}
-			if (!a.tprobe)
-				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xsa, 4 * s + t);
-			else
-				acc[0][0] += __uint_as_float(wqa.x ^ wqb.y ^ cai ^ cbi); /* keep the loads */
+		} else { /* diagnostics (FP4S_GEMV_TMA_PROBE): the loads alone */
+#pragma unroll 1
+			for (int j = 0; j < jn; j++) {
+				const uint4 wqa = gm_lds128(pw + 64 * j), wqb = gm_lds128(pw + w8 + 64 * j);
+				const uint32_t c = 4 * j >= kr ? 0u : gt_lds8(ps + sbytes * 4 * j) ^ gt_lds8(ps + s8 + sbytes * 4 * j);
+				acc[0][0] += __uint_as_float(wqa.x ^ wqb.y ^ c); /* keep the loads */
+			}
 		}
 		__syncwarp();
 		if (lane == 0)

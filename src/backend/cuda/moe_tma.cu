@@ -301,6 +301,12 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 	const int g = lane >> 2, t = lane & 3;
 	const uint8_t *xcol[1];
 	gm_xcols<1>(xcol, xs, cs, 1, g);
+	/* the codes and x by shared-space address (gm_lds128; gemv_tma.cuh's gt_lds16 says why). The
+	 * scales stay generic: by address too, this kernel spills at its 96 registers (ptxas). With
+	 * this, gpt-oss-20b decode +0.1-0.8 % (+0.8-1.9 % at depth 4096) on the H200,
+	 * bench/results/2026-11-28-h200-session30.md. */
+	const uint32_t xsa[1] = {gt_sa(xcol[0])};
+	const uint32_t wa = gt_sa(ring) + (uint32_t)(g * a.trs + t * 16);
 	float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 	int kc = 0, tile_it = 0;
 	for (;; gt_next(q, S)) {
@@ -321,8 +327,8 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 			const int u = warp * sps + j, s = kc * GT_W * sps + u;
 			if (s >= nsteps)
 				break;
-			const uint4 wqa = *reinterpret_cast<const uint4 *>(st + g * a.trs + u * 64 + t * 16);
-			const uint4 wqb = *reinterpret_cast<const uint4 *>(st + (g + 8) * a.trs + u * 64 + t * 16);
+			const uint32_t pw = wa + (uint32_t)i * (uint32_t)stride + u * 64;
+			const uint4 wqa = gm_lds128(pw), wqb = gm_lds128(pw + 8 * a.trs);
 			const int ch = a.tscl ? 4 * s + t : 4 * u + t;
 			uint32_t cai, cbi;
 			if (4 * s + t >= (K >> 5)) {
@@ -334,7 +340,7 @@ static __device__ __forceinline__ void mt_consume(const gm_args &a, const uint8_
 				cai = sc[g * a.tss + ch];
 				cbi = sc[(g + 8) * a.tss + ch];
 			}
-			gm_step<F, 1>(acc, wqa, wqb, cai, cbi, a.ec, xcol, 4 * s + t);
+			gm_step<F, 1>(acc, wqa, wqb, cai, cbi, a.ec, xsa, 4 * s + t);
 		}
 		__syncwarp();
 		if (lane == 0)
