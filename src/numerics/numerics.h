@@ -273,27 +273,21 @@ static FP4S_HD uint32_t fp4s_e2m1_unpermute_word(uint32_t r)
 	return w;
 }
 
-/* n in 1..31 (one funnel shift on the GPU) */
-static FP4S_HD uint32_t fp4s_rotl32(uint32_t x, int n)
-{
-#if defined(__CUDA_ARCH__)
-	return __funnelshift_l(x, x, n);
-#else
-	return (x << n) | (x >> (32 - n));
-#endif
-}
-
 /* Pair k (0..3) of a permuted word: codes 3 - k (low half) and 7 - k (high half) as BF16 bits of
- * value * 2^-126 */
+ * value * 2^-126.
+ * Plain shifts, not rotations: no bit that a rotation would carry round lands under a mask, so
+ * the values are the same, and a left shift can go to the GPU's multiply-add pipe (IMAD.SHL)
+ * where a rotation is a funnel shift on the integer pipe. The decode GEMV's consumers are bound
+ * by that integer pipe on the H200 (bench/results/2026-11-28-h200-session30.md). */
 static FP4S_HD uint32_t fp4s_e2m1_perm_pair(uint32_t r, int k)
 {
 	if (k == 0)
 		return r & 0x81C081C0u;
 	if (k == 1)
-		return fp4s_rotl32(r, 3) & 0x81C081C0u;
+		return (r << 3) & 0x81C081C0u;
 	if (k == 2)
-		return (fp4s_rotl32(r, 2) & 0x80008000u) | (fp4s_rotl32(r, 6) & 0x01C001C0u);
-	return (fp4s_rotl32(r, 1) & 0x80008000u) | (fp4s_rotl32(r, 29) & 0x01C001C0u);
+		return ((r << 2) & 0x80008000u) | ((r << 6) & 0x01C001C0u);
+	return ((r << 1) & 0x80008000u) | ((r >> 3) & 0x01C001C0u);
 }
 
 #ifdef __cplusplus

@@ -21,7 +21,23 @@ prof() { local lab=$1 bin=$2 m=$3 re=$4 skip=$5
   ncu -i /tmp/p-$lab.ncu-rep --page details > $L/ncu-$lab-details.txt 2>&1
   ncu -i /tmp/p-$lab.ncu-rep --page source --csv --print-source sass > $L/ncu-$lab-sass.csv 2>&1; gzip -f $L/ncu-$lab-sass.csv
   grep -E "Duration|DRAM Throughput|Issued Warp|No Eligible|Registers" $L/ncu-$lab-details.txt | head -8 >> $S; }
+TT="fp4serve stream_bench test_gemv test_gemm test_gemv_experts test_moe_router test_engine_cuda test_golden"
 for ph in "$@"; do case $ph in
+b31) # C = main (0841791), D = C + fp4s_e2m1_perm_pair by plain shifts (bit-identical, IMAD.SHL-able)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  J=8 bld $G/treeC /tmp/fC $L/build-C.log fp4serve stream_bench & J=8 bld $G/treeD /tmp/fD $L/build-D.log $TT & wait
+  for v in C D; do timeout 60 /tmp/f$v/dev/stream_bench > $L/stream-$v.txt 2>&1; ts "stream $v: $(grep fit $L/stream-$v.txt)"; done
+  gen llama3-8b nvfp4; gen qwen3-30b-a3b nvfp4; gen gpt-oss-20b mxfp4
+  for v in C D; do
+    bench llama3-8b-$v-1 /tmp/f$v /dev/shm/llama3-8b -p 0 -n 128 --reps 3; bench llama3-8b-d-$v-1 /tmp/f$v /dev/shm/llama3-8b -p 0 --ctx 4096 -n 64 --reps 2
+    bench qwen3-30b-a3b-$v-1 /tmp/f$v /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; bench qwen3-30b-a3b-d-$v-1 /tmp/f$v /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
+    bench gpt-oss-20b-$v-1 /tmp/f$v /dev/shm/gpt-oss-20b -p 0 -n 128 --reps 3; bench gpt-oss-20b-d-$v-1 /tmp/f$v /dev/shm/gpt-oss-20b -p 0 --ctx 4096 -n 64 --reps 2
+    bench llama3-8b-pp-$v /tmp/f$v /dev/shm/llama3-8b -p 512 -n 0 --reps 3
+  done
+  cd $G/treeD
+  (timeout 130 ctest --test-dir /tmp/fD -R "test_golden_cuda|test_engine_cuda|test_gemm|test_gemv_experts|test_moe_router" -j5 --output-on-failure > $L/ctest-D.txt 2>&1; ts "ctest D rc=$?") &
+  (timeout 130 /tmp/fD/tests/test_gemv "M=1" > $L/test_gemv-M1-D.txt 2>&1; ts "test_gemv M=1 D rc=$? $(grep -c 'rel L2' $L/test_gemv-M1-D.txt) cases; $(tail -1 $L/test_gemv-M1-D.txt)") &
+  wait; grep -E "Passed|Failed|tests passed|Timeout" $L/ctest-D.txt >> $S ;;
 b30) # build C and X, stream_bench, e2e decode C vs X (2 rounds), C with 4096-K stages, ncu of the gate|up launch
   nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
   J=8 bld $G/treeC /tmp/fC $L/build-C.log all & J=8 bld $G/treeX /tmp/fX $L/build-X.log all & wait
