@@ -259,6 +259,7 @@ static int run_case(const struct gcase *c, const char *filter)
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut off by a time limit still shows how far it got */
 	int ndev = 0;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
 		TEST_SKIP("no CUDA device");

@@ -595,6 +595,7 @@ static void run_link(enum fp4s_wformat fmt, int64_t H, int64_t I, int64_t Q, int
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut off by a time limit still shows how far it got */
 	int ndev = 0;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
 		TEST_SKIP("no CUDA device");

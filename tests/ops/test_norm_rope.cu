@@ -121,6 +121,7 @@ static void run_case(int nh, int nkv, int d, int rot, int zc, int n, const char 
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut off by a time limit still shows how far it got */
 	int ndev = 0;
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
 		TEST_SKIP("no CUDA device");
