@@ -67,21 +67,27 @@ static int t_pass, t_fail;
 /* Deterministic generator for test inputs (splitmix64); seed from FP4S_TEST_SEED or the clock so
  * every run draws fresh inputs, and the seed is printed so a failure can be replayed. */
 static unsigned long long t_rng_state;
-static inline unsigned long long t_rand_u64(void)
+#define T_RNG_STEP 0x9E3779B97F4A7C15ull
+/* The generator on an explicit state. Its n-th value depends only on the start and n (the state
+ * advances by T_RNG_STEP a draw), so a parallel loop can draw, in each of its parts, exactly
+ * what a sequential loop would: part p starts at t_rng_state + (draws before p) * T_RNG_STEP. */
+static inline unsigned long long t_rand_u64_at(unsigned long long *st)
 {
-	unsigned long long z = (t_rng_state += 0x9E3779B97F4A7C15ull);
+	unsigned long long z = (*st += T_RNG_STEP);
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
 	return z ^ (z >> 31);
 }
-static inline double t_rand_uniform(void) { return (double)(t_rand_u64() >> 11) * 0x1.0p-53; }
-static inline double t_rand_normal(void)
+static inline double t_rand_normal_at(unsigned long long *st) /* two draws */
 {
-	double u1 = t_rand_uniform(), u2 = t_rand_uniform();
+	double u1 = (double)(t_rand_u64_at(st) >> 11) * 0x1.0p-53, u2 = (double)(t_rand_u64_at(st) >> 11) * 0x1.0p-53;
 	if (u1 < 1e-300)
 		u1 = 1e-300;
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+static inline unsigned long long t_rand_u64(void) { return t_rand_u64_at(&t_rng_state); }
+static inline double t_rand_uniform(void) { return (double)(t_rand_u64() >> 11) * 0x1.0p-53; }
+static inline double t_rand_normal(void) { return t_rand_normal_at(&t_rng_state); }
 static inline void t_seed_from_env(void)
 {
 	const char *s = getenv("FP4S_TEST_SEED");
