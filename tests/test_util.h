@@ -78,15 +78,16 @@ static inline unsigned long long t_rand_u64_at(unsigned long long *st)
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
 	return z ^ (z >> 31);
 }
+static inline double t_rand_uniform_at(unsigned long long *st) { return (double)(t_rand_u64_at(st) >> 11) * 0x1.0p-53; }
 static inline double t_rand_normal_at(unsigned long long *st) /* two draws */
 {
-	double u1 = (double)(t_rand_u64_at(st) >> 11) * 0x1.0p-53, u2 = (double)(t_rand_u64_at(st) >> 11) * 0x1.0p-53;
+	double u1 = t_rand_uniform_at(st), u2 = t_rand_uniform_at(st);
 	if (u1 < 1e-300)
 		u1 = 1e-300;
 	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 static inline unsigned long long t_rand_u64(void) { return t_rand_u64_at(&t_rng_state); }
-static inline double t_rand_uniform(void) { return (double)(t_rand_u64() >> 11) * 0x1.0p-53; }
+static inline double t_rand_uniform(void) { return t_rand_uniform_at(&t_rng_state); }
 static inline double t_rand_normal(void) { return t_rand_normal_at(&t_rng_state); }
 static inline void t_seed_from_env(void)
 {
