@@ -6,7 +6,9 @@
 // CPU's rmsnorm, matmul and routing: BF16 / F16 / F32 routers, with and
 // without a bias, both router kinds (Qwen3 softmax then top-k with and without renormalization;
 // gpt-oss top-k then softmax), both norm kinds, E = 128 / 32 / 60 / 17 / 100 (partial blocks) /
-// 256, and 1500 (more than the last block ranks: route_warp's rounds). Each
+// 256 / 200 with top 64 (the last block's warp 0 with the logits in registers, route_reg), 512
+// (all the last block's warps, route_block), and 1500 (more than the last block ranks:
+// route_warp's rounds). Each
 // case launches twice on different residuals (the block counter must be left zero). Checks: the
 // logits within 2e-5 of the largest; the ids exactly those the CPU routing picks from the GPU's
 // logits, the weights within 2e-6; the ids equal to the CPU's own unless its logits have a
@@ -699,6 +701,8 @@ int main(int argc, char **argv)
 	run_route(FP4S_WF_F16, 60, 6, 512, 0, 0, 1, 0, 1, filter);
 	run_route(FP4S_WF_BF16, 17, 4, 1024, 0, 1, 0, 1, 0, filter); /* 5 blocks, the last with one row */
 	run_route(FP4S_WF_F16, 100, 8, 1536, 1, 0, 0, 0, 0, filter);
+	run_route(FP4S_WF_F32, 200, 64, 1024, 0, 1, 0, 0, 1, filter); /* route_reg's 8 a lane, more picks than lanes */
+	run_route(FP4S_WF_BF16, 512, 8, 2048, 0, 1, 0, 0, 1, filter); /* past route_reg: route_block's ranking */
 	run_route(FP4S_WF_BF16, 1500, 8, 1024, 0, 1, 0, 0, 0, filter); /* past route_block's ranking: one warp's rounds */
 	run_block(0, 128, 8, 2048, 128, 0, filter);
 	run_block(0, 64, 8, 1024, 256, 1, filter);

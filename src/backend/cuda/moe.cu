@@ -55,16 +55,19 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int32_
  * which costs less than a separate norm launch. The block stages h * norm weight in shared
  * memory and applies 1 / rms to each dot product (it commutes). The logits go to global memory;
  * the last block to finish (a counter, reset for the next launch, as gemv_mma.cu's split-K) reads
- * them back and routes them with route_warp, the code moe_route_kernel runs, so both give the
- * same ids and weights for the same logits. Nothing depends on arrival order. xn (may be NULL):
+ * them back and routes them: with up to 256 experts by its warp 0 with the logits in registers
+ * (route_reg), else by all its warps (route_block); both give route_warp's ids and weights, the
+ * code moe_route_kernel runs, for the same logits. Nothing depends on arrival order. xn (may be NULL):
  * block 0 also writes the normalized token there. */
 #define NR_WARPS 4
 #define NR_NV 6 /* float4s of h a thread loads at once: H <= 3072 in one round */
 #define NR_RANK_MAX 1024 /* experts route_block ranks (each thread compares against all E) */
 
-/* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads; C: fp4s_diag_clone's copy */
+/* FP4S_WF_BF16, FP4S_WF_F16, FP4S_WF_F32; chunks a lane preloads; C: fp4s_diag_clone's copy.
+ * The bound of 1 block: with none, ptxas held PRE = 8 (qwen3-30b-a3b's) to 127 registers and
+ * spilled around the warm-up call (140 without a spill; 32 blocks a launch, few an SM). */
 template <int FMT, int PRE, int C = 0>
-static __global__ void __launch_bounds__(NR_WARPS * 32)
+static __global__ void __launch_bounds__(NR_WARPS * 32, 1)
 norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, int32_t E, int32_t H,
                   const float *__restrict__ h, const float *__restrict__ nw, float eps, int zc, int32_t K,
                   int kind, int norm, float *__restrict__ lg, unsigned *__restrict__ cnt,
@@ -86,9 +89,16 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 #pragma unroll
 	for (int i = 0; i < PRE; i++)
 		pre[i] = lane + 32 * i < nq ? __ldg(wr + lane + 32 * i) : make_uint4(0, 0, 0, 0);
-	if (warm && E <= NR_RANK_MAX) /* the top-k's code warm (route.cuh) */
+	/* the top-k by route_reg, 4 or 8 experts a lane (0: route_block) */
+	const int reg = !(warm & 2) ? 0 : E <= 128 ? 4 : E <= 256 ? 8 : 0;
+	if ((warm & 1) && reg) { /* the top-k's code warm (route.cuh) */
+		if (warp == 0 && reg == 4)
+			route_warm_reg<4>(K, kind, norm, sel, selv);
+		else if (warp == 0)
+			route_warm_reg<8>(K, kind, norm, sel, selv);
+	} else if ((warm & 1) && E <= NR_RANK_MAX)
 		route_warm_block<NR_WARPS * 32>(K, kind, norm, sel, selv);
-	else if (warm && warp == 0)
+	else if ((warm & 1) && warp == 0)
 		route_warm(K, kind, norm, sel, selv);
 	pdl_wait(); /* h is the previous kernel's output */
 	TL_MARK(1);
@@ -145,6 +155,16 @@ norm_route_kernel(const uint8_t *__restrict__ rw, const float *__restrict__ rb, 
 	__syncthreads();
 	if (!last)
 		return;
+	if (reg) { /* the last block's warp 0, the logits in registers */
+		if (threadIdx.x == 0)
+			*cnt = 0; /* ready for the next launch */
+		if (warp == 0 && reg == 4)
+			route_reg<4>(lg, 0, E, K, kind, norm, sel, selv, idx, w, TL_REC());
+		else if (warp == 0)
+			route_reg<8>(lg, 0, E, K, kind, norm, sel, selv, idx, w, TL_REC());
+		TL_MARK(5);
+		return;
+	}
 	/* the last block: every warp takes part in the top-k (route_block) */
 	float *pr = xs;
 	for (int32_t e = threadIdx.x; e < E; e += NR_WARPS * 32)
@@ -353,8 +373,10 @@ extern "C" int fp4s_cuda_norm_route(const struct fp4s_mat *router, int32_t K, in
 		return FP4S_EUNSUPPORTED;
 	const dim3 grid((unsigned)((E + NR_WARPS - 1) / NR_WARPS));
 	const uint8_t *d = (const uint8_t *)router->data;
-	static int warm_off = -1; /* FP4S_ROUTE_WARM=0: no warm-up of the top-k's code (A/B) */
-	const int warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off);
+	/* bit 0: the top-k's code warmed up (FP4S_ROUTE_WARM=0: not, A/B); bit 1: the top-k by
+	 * route_reg where E <= 256 (FP4S_ROUTE_REG=0: by route_block, A/B) */
+	static int warm_off = -1, reg_off = -1;
+	const int warm = !fp4s_env_off("FP4S_ROUTE_WARM", &warm_off) | (!fp4s_env_off("FP4S_ROUTE_REG", &reg_off) << 1);
 	const int32_t nq = (int32_t)(H * esz / 16);
 	cudaError_t e;
 	switch (router->fmt) {

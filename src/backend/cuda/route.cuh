@@ -1,8 +1,8 @@
 /* route.cuh: a token's router logits to its experts, shared by moe.cu's route kernels and
  * moe_tma.cu's one-launch MoE block so that all give the same ids and weights for the same
  * logits: a 16-byte chunk of a router row (BF16, FP16 or FP32) against staged activations, and
- * the top-k of a row of logits, by one warp (route_warp) or by a block (route_block), with the
- * same choices and the same weights. */
+ * the top-k of a row of logits, by one warp (route_warp; route_reg with the logits in
+ * registers) or by a block (route_block), with the same choices and the same weights. */
 #ifndef FP4S_ROUTE_CUH
 #define FP4S_ROUTE_CUH
 
@@ -170,6 +170,89 @@ static __device__ __noinline__ void route_block(float *pr, uint32_t *keys, int32
 	tl_mark_at(tl, 7);
 	for (int32_t j = tid; j < K; j += NT)
 		route_weight(j, K, kind, norm, sel, selv, idx, w);
+}
+
+/* The same choices and weights, bit for bit, by one warp with the logits in registers, for
+ * E <= 32 * EPL: lane l holds experts l + 32 i (i < EPL), route_softmax's order, so the max,
+ * the exponentials, the sum (each lane's in i order, then the same xor butterfly) and the
+ * divisions are route_warp's operations on the same values. The K rounds are route_warp's (the
+ * largest key, ties to the lowest id, by two warp reductions), a taken expert's key zeroed in
+ * its lane's registers, and the owner of a pick writes sel[j], selv[j]; then route_weight.
+ * lg: the logits (global, read past L1: other blocks of the launch wrote them); dry: no loads
+ * and no globals written (idx, w must then be shared scratch), for route_warm_reg.
+ * Why: route_block's shared-memory passes, barriers and the rank loop took ~2.8 us a layer as
+ * the router's last block's tail on qwen3-30b-a3b (128 experts, top 8; timeline marks: logits
+ * read back 0.4, softmax and keys 1.4, ranks 1.1, weights 0.4). Here the chain is the loads,
+ * two reductions, one division each, and K rounds of two warp reductions.
+ * tl: timeline marks (timeline.cuh): 4 logits loaded, 6 keys made, 7 picks made. */
+template <int EPL>
+static __device__ __noinline__ void route_reg(const float *lg, int dry, int32_t E, int32_t K, int kind, int norm,
+                                              int32_t *sel, float *selv, int32_t *__restrict__ idx,
+                                              float *__restrict__ w, void *tl)
+{
+	const int lane = threadIdx.x & 31;
+	float v[EPL];
+#pragma unroll
+	for (int i = 0; i < EPL; i++) {
+		const int32_t e = lane + 32 * i;
+		v[i] = e >= E ? 0.0f : dry ? (float)((e * 7) & 31) * 0.125f : __ldcg(lg + e);
+	}
+	tl_mark_at(tl, 4);
+	if (kind == 0) {
+		float m = -INFINITY;
+#pragma unroll
+		for (int i = 0; i < EPL; i++)
+			if (lane + 32 * i < E)
+				m = fmaxf(m, v[i]);
+		for (int o = 16; o; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+		float sum = 0.0f;
+#pragma unroll
+		for (int i = 0; i < EPL; i++)
+			if (lane + 32 * i < E)
+				sum += v[i] = expf(v[i] - m);
+		for (int o = 16; o; o >>= 1)
+			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+#pragma unroll
+		for (int i = 0; i < EPL; i++)
+			if (lane + 32 * i < E)
+				v[i] /= sum;
+	}
+	uint32_t key[EPL];
+#pragma unroll
+	for (int i = 0; i < EPL; i++)
+		key[i] = lane + 32 * i < E ? route_key(v[i]) : 0u;
+	tl_mark_at(tl, 6);
+	for (int32_t j = 0; j < K; j++) {
+		uint32_t kb = 0u, bi = 0xFFFFFFFFu;
+#pragma unroll
+		for (int i = 0; i < EPL; i++) /* strict: the lowest i, so the lowest id, among equal keys */
+			if (key[i] > kb)
+				kb = key[i], bi = (uint32_t)(lane + 32 * i);
+		const uint32_t km = __reduce_max_sync(0xFFFFFFFFu, kb);
+		const uint32_t id = __reduce_min_sync(0xFFFFFFFFu, kb == km ? bi : 0xFFFFFFFFu);
+#pragma unroll
+		for (int i = 0; i < EPL; i++)
+			if (id == (uint32_t)(lane + 32 * i)) {
+				key[i] = 0u;
+				sel[j] = (int32_t)id;
+				selv[j] = v[i];
+			}
+	}
+	__syncwarp();
+	tl_mark_at(tl, 7);
+	for (int32_t j = lane; j < K; j += 32)
+		route_weight(j, K, kind, norm, sel, selv, idx, w);
+}
+
+/* route_reg's code warm (see route_warm below), by one warp (K <= 64) */
+template <int EPL>
+static __device__ __forceinline__ void route_warm_reg(int32_t K, int kind, int norm, int32_t *sel, float *selv)
+{
+	__shared__ int32_t ids[64];
+	__shared__ float ws[64];
+	route_reg<EPL>(nullptr, 1, 32 * EPL, K < 64 ? K : 64, kind, norm, sel, selv, ids, ws, nullptr);
+	__syncwarp();
 }
 
 /* The top-k runs once a layer, by the router's last block, on the critical path of the step,
