@@ -11,6 +11,7 @@
 #include <utf8proc.h>
 
 #include "test_tok_common.h"
+#include "nfc_ref.h"
 #include "test_util.h"
 
 static char dir[512];
@@ -256,6 +257,15 @@ static void features(void)
 		"\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"use_regex\":false}]}";
 	a = load(&x, "nfc.json");
 	expect(a, "e\xCC\x81", 0, (int32_t[]){0xC3, 0xA9}, 2); /* e + U+0301 -> U+00E9 */
+	/* U+1100 U+1161 U+11A7 -> U+AC00 U+11A7: U+11A7 is no trailing consonant and stays, which
+	 * utf8proc_NFC gets wrong and the tests' reference corrects (nfc_ref.h; found by fuzz_encode) */
+	expect(a, "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA7", 0, (int32_t[]){0xEA, 0xB0, 0x80, 0xE1, 0x86, 0xA7}, 6);
+	{
+		utf8proc_uint8_t *ref = t_nfc_ref((const utf8proc_uint8_t *)"a\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA7"
+		                                                             "e\xCC\x81\xE1\x86\xA7\xE1\x86\xA7");
+		CHECK(ref && !strcmp((char *)ref, "a\xEA\xB0\x80\xE1\x86\xA7\xC3\xA9\xE1\x86\xA7\xE1\x86\xA7"));
+		free(ref);
+	}
 	expect(a, "hello", 0, (int32_t[]){HE, 'l', 'l', 'o'}, 4);
 	/* every BMP code point (and a sample beyond) between composing neighbours: the encoder's NFC
 	 * shortcut (only stretches around unsafe code points are normalized) must equal utf8proc_NFC */
