@@ -382,6 +382,48 @@ static int is_ascii(const char *s, size_t n)
 	return 1;
 }
 
+/* utf8proc_map for the composing forms, run by run between U+11A7s: utf8proc before 2.11
+ * (Debian's is 2.8.0) composes an LV syllable with U+11A7 and drops the jamo, where Unicode
+ * keeps it (U+11A7 is T_BASE, not a trailing consonant; fixed upstream in utf8proc pull request
+ * 317). U+11A7 composes with nothing on either side, so normalizing the runs between its
+ * occurrences and keeping it gives Unicode's result, as Hugging Face's tokenizers give. nfc_run
+ * needs none of this: U+11A7 is one of its safe code points, never inside what it normalizes.
+ * Returns utf8proc_map's result: the length of *out (malloc'd, NUL-terminated) or an error. */
+static utf8proc_ssize_t map_composed(const utf8proc_uint8_t *s, utf8proc_ssize_t n, utf8proc_uint8_t **out,
+                                     utf8proc_option_t opt)
+{
+	static const char tb[] = "\xE1\x86\xA7"; /* U+11A7 */
+	const char *p = (const char *)s, *end = p + n;
+	const char *q = memmem(p, (size_t)n, tb, 3);
+	if (!q)
+		return utf8proc_map(s, n, out, opt);
+	char *buf = NULL;
+	size_t bn = 0, cap = 0;
+	for (;;) {
+		utf8proc_uint8_t *piece = NULL;
+		const utf8proc_ssize_t k =
+			q > p ? utf8proc_map((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)(q - p), &piece, opt) : 0;
+		int rc = k < 0 ? 1 : append(&buf, &bn, &cap, piece, (size_t)k);
+		free(piece);
+		if (!rc && q < end)
+			rc = append(&buf, &bn, &cap, tb, 3);
+		if (!rc && q == end)
+			rc = append(&buf, &bn, &cap, "", 1); /* the NUL utf8proc_map leaves */
+		if (rc) {
+			free(buf);
+			return k < 0 ? k : UTF8PROC_ERROR_NOMEM;
+		}
+		if (q == end)
+			break;
+		p = q + 3;
+		q = memmem(p, (size_t)(end - p), tb, 3);
+		if (!q)
+			q = end;
+	}
+	*out = (utf8proc_uint8_t *)buf;
+	return (utf8proc_ssize_t)(bn - 1);
+}
+
 /* Normalizes a valid UTF-8 run and pre-tokenizes it. */
 static int encode_valid(struct enc_ctx *c, const char *s, size_t n)
 {
@@ -408,7 +450,9 @@ static int encode_valid(struct enc_ctx *c, const char *s, size_t n)
 		}
 		if (n > (size_t)PTRDIFF_MAX / 8)
 			return fp4s_error_set(c->err, FP4S_EINVAL, "text too long");
-		utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm, opt);
+		utf8proc_ssize_t r = opt & UTF8PROC_COMPOSE
+			? map_composed((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm, opt)
+			: utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm, opt);
 		if (r < 0)
 			return fp4s_error_set(c->err, FP4S_EINVAL, "normalization failed: %s", utf8proc_errmsg(r));
 		s = (const char *)norm;

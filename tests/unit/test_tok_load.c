@@ -297,6 +297,16 @@ static void features(void)
 	CHECK_EQ_INT(nfc_bad, 0);
 	fp4s_tok_close(a);
 
+	/* NFKC (utf8proc on the whole run): compatibility forms fold, and U+11A7 after an LV
+	 * syllable stays (map_composed) */
+	x.normalizer = "{\"type\":\"NFKC\"}";
+	a = load(&x, "nfkc.json");
+	expect(a, "\xEF\xAC\x81" "e\xCC\x81", 0, (int32_t[]){'f', 'i', 0xC3, 0xA9}, 4); /* U+FB01, e + U+0301 */
+	expect(a, "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA7", 0, (int32_t[]){0xEA, 0xB0, 0x80, 0xE1, 0x86, 0xA7}, 6);
+	expect(a, "\xE1\x86\xA7\xEA\xB0\x80\xE1\x86\xA7\xE1\x86\xA7x\xE1\x84\x80\xE1\x85\xA1", 0,
+	       (int32_t[]){0xE1, 0x86, 0xA7, 0xEA, 0xB0, 0x80, 0xE1, 0x86, 0xA7, 0xE1, 0x86, 0xA7, 'x', 0xEA, 0xB0, 0x80}, 16);
+	fp4s_tok_close(a);
+
 	/* ByteLevel add_prefix_space applies to every piece that reaches it, as in Hugging Face */
 	x = (struct extra){0};
 	x.pre = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
@@ -451,7 +461,7 @@ int main(void)
 	features();
 	malformed();
 	static const char *const files[] = {"tokenizer.json", "pairs.json", "ignore.json", "added.json", "nfc.json",
-					    "bad.json", "mut.json", "tok.bin"};
+					    "nfkc.json", "bad.json", "mut.json", "tok.bin"};
 	for (size_t i = 0; i < sizeof files / sizeof *files; i++)
 		unlink(path_of(files[i]));
 	rmdir(dir);
