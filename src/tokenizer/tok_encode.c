@@ -394,31 +394,25 @@ static utf8proc_ssize_t map_composed(const utf8proc_uint8_t *s, utf8proc_ssize_t
 {
 	static const char tb[] = "\xE1\x86\xA7"; /* U+11A7 */
 	const char *p = (const char *)s, *end = p + n;
-	const char *q = memmem(p, (size_t)n, tb, 3);
-	if (!q)
+	if (!memmem(p, (size_t)n, tb, 3))
 		return utf8proc_map(s, n, out, opt);
 	char *buf = NULL;
 	size_t bn = 0, cap = 0;
 	for (;;) {
+		const char *q = memmem(p, (size_t)(end - p), tb, 3), *stop = q ? q : end;
 		utf8proc_uint8_t *piece = NULL;
 		const utf8proc_ssize_t k =
-			q > p ? utf8proc_map((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)(q - p), &piece, opt) : 0;
-		int rc = k < 0 ? 1 : append(&buf, &bn, &cap, piece, (size_t)k);
+			stop > p ? utf8proc_map((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)(stop - p), &piece, opt) : 0;
+		const int rc = k < 0 || append(&buf, &bn, &cap, piece, (size_t)k) ||
+			       append(&buf, &bn, &cap, q ? tb : "", q ? 3 : 1); /* U+11A7, or the closing NUL */
 		free(piece);
-		if (!rc && q < end)
-			rc = append(&buf, &bn, &cap, tb, 3);
-		if (!rc && q == end)
-			rc = append(&buf, &bn, &cap, "", 1); /* the NUL utf8proc_map leaves */
 		if (rc) {
 			free(buf);
 			return k < 0 ? k : UTF8PROC_ERROR_NOMEM;
 		}
-		if (q == end)
+		if (!q)
 			break;
 		p = q + 3;
-		q = memmem(p, (size_t)(end - p), tb, 3);
-		if (!q)
-			q = end;
 	}
 	*out = (utf8proc_uint8_t *)buf;
 	return (utf8proc_ssize_t)(bn - 1);
