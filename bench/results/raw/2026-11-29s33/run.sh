@@ -26,6 +26,10 @@ bench() { local lab=$1 bin=$2 m=$3; shift 3
 # then test_attention.
 # call 5: cd .gpu && TAG=v5 timeout 200 bash run.sh v; TAG=v5 bash run.sh pack
 # Phase v: pmerge.patch's own test_attention cases (call 4's whole run passed its timeout), verbose.
+# call 6: cd .gpu && TAG=x6 timeout 240 bash run.sh x; TAG=x6 bash run.sh pack
+# Phase x: treeP = main + pmerge-diag.patch (pmerge.patch and FP4S_ATTN_PMDIAG=1: the waiting
+# blocks leave after their wait and the last merges alone). Does the experts' gate|up work longer
+# because more SMs run the merge's code, or because of the wait itself?
 # tl LAB BIN "BENCH ARGS" [ENV...]: one recorded run; summaries into logs, the recording dropped
 tl() { local lab=$1 bin=$2 args=$3; shift 3
   env "$@" FP4S_TL=$OUT/tl/tl-$lab.txt $bin/fp4serve bench -m /dev/shm/${MOD:-qwen3-30b-a3b} $args --reps 1 > $L/tlbench-$lab.txt 2>&1
@@ -67,5 +71,10 @@ p)
 v)
   J=16 bld $G/treeP /tmp/fP $L/build-P.log test_attention
   (cd $G/treeP && FP4S_TEST_VERBOSE=1 timeout 100 $(find /tmp/fP -name test_attention -type f | head -1) pmerge > $L/tatt-pm.txt 2>&1; ts "test_attention pmerge rc=$?"; tail -2 $L/tatt-pm.txt >> $S; grep -c "pmerge" $L/tatt-pm.txt >> $S; grep FAIL $L/tatt-pm.txt | head -5 >> $S) ;;
+x)
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" J=16 bld $G/treeP /tmp/fTP $L/build-TP.log fp4serve
+  /tmp/fTP/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1
+  for v in on diag off; do e=FP4S_X=0; [ $v = diag ] && e=FP4S_ATTN_PMDIAG=1; [ $v = off ] && e=FP4S_ATTN_PMERGE=0
+    tl X$v /tmp/fTP "-p 0 --ctx 4096 -n 16" FP4S_TL_STEP=6 $e; grep -A9 "per position" $L/tlsum-X$v.txt | grep -E "^(0|3) " >> $S; done ;;
 pack) (cd $OUT && rm -rf tl && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
