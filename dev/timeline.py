@@ -4,7 +4,8 @@ a build with -DFP4S_DIAG_TL, run with FP4S_TL=path).
 
 Per replay: every launch (records grouped by kernel, tag and block repeats) in the order its last
 block finished, and a summary per position in the layer (counted from the layer's attention
-launch) with medians over the layers:
+launch) with medians over the layers; then, where several steps were recorded, that summary over
+the layers of all of them:
   span     last block's exit minus the previous launch's last exit (the launch's share of the step)
   release  first block past its PDL wait minus the previous launch's last exit
   stage    median block: work started (mark 2, where the kernel has one) minus past the wait
@@ -82,7 +83,7 @@ def analyse(recs, nshow):
     # per position from the layer's attention
     att = [i for i, l in enumerate(ls) if l["kid"] == 3]
     if len(att) < 2:
-        return
+        return None
     P = att[1] - att[0]  # launches a layer
     pre = sum(1 for l in ls[:att[0]] if l["name"] == "embed")
     b = att[0] - pre  # launches of a layer before its attention
@@ -92,6 +93,15 @@ def analyse(recs, nshow):
             if 0 <= a + off < len(ls):
                 per.setdefault(off, []).append(ls[a + off])
     print("\nper position in the layer (offset from the attention launch), medians over %d layers:" % len(att))
+    print_per(per)
+    head = ls[att[-1] + P - b:]
+    if head:
+        print("after the last layer: " + ", ".join("%s %.1f" % (l["name"], l["span"]) for l in head))
+    return per
+
+
+def print_per(per):
+    """the per-position table: offset -> the launches at that offset (one a layer)"""
     print("%-6s %-22s %6s %8s %8s %8s %8s %8s" % ("offset", "launch", "blocks", "span", "release", "stage", "work", "tail"))
     tot = 0.0
     for off in sorted(per):
@@ -104,9 +114,6 @@ def analyse(recs, nshow):
             med([l["release"] for l in v]), med([l["stage"] for l in v]), med([l["work"] for l in v]),
             med([l["tail"] for l in v]), len(v)))
     print("sum of median spans a layer: %.1f us" % tot)
-    head = ls[att[-1] + P - b:]
-    if head:
-        print("after the last layer: " + ", ".join("%s %.1f" % (l["name"], l["span"]) for l in head))
 
 
 def replays(path):
@@ -145,11 +152,23 @@ def main():
         print(__doc__)
         return 2
     nshow = int(sys.argv[sys.argv.index("--launches") + 1]) if "--launches" in sys.argv else 20
+    pooled, nrep = {}, 0
     for i, (rep, recs) in enumerate(replays(sys.argv[1])):
         if i:
             print()
         print("== %s" % rep)
-        analyse(recs, nshow)
+        per = analyse(recs, nshow)
+        if per:
+            nrep += 1
+            for off, v in per.items():
+                pooled.setdefault(off, []).extend(v)
+    if nrep > 1:
+        # One step's medians move by up to ~0.6 us a launch from one recording to the next
+        # (bench/results/2026-11-29-h200-session33.md); the layers of every recorded step together
+        # give steadier ones.
+        print("\nall %d recorded steps: per position in the layer, medians over %d layers:" %
+              (nrep, max(len(v) for v in pooled.values())))
+        print_per(pooled)
     return 0
 
 
