@@ -338,6 +338,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		const int tile = hdr[i];
 		if (tile < 0)
 			break;
+#ifdef FP4S_DIAG_TL
+		if (q.n == 0)
+			TL_MARK(4); /* the first stage's bytes are here (dev/tile_marks.py) */
+#endif
 		/* this warp's steps of the stage: u0 + j in it, s0 + j in the row, jn of them (fewer at
 		 * the row's end, none past it). What a step needs is the stage's value plus j times a
 		 * constant, so the loop carries no per-step index arithmetic or argument tests. */
@@ -437,7 +441,12 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 					a.st_ssout[tile] = v;
 			}
 		}
+#ifdef FP4S_DIAG_TL
+		if (tile_it <= 2)
+			TL_MARK(4 + tile_it); /* the first and second tiles' epilogues done */
+#endif
 	}
+	TL_MARK(7); /* the last tile's epilogue done (a combine may follow) */
 	stamp(3);
 	if (a.cw) {
 		/* the MoE combine, as gemv_mma.cu: the slots' blocks with this blockIdx.x covered the same

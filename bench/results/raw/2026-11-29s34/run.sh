@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Session 34's device runs. Layout: .gpu/run.sh (this file), .gpu/treeA (main, 2f12ed8),
+# .gpu/treeR (main + rdy.patch), each `git archive HEAD | tar -x` (+ `patch -p1`), .gpu/deps
+# (scripts/gpu-deps.sh).
+#   call 1: cd .gpu && TAG=r1 timeout 570 bash run.sh r; TAG=r1 bash run.sh pack
+# Phase r: rdy.patch, the router's ready flag: qwen3-30b-a3b's gate|up and down launches copy
+# the routed experts' weights before their PDL wait. Its tests (test_moe_router, whose BLOCK
+# cases chain 16 blocks with and without the flag; test_engine_cuda; test_golden_cuda;
+# test_gemv_experts), then qwen3-30b-a3b tg128 and depth 4096 for main (A), the patch (R) and the
+# patch with FP4S_MOE_RDY=0 (R0: the same binary, the flag off), two rounds; llama3-8b tg128 A / R
+# (gemv_tma.cu's code changed for every matrix); timelines of R and R0 at tg32.
+set -uo pipefail
+export PATH="$PATH:/usr/local/cuda/bin"
+G=$PWD; L=$OUT/logs; mkdir -p $L $OUT/tl; S=$OUT/sum.txt
+ts() { echo "$(date +%T) $*" >> $S; }
+bld() { local s0=$(date +%s) src=$1 dir=$2 log=$3; shift 3
+  cmake -S $src -B $dir -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$G/deps/root/usr ${XF:+"$XF"} > $log 2>&1 &&
+  cmake --build $dir -j${J:-8} --target "$@" >> $log 2>&1; ts "build $dir rc=$? $(( $(date +%s)-s0 )) s"; }
+bench() { local lab=$1 bin=$2 m=$3; shift 3
+  eval "$bin/fp4serve" bench -m $m "$@" > $L/b-$lab.txt 2>&1; ts "$lab $(grep -E '^(tg|pp)' $L/b-$lab.txt | tail -1)"; }
+# tl LAB BIN "BENCH ARGS" [ENV...]: one recorded run; summaries into logs, the recording dropped
+tl() { local lab=$1 bin=$2 args=$3; shift 3
+  env "$@" FP4S_TL=$OUT/tl/tl-$lab.txt $bin/fp4serve bench -m /dev/shm/${MOD:-qwen3-30b-a3b} $args --reps 1 > $L/tlbench-$lab.txt 2>&1
+  (cd $G/treeA/dev && python3 timeline.py $OUT/tl/tl-$lab.txt > $L/tlsum-$lab.txt 2>&1)
+  if [ -n "${KEEP:-}" ]; then mv $OUT/tl/tl-$lab.txt $OUT/tl/keep-$lab.txt; else rm -f $OUT/tl/tl-$lab.txt; fi; ts "$lab: $(grep -E '^(tg|pp)' $L/tlbench-$lab.txt | tail -1)"
+  grep -A8 "all .* recorded steps" $L/tlsum-$lab.txt | tail -8 >> $S; }
+tst() { local t=$(find /tmp/fR -name $1 -type f | head -1); shift
+  (cd $G/treeR && timeout 200 env FP4S_TEST_VERBOSE=1 $t "$@" > $L/t-$(basename $t).txt 2>&1; ts "$(basename $t) rc=$?")
+  tail -2 $L/t-$(basename $t).txt >> $S; }
+# call 2: cd .gpu && TAG=m2 timeout 400 bash run.sh m; TAG=m2 bash run.sh pack
+# Phase m: .gpu/treeM = main + marks.patch (gemv_tma.cu's tiles marked in the timeline build:
+# 4 the first stage's bytes, 5 / 6 the first / second tile's epilogue done, 7 the last's; read by
+# dev/tile_marks.py): qwen3-30b-a3b at tg32 and depth 4096, llama3-8b at tg64.
+tm() { tl "$@"; (cd $G/treeM/dev && python3 tile_marks.py $OUT/tl/keep-$1.txt > $L/tm-$1.txt 2>&1); cat $L/tm-$1.txt >> $S; rm -f $OUT/tl/keep-$1.txt; }
+# call 3: cd .gpu && TAG=g3 timeout 570 bash run.sh g; TAG=g3 bash run.sh pack
+# Phase g: .gpu/treeG = main + groups.patch (gemv_tma.cu's tile groups: a block's consumer warps
+# in 2 or 4 groups, each on its own tiles, where a block has 2 or more tiles of whole-row stages,
+# one token; FP4S_GEMV_TMA_GROUPS=0 off, 2 expert slots only; with the tile marks). Its tests
+# (test_gemv, test_gemv_experts, test_moe_router, test_engine_cuda, test_golden), then
+# qwen3-30b-a3b tg128 and depth 4096 for main (A), the patch (G), G2 and G0, two rounds,
+# llama3-8b tg128 A / G (its matrices take no groups), and a tile-marked timeline of G at tg32.
+tg() { local t=$(find /tmp/fG -name $1 -type f | head -1); shift
+  (cd $G/treeG && timeout 240 $t "$@" > $L/t-$(basename $t).txt 2>&1; ts "$(basename $t) rc=$?")
+  tail -2 $L/t-$(basename $t).txt >> $S; grep -m5 FAIL $L/t-$(basename $t).txt >> $S; }
+# call 4: cd .gpu && TAG=g4 timeout 570 bash run.sh g4; TAG=g4 bash run.sh pack
+# Phase g4: call 3 crashed in the expert launches (test_gemv_experts hung, test_moe_router hit an
+# illegal instruction, qwen3-30b-a3b's G runs printed nothing): group 0's tile barrier was named
+# barrier 1, which the MoE combine's gt_sync also takes with all 256 consumer threads. groups.patch
+# now numbers the groups' barriers from 2. The same tests (test_golden passed in call 3) and runs.
+# call 5: cd .gpu && TAG=q5 timeout 200 bash run.sh q; TAG=q5 bash run.sh pack
+# Phase q: .gpu/treeG = main + groups-rt.patch: the tile groups at run time in the one kernel
+# instance (gm_args.tgroups, in the struct's padding; groups <= the ring's stages, so no group's
+# end stage needs a slot back), not as instances of their own, which cost the step their code
+# fetched (call 4). test_gemv_experts (call 4's hang), then qwen3-30b-a3b tg128 and depth 4096,
+# main (A), the patch (RT) and the patch with FP4S_GEMV_TMA_GROUPS=0 (RT0), one round.
+for ph in "$@"; do case $ph in
+r)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  J=5 bld $G/treeA /tmp/fA $L/build-A.log fp4serve &
+  J=6 bld $G/treeR /tmp/fR $L/build-R.log fp4serve test_moe_router test_engine_cuda test_golden_cuda test_gemv_experts &
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" J=5 bld $G/treeR /tmp/fT $L/build-T.log fp4serve & wait
+  /tmp/fA/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  /tmp/fA/fp4serve gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  tst test_moe_router; grep -E "chained|FAIL" $L/t-test_moe_router.txt | head -12 >> $S
+  tst test_engine_cuda; tst test_golden_cuda; tst test_gemv_experts
+  wait
+  for rr in 1 2; do for v in A R R0; do
+    b=/tmp/fR; [ $v = A ] && b=/tmp/fA; [ $v = R0 ] && b="env FP4S_MOE_RDY=0 /tmp/fR"
+    bench q-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3
+    bench qd-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
+  done; done
+  for v in A R; do b=/tmp/fR; [ $v = A ] && b=/tmp/fA; bench l-$v "$b" /dev/shm/llama3-8b -p 0 -n 128 --reps 3; done
+  tl TR /tmp/fT "-p 0 -n 32"; tl TR0 /tmp/fT "-p 0 -n 32" FP4S_MOE_RDY=0 ;;
+m)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" J=16 bld $G/treeM /tmp/fTM $L/build-TM.log fp4serve
+  /tmp/fTM/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  /tmp/fTM/fp4serve gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 & wait
+  KEEP=1 tm Mg /tmp/fTM "-p 0 -n 32"; KEEP=1 tm Md /tmp/fTM "-p 0 --ctx 4096 -n 16" FP4S_TL_STEP=6
+  MOD=llama3-8b KEEP=1 tm Lg /tmp/fTM "-p 0 -n 64" ;;
+g)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  J=5 bld $G/treeA /tmp/fA $L/build-A.log fp4serve &
+  J=7 bld $G/treeG /tmp/fG $L/build-G.log fp4serve test_gemv test_gemv_experts test_moe_router test_engine_cuda test_golden &
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" J=4 bld $G/treeG /tmp/fTG $L/build-TG.log fp4serve & wait
+  /tmp/fA/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  /tmp/fA/fp4serve gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  tg test_gemv; tg test_gemv_experts; tg test_moe_router; tg test_engine_cuda; tg test_golden
+  wait
+  for rr in 1 2; do for v in A G G2 G0; do
+    b=/tmp/fG; [ $v = A ] && b=/tmp/fA; [ $v = G2 ] && b="env FP4S_GEMV_TMA_GROUPS=2 /tmp/fG"; [ $v = G0 ] && b="env FP4S_GEMV_TMA_GROUPS=0 /tmp/fG"
+    bench q-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3
+    bench qd-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
+  done; done
+  for v in A G; do b=/tmp/fG; [ $v = A ] && b=/tmp/fA; bench l-$v "$b" /dev/shm/llama3-8b -p 0 -n 128 --reps 3; done
+  rm -rf $G/treeM; cp -r $G/treeG $G/treeM; KEEP=1 tm Gg /tmp/fTG "-p 0 -n 32" ;;
+g4)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  J=5 bld $G/treeA /tmp/fA $L/build-A.log fp4serve &
+  J=7 bld $G/treeG /tmp/fG $L/build-G.log fp4serve test_gemv test_gemv_experts test_moe_router test_engine_cuda &
+  XF="-DCMAKE_CUDA_FLAGS=-DFP4S_DIAG_TL" J=4 bld $G/treeG /tmp/fTG $L/build-TG.log fp4serve & wait
+  /tmp/fA/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  /tmp/fA/fp4serve gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  tg test_gemv_experts; tg test_moe_router; tg test_engine_cuda; tg test_gemv
+  wait
+  for rr in 1 2; do for v in A G G0 G2; do
+    [ $v = G2 ] && [ $rr = 2 ] && continue
+    b=/tmp/fG; [ $v = A ] && b=/tmp/fA; [ $v = G2 ] && b="env FP4S_GEMV_TMA_GROUPS=2 /tmp/fG"; [ $v = G0 ] && b="env FP4S_GEMV_TMA_GROUPS=0 /tmp/fG"
+    bench q-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3
+    bench qd-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
+  done; done
+  for v in A G; do b=/tmp/fG; [ $v = A ] && b=/tmp/fA; bench l-$v "$b" /dev/shm/llama3-8b -p 0 -n 128 --reps 3; done
+  rm -rf $G/treeM; cp -r $G/treeG $G/treeM; KEEP=1 tm Gg /tmp/fTG "-p 0 -n 32" ;;
+q)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  J=6 bld $G/treeA /tmp/fA $L/build-A.log fp4serve &
+  J=10 bld $G/treeG /tmp/fG $L/build-G.log fp4serve test_gemv_experts & wait
+  /tmp/fA/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  t=$(find /tmp/fG -name test_gemv_experts -type f | head -1)
+  (cd $G/treeG && timeout 50 $t > $L/t-gx.txt 2>&1; ts "test_gemv_experts rc=$?"; tail -1 $L/t-gx.txt >> $S; grep -m3 FAIL $L/t-gx.txt >> $S)
+  wait
+  for v in A RT RT0; do
+    b=/tmp/fG; [ $v = A ] && b=/tmp/fA; [ $v = RT0 ] && b="env FP4S_GEMV_TMA_GROUPS=0 /tmp/fG"
+    bench q-$v "$b" /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3
+    bench qd-$v "$b" /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
+  done ;;
+pack) (cd $OUT && rm -rf tl && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
+esac; done
