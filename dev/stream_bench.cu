@@ -291,7 +291,6 @@ static int icache(const cudaDeviceProp &p, int mx)
 	const int64_t ish[][2] = {{4096, 4096}, {2048, 4096}, {14336, 4096}};
 	for (auto &sh : ish) {
 		const int64_t rows = sh[0], k = sh[1];
-		const size_t mb = (size_t)rows * k / 2 + (size_t)rows * k / (mx ? 32 : 16);
 		std::vector<fp4s_mat> w = weight_copies(rows, k, mx);
 		const int copies = (int)w.size();
 		/* 0: GEMVs alone, 1: the loop kernel between, 2..: code_kernel<ICN[mode]> between */
