@@ -53,6 +53,10 @@ tg() { local t=$(find /tmp/fG -name $1 -type f | head -1); shift
 # end stage needs a slot back), not as instances of their own, which cost the step their code
 # fetched (call 4). test_gemv_experts (call 4's hang), then qwen3-30b-a3b tg128 and depth 4096,
 # main (A), the patch (RT) and the patch with FP4S_GEMV_TMA_GROUPS=0 (RT0), one round.
+# Prepared for the next session (not run): cd .gpu && TAG=s6 timeout 300 bash run.sh s; TAG=s6 bash run.sh pack
+# Phase s: where main's and groups-rt.patch's step loops sit against 128- and 256-byte lines
+# (treeA = main at or after this session's commit, which has dev/sass_loops.py; treeG = main +
+# groups-rt.patch): both builds' SASS by cuobjdump, dev/sass_loops.py on gemv_tma's kernels.
 for ph in "$@"; do case $ph in
 r)
   nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
@@ -124,5 +128,10 @@ q)
     bench q-$v "$b" /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3
     bench qd-$v "$b" /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
   done ;;
+s)
+  J=8 bld $G/treeA /tmp/fA $L/build-A.log fp4serve & J=8 bld $G/treeG /tmp/fG $L/build-G.log fp4serve & wait
+  for v in A G; do cuobjdump -sass /tmp/f$v/fp4serve > $L/sass-$v.txt 2>&1; done
+  python3 $G/treeA/dev/sass_loops.py $L/sass-A.txt $L/sass-G.txt --fun gemv_tma_kernel >> $S
+  gzip $L/sass-*.txt ;;
 pack) (cd $OUT && rm -rf tl && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
