@@ -11,7 +11,14 @@ builds' step loops sit differently against those boundaries.
   dev/sass_loops.py a.sass [b.sass] [--fun SUBSTRING]   (two files: each kernel side by side;
                                                           --fun: kernels whose name holds it)
 
-A loop is a backward branch: the branch at B to a label at T < B covers [T, B]."""
+A loop is a backward branch: the branch at B to a label at T < B covers [T, B].
+
+A cubin (nvcc -cubin, as dev/cubin_diff.py compiles one) is read without cuobjdump, from the
+instruction words of its .text sections: sm_90's 16-byte instructions, the opcode in the low 12
+bits (0x23c HMMA, 0x947 BRA), a branch's offset in 4-byte units in bits 16-23 (low 8) and 34-63
+of the first word and 0-17 of the second, from the next instruction. Checked against loops of
+known size and HMMA count (nvcc 13.0, sm_90a), not against a disassembler: where cuobjdump is at
+hand, use its text."""
 import re
 import sys
 
@@ -22,7 +29,7 @@ TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 
 def parse(path):
-    """path -> {kernel: [(start, end, insns, hmma), ...]} for the loops holding HMMA"""
+    """path -> {kernel: [(start, branch, insns, hmma), ...]} for the loops holding HMMA"""
     out, fn, labels, insns = {}, None, {}, []
 
     def close():
@@ -64,6 +71,41 @@ def parse(path):
     return out
 
 
+def parse_cubin(path):
+    """the same from a cubin's instruction words (sm_90; see above)"""
+    import struct
+    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    from cubin_diff import sections  # noqa: E402 (only for its checks of the file)
+    sections(path)
+    d = open(path, "rb").read()
+    shoff = struct.unpack_from("<Q", d, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3a)
+    hdrs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
+    stro = hdrs[shstrndx][4]
+    out = {}
+    for h in hdrs:
+        name = d[stro + h[0]:d.index(b"\0", stro + h[0])].decode()
+        if not name.startswith(".text."):
+            continue
+        t = d[h[4]:h[4] + h[5]]
+        ins = [struct.unpack_from("<QQ", t, i) for i in range(0, len(t) - 15, 16)]
+        loops = []
+        for i, (w0, w1) in enumerate(ins):
+            if w0 & 0xfff != 0x947:
+                continue
+            v = ((w0 >> 16) & 0xff) | (((w0 >> 34) & 0x3fffffff) << 8) | ((w1 & 0x3ffff) << 38)
+            if v >> 55:
+                v -= 1 << 56
+            tgt = 16 * (i + 1) + 4 * v
+            if not 0 <= tgt < 16 * i:
+                continue
+            hm = sum(1 for j in range(tgt // 16, i + 1) if ins[j][0] & 0xfff == 0x23c)
+            if hm:
+                loops.append((tgt, 16 * i, i + 1 - tgt // 16, hm))
+        out[name[6:]] = loops
+    return out
+
+
 def describe(loop):
     t, b, n, h = loop
     end = b + 16  # the branch's own 16 bytes
@@ -82,7 +124,7 @@ def main():
         fun = args[i + 1]
         del args[i:i + 2]
     files = args[:2]
-    runs = [parse(p) for p in files]
+    runs = [parse_cubin(p) if open(p, "rb").read(4) == b"\x7fELF" else parse(p) for p in files]
     names = sorted(k for k in set().union(*[set(r) for r in runs]) if not fun or fun in k)
     for k in names:
         print(k)
@@ -91,7 +133,7 @@ def main():
             if loops is None:
                 print("  %s: (not there)" % files[i])
                 continue
-            for lp in loops:
+            for lp in sorted(loops, key=lambda lp: lp[1] - lp[0]):  # innermost first
                 print("  %s: %s" % (files[i], describe(lp)))
     return 0
 

@@ -57,6 +57,19 @@ tg() { local t=$(find /tmp/fG -name $1 -type f | head -1); shift
 # Phase s: where main's and groups-rt.patch's step loops sit against 128- and 256-byte lines
 # (treeA = main at or after this session's commit, which has dev/sass_loops.py; treeG = main +
 # groups-rt.patch): both builds' SASS by cuobjdump, dev/sass_loops.py on gemv_tma's kernels.
+# Prepared for the next session (not run): cd .gpu && TAG=a7 timeout 570 bash run.sh a; TAG=a7 bash run.sh pack
+# Phase a: does the step loop's place against 256-byte lines decide ~6 %? .gpu/treeA = main at
+# or after this session's last commit. Five builds of fp4serve from that one tree, each with one
+# patch (against main as of this commit) applied in turn, so only gemv_tma.cu and its headers
+# recompile:
+#   A     main: NVFP4 M = 1 kernel's step loop at 0xc400 (0 mod 256)
+#   P4    pad-main-4.patch: a never-taken block before the loop moves it to 0xc380 (128 mod 256)
+#   P20   pad-main-20.patch: to 0xc600 (0 mod 256), the pad's own cost
+#   RT    groups-rt-head.patch (groups-rt.patch on this main): loop at 0xc980 (128 mod 256)
+#   RT20  groups-rt-pad20.patch: loop at 0xcd00 (0 mod 256)
+# (offsets from dev/sass_loops.py's rule on this machine's nvcc 13.0 cubins; phase s checks them on
+# the GPU machine's). qwen3-30b-a3b tg128 and depth 4096 for A, P4, P20, RT, RT with groups off,
+# RT20 and RT20 with groups off, two rounds; llama3-8b tg128 for A, P4, P20.
 for ph in "$@"; do case $ph in
 r)
   nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
@@ -133,5 +146,22 @@ s)
   for v in A G; do cuobjdump -sass /tmp/f$v/fp4serve > $L/sass-$v.txt 2>&1; done
   python3 $G/treeA/dev/sass_loops.py $L/sass-A.txt $L/sass-G.txt --fun gemv_tma_kernel >> $S
   gzip $L/sass-*.txt ;;
+a)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  R=$G/treeA; P=$G/../bench/results/raw/2026-11-29s34
+  J=16 bld $R /tmp/fa $L/build-a.log fp4serve; mkdir -p /tmp/bins/A; cp /tmp/fa/fp4serve /tmp/bins/A/
+  /tmp/bins/A/fp4serve gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  /tmp/bins/A/fp4serve gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  for v in P4:pad-main-4 P20:pad-main-20 RT:groups-rt-head RT20:groups-rt-pad20; do
+    (cd $R && git apply $P/${v#*:}.patch) && cmake --build /tmp/fa -j16 --target fp4serve >> $L/build-a.log 2>&1 &&
+      mkdir -p /tmp/bins/${v%%:*} && cp /tmp/fa/fp4serve /tmp/bins/${v%%:*}/; ts "built ${v%%:*} rc=$?"; (cd $R && git apply -R $P/${v#*:}.patch)
+  done
+  wait
+  for rr in 1 2; do for v in A P4 P20 RT RT0 RT20 RT200; do
+    b=/tmp/bins/$v; [ $v = RT0 ] && b="env FP4S_GEMV_TMA_GROUPS=0 /tmp/bins/RT"; [ $v = RT200 ] && b="env FP4S_GEMV_TMA_GROUPS=0 /tmp/bins/RT20"
+    bench q-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3
+    bench qd-$v-$rr "$b" /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
+  done; done
+  for v in A P4 P20; do bench l-$v /tmp/bins/$v /dev/shm/llama3-8b -p 0 -n 128 --reps 3; done ;;
 pack) (cd $OUT && rm -rf tl && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
