@@ -17,7 +17,8 @@ import struct
 import sys
 
 
-def sections(path):
+def texts(path):
+    """a cubin's kernels: {name: the bytes of its .text.<name> section} (dev/sass_loops.py too)"""
     d = open(path, 'rb').read()
     if d[:4] != b'\x7fELF' or d[4] != 2:
         sys.exit(f"{path}: not a 64-bit ELF cubin")
@@ -29,8 +30,12 @@ def sections(path):
     for h in hdrs:
         name = d[stro + h[0]:d.index(b'\0', stro + h[0])].decode()
         if name.startswith('.text.'):
-            out[name[6:]] = (h[5], hashlib.md5(d[h[4]:h[4] + h[5]]).hexdigest()[:10])
+            out[name[6:]] = d[h[4]:h[4] + h[5]]
     return out
+
+
+def sections(path):
+    return {k: (len(t), hashlib.md5(t).hexdigest()[:10]) for k, t in texts(path).items()}
 
 
 def main():

@@ -19,8 +19,13 @@ bits (0x23c HMMA, 0x947 BRA), a branch's offset in 4-byte units in bits 16-23 (l
 of the first word and 0-17 of the second, from the next instruction. Checked against loops of
 known size and HMMA count (nvcc 13.0, sm_90a), not against a disassembler: where cuobjdump is at
 hand, use its text."""
+import os
 import re
+import struct
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cubin_diff import texts  # noqa: E402
 
 FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
@@ -73,21 +78,8 @@ def parse(path):
 
 def parse_cubin(path):
     """the same from a cubin's instruction words (sm_90; see above)"""
-    import struct
-    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-    from cubin_diff import sections  # noqa: E402 (only for its checks of the file)
-    sections(path)
-    d = open(path, "rb").read()
-    shoff = struct.unpack_from("<Q", d, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3a)
-    hdrs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
-    stro = hdrs[shstrndx][4]
     out = {}
-    for h in hdrs:
-        name = d[stro + h[0]:d.index(b"\0", stro + h[0])].decode()
-        if not name.startswith(".text."):
-            continue
-        t = d[h[4]:h[4] + h[5]]
+    for name, t in texts(path).items():
         ins = [struct.unpack_from("<QQ", t, i) for i in range(0, len(t) - 15, 16)]
         loops = []
         for i, (w0, w1) in enumerate(ins):
@@ -102,7 +94,7 @@ def parse_cubin(path):
             hm = sum(1 for j in range(tgt // 16, i + 1) if ins[j][0] & 0xfff == 0x23c)
             if hm:
                 loops.append((tgt, 16 * i, i + 1 - tgt // 16, hm))
-        out[name[6:]] = loops
+        out[name] = loops
     return out
 
 
