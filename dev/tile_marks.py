@@ -7,7 +7,7 @@
   tile2   the second tile's (mark 6) minus the first's
   rest    the last tile's (mark 7) minus the second's (or the first's), and the tiles after it
   exit    the block's exit (mark 3) minus mark 7 (the MoE combine, where the launch has one)
-and tiles, the median block's tile count (from the launch's rows and blocks). In microseconds.
+and blocks, the launch's recorded blocks. In microseconds.
 usage: tile_marks.py FILE[.gz]"""
 import statistics
 import sys
@@ -26,11 +26,7 @@ def main():
         return 2
     per = {}
     for _, recs in replays(sys.argv[1]):
-        launches(recs)  # tags each record with its launch (_launch)
-        groups = {}
-        for r in recs:
-            groups.setdefault((r["kid"], r["tag"], r["_launch"]), []).append(r)
-        ls = sorted(groups.values(), key=lambda b: max(r["t3"] for r in b))
+        ls = [l["recs"] for l in launches(recs)]
         att = [i for i, b in enumerate(ls) if b[0]["kid"] == 3]
         if len(att) < 2:
             continue

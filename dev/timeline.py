@@ -29,7 +29,8 @@ def med(v):
 
 
 def launches(recs):
-    """records -> launches: (kid, tag) groups split where a block index repeats"""
+    """records -> launches: (kid, tag) groups split where a block index repeats, in the order
+    their last block exits; each keeps its records (recs: dev/tile_marks.py reads their marks)"""
     groups = {}
     for r in sorted(recs, key=lambda r: r["t0"]):
         groups.setdefault((r["kid"], r["tag"]), []).append(r)
@@ -53,7 +54,7 @@ def launches(recs):
             out.append({"name": name, "kid": kid, "nb": len(b), "t0": min(r["t0"] for r in b),
                         "t1min": min(t1) if t1 else None, "t1med": med(t1) if t1 else None,
                         "t2med": med(t2) if t2 else None, "t3med": med(t3) if t3 else None,
-                        "end": max(t3) if t3 else max(r["t0"] for r in b)})
+                        "end": max(t3) if t3 else max(r["t0"] for r in b), "recs": b})
     out.sort(key=lambda l: l["end"])
     return out
 
