@@ -459,9 +459,11 @@ static void run_block(int gpt, int E, int K, int H, int I, int zc, const char *f
 			       "unfused %.2e; mode1 vs 2 %.2e; one launch vs mode3 %.2e, vs down apart %.2e, routed apart vs mode3 %.2e (%llu launches)%s\n",
 			       name, e1, e2, e3, e4, e5, ucpu, eu, e12, e35, e56, e37, one, same ? "" : ", NOT REPEATABLE");
 		/* the one-launch kernel normalizes with its own fixed order of the sum of squares: ulps
-		 * from mode 3 */
+		 * from mode 3; and where one form's expert GEMVs take gemv_tma.cu's tile groups and the
+		 * other's do not (another kernel or grid), a row's partial sums are split over the warps
+		 * another way: ulps again, no longer equal bits (sessions 35-36) */
 		CHECK_MSG(e1 <= 1e-4 && e2 <= 1e-4 && e3 <= 1e-4 && e4 <= 1e-4 && e5 <= 1e-4 && eu <= 1e-4 && e12 <= 1e-5 &&
-		                  e35 <= 1e-5 && e56 == 0.0 && e37 == 0.0 && e38 == 0.0 && one == 8 && same && declined,
+		                  e35 <= 1e-5 && e56 <= 1e-5 && e37 <= 1e-5 && e38 <= 1e-5 && one == 8 && same && declined,
 		          "%s: vs CPU mode1 %.3g mode2 %.3g mode3 %.3g mode4 %.3g one launch %.3g (unfused %.3g), vs unfused "
 		          "%.3g, mode1 vs 2 %.3g, one launch vs mode3 %.3g, vs down apart %.3g, routed apart vs mode3 %.3g (and down "
 		          "apart %.3g), one-launch launches %llu of 8, repeatable %d, declines %d",

@@ -353,6 +353,7 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 		rc = fp4s_cuda_attention_prefill_setup(err);
 	if (!rc)
 		rc = fp4s_gemv_mma_setup(c->s, err);
+	fp4s_gemv_tma_groups(c->moes != NULL); /* a model with device experts: every GEMV on one kernel */
 	if (!rc)
 		rc = cu_dev_alloc(c, (void **)&c->kc, n * es, err);
 	if (!rc)

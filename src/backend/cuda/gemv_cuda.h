@@ -80,6 +80,15 @@ int fp4s_cuda_norm_matmul(const struct fp4s_mat *w, const float *x, int32_t M, f
 int fp4s_cuda_matmul_ex(const struct fp4s_mat *w, const float *x, int32_t M, float *y,
                         const struct fp4s_gemv_tune *tune, cudaStream_t s, struct fp4s_error *err);
 
+/* all = 1: every one-token launch of the bulk-copy FP4 GEMV (gemv_tma.cu) runs its kernel with
+ * tile groups, where it takes none too; 0 (the default): only the launches that take groups.
+ * For a model where some launches take groups (MoE experts: a block's 2-4 tiles at once), one
+ * kernel for the step's every GEMV keeps its code in the instruction caches (with a kernel a
+ * group count, qwen3-30b-a3b decoded 5.6 % slower than with no groups at all); dense models, which
+ * take none, keep the plain kernel (the groups' code in it cost llama3-8b 1.7 %). Process-wide; the CUDA
+ * backend sets it when it sets up the KV cache, after the weights (session 36). */
+void fp4s_gemv_tma_groups(int all);
+
 #ifdef __cplusplus
 }
 #endif

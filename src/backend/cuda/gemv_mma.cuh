@@ -112,6 +112,12 @@ struct gm_args {
 	const float *st_nw;
 	float *st_ssout;
 	int st_zc;
+	/* gemv_tma.cu's kernel with tile groups (TG = 1): the consumer warps in 2^tgroups groups (0:
+	 * one), each on its own tiles (every 2^tgroups-th stage of whole-row stages), tsps then the
+	 * steps of a group's warp. Last, in the
+	 * struct's padding: the other fields keep their offsets, so kernels that do not read it keep
+	 * their code. */
+	int tgroups;
 };
 
 static __device__ __forceinline__ unsigned long long gm_now(void)

@@ -72,6 +72,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/cuda_common.h"
@@ -80,8 +81,9 @@
 #include "backend/cuda/gemv_tma.cuh"
 #include "backend/cuda/pdl.cuh"
 
-/* C: a second copy of the code (diagnostics: fp4s_diag_clone in cuda_common.h) */
-template <int F, int NG, int C = 0>
+/* C: a second copy of the code (diagnostics: fp4s_diag_clone in cuda_common.h). TG = 1: the kernel
+ * with tile groups (a.tgroups, below; 0 compiles them out: the plain kernel). */
+template <int F, int NG, int C = 0, int TG = 0>
 static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __grid_constant__ gm_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -102,9 +104,10 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	 * chunks past K get zero scales, so the stale shared bytes beside them add nothing */
 	const int K = a.K, KC = a.tkc, nkc = (K + KC - 1) / KC, nsteps = (K + 127) >> 7, sps = a.tsps;
 	const int64_t tiles = (a.rows + 15) >> 4;
+	const int tgroups = TG ? a.tgroups : 0;
 	if (threadIdx.x < S) {
 		gt_init(&full[threadIdx.x], 1);
-		gt_init(&empty[threadIdx.x], GT_W);
+		gt_init(&empty[threadIdx.x], GT_W >> tgroups);
 		if (threadIdx.x == 0) {
 			gt_init(&xrdy, 1);
 			gt_init(&xbar, 1);
@@ -120,7 +123,7 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 		 * previous use. Tiles: blockIdx.x, then claimed (a.claim) or strided. */
 		const size_t rowb = (size_t)K / 2, spr = F == GM_NVFP4 ? K / 16 : K / 32;
 		int64_t tile = blockIdx.x;
-		int kc = 0, round = 0;
+		int kc = 0, round = 0, ends = 0;
 		const int tpre = a.tpre > 1 ? a.tpre : 1;
 		bool waited = false;
 		const uint8_t *data = a.data, *scales = a.scales;
@@ -161,6 +164,8 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 					hdr[i] = -1;
 					gt_arrive(&full[i]);
 				}
+				if (++ends < (1 << tgroups))
+					continue; /* each group's next stage says so (gt_go keeps the groups <= S) */
 				break;
 			}
 			const int64_t r0 = tile * 16;
@@ -327,125 +332,158 @@ static __global__ void __launch_bounds__(GT_THREADS, 2) gemv_tma_kernel(const __
 	/* this lane's bytes in a stage: row g's 16 code bytes of a step and its scales (row g + 8's
 	 * are 8 rows further) */
 	const uint32_t ring = gt_sa(sm), wa = (uint32_t)(g * a.trs + t * 16), ska = (uint32_t)(16 * a.trs + g * a.tss);
-	float acc[NG][4];
+	/* The stage loop, one copy per count of tile groups (tgroups: 2^TGC of them; one token,
+	 * whole-row stages, gt_go picks it): the consumer warps split into groups of WG = GT_W >> TGC,
+	 * each on its own tiles, so a block with only 2-4 tiles (qwen3-30b-a3b's qkv and experts)
+	 * has them in flight at once instead of one after another. Copies with the count compiled in:
+	 * with a run-time count in one copy, its code cost every launch, grouped or not (llama3-8b
+	 * -2.4 %; a group's first stage as a run-time value alone -1.5 %). */
+	auto stages = [&](auto tgc) {
+		constexpr int TGC = decltype(tgc)::value, G = 1 << TGC, WG = GT_W >> TGC;
+		float acc[NG][4];
 #pragma unroll
-	for (int gg = 0; gg < NG; gg++)
-		acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
-	int kc = 0, tile_it = 0;
-	for (gt_pos q = {0, 0, 0};; gt_next(q, S)) {
-		const int i = q.i;
-		gt_wait(&full[i], q.ph);
-		const int tile = hdr[i];
-		if (tile < 0)
-			break;
-#ifdef FP4S_DIAG_TL
-		if (q.n == 0)
-			TL_MARK(4); /* the first stage's bytes are here (dev/tile_marks.py) */
-#endif
-		/* this warp's steps of the stage: u0 + j in it, s0 + j in the row, jn of them (fewer at
-		 * the row's end, none past it). What a step needs is the stage's value plus j times a
-		 * constant, so the loop carries no per-step index arithmetic or argument tests. */
-		const int u0 = warp * sps, s0 = kc * GT_W * sps + u0, jn = min(sps, nsteps - s0);
-		const uint32_t pw = ring + (uint32_t)i * (uint32_t)a.tstage + wa + 64u * (uint32_t)u0; /* step j: + 64 j */
-		const int sbytes = F == GM_NVFP4 ? 2 : 1; /* a chunk's scale bytes */
-		const uint32_t ps = pw - 64u * (uint32_t)u0 - wa + ska + /* step j: + 4 j chunks */
-		                    (uint32_t)(sbytes * (a.tscl ? 4 * s0 + t : 4 * u0 + t));
-		const int kr = (K >> 5) - (4 * s0 + t); /* step j's chunk is past K where 4 j >= kr */
-		const uint32_t w8 = 8u * (uint32_t)a.trs, s8 = 8u * (uint32_t)a.tss;
-		if (!a.tprobe) {
-#pragma unroll 1
-			for (int j = 0; j < jn; j++) {
-				const uint4 wqa = gm_lds128(pw + 64 * j), wqb = gm_lds128(pw + w8 + 64 * j);
-				uint32_t cai, cbi;
-				if (4 * j >= kr) {
-					cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
-				} else if (F == GM_NVFP4) {
-					cai = gt_lds16(ps + 8 * j);
-					cbi = gt_lds16(ps + s8 + 8 * j);
-				} else {
-					cai = gt_lds8(ps + 4 * j);
-					cbi = gt_lds8(ps + s8 + 4 * j);
-				}
-				gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xsa, 4 * (s0 + j) + t);
-			}
-		} else { /* diagnostics (FP4S_GEMV_TMA_PROBE): the loads alone */
-#pragma unroll 1
-			for (int j = 0; j < jn; j++) {
-				const uint4 wqa = gm_lds128(pw + 64 * j), wqb = gm_lds128(pw + w8 + 64 * j);
-				const uint32_t c = 4 * j >= kr ? 0u : gt_lds8(ps + sbytes * 4 * j) ^ gt_lds8(ps + s8 + sbytes * 4 * j);
-				acc[0][0] += __uint_as_float(wqa.x ^ wqb.y ^ c); /* keep the loads */
-			}
-		}
-		__syncwarp();
-		if (lane == 0)
-			gt_arrive(&empty[i]); /* this warp is done with the slot */
-		if (++kc < nkc)
-			continue;
-		/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier, then one
-		 * thread per (token, row) sums the warps in order (as gemv_mma.cu). (Handing the sums to
-		 * one warp through mbarriers instead, so the others go on, measured slower: the last
-		 * tile's sums then wait for that warp; bench/results/2026-11-22-h100-session8.md.) */
-		kc = 0;
-		float *rp = red + (size_t)(tile_it & 1) * GT_W * M * 16;
-		tile_it++;
-#pragma unroll
-		for (int gg = 0; gg < NG; gg++) {
-			const int tok = 4 * gg + t;
-			if (tok < M) {
-				rp[(warp * M + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
-				rp[(warp * M + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
-			}
+		for (int gg = 0; gg < NG; gg++)
 			acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
-		}
-		gt_sync();
-		const int tok = threadIdx.x >> 4, r = threadIdx.x & 15;
-		const int64_t row = (int64_t)tile * 16 + r;
-		const bool live = tok < M && row < a.rows;
-		float out = 0.0f;
-		if (live) {
-			float v = 0.0f;
-			for (int w = 0; w < GT_W; w++)
-				v += rp[(w * M + tok) * 16 + r];
-			out = ldexpf(v, a.pexp) * post;
-			if (a.norm_w)
-				out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
-			if (bias)
-				out += bias[row];
-		}
-		if (a.pairact) {
-			/* (gate, up) = rows (2i, 2i + 1), neighbouring lanes: the even lane writes SwiGLU
-			 * (as moe.cu's moe_act_kernel, the SwiGLU kernels and the down GEMV's staging compute
-			 * it): 1 gpt-oss's clamped form, 2 silu(gate) * up */
-			const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
-			if (live && !(r & 1)) {
-				const float v = a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
-				yout[(size_t)tok * (a.rows / 2) + (row >> 1)] = v;
-				if (a.st_out)
-					gm_st_put(a.st_out, gm_col_stride((int)((a.rows >> 1) >> 7) * 4), (int)(row >> 1), v);
-			}
-		} else {
-			float v = 0.0f;
-			if (live) {
-				float *yp = yout + (size_t)tok * a.rows + row;
-				v = a.accumulate ? *yp + out : out;
-				*yp = v;
-				if (a.st_out)
-					gm_st_put(a.st_out, gm_col_stride((int)(a.rows >> 7) * 4), (int)row,
-					          a.st_nw ? v * ((a.st_zc ? 1.0f : 0.0f) + a.st_nw[row]) : v);
-			}
-			if (a.st_ssout && warp == 0) { /* the tile's sum of squares, one token: lanes 0-15 */
-				v *= v;
-				for (int o = 8; o; o >>= 1)
-					v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-				if (lane == 0)
-					a.st_ssout[tile] = v;
-			}
-		}
+		int kc = 0, tile_it = 0;
+		/* group gi of WG warps (wg: the warp's place in it) takes stages gi, gi + G, ... */
+		const int gi = TGC ? warp / WG : 0, wg = TGC ? warp % WG : warp;
+		gt_pos q = {0, 0, 0};
+		if (TGC)
+			gt_next_n(q, S, gi);
+		for (;; TGC ? gt_next_n(q, S, G) : gt_next(q, S)) {
+			const int i = q.i;
+			gt_wait(&full[i], q.ph);
+			const int tile = hdr[i];
+			if (tile < 0)
+				break;
 #ifdef FP4S_DIAG_TL
-		if (tile_it <= 2)
-			TL_MARK(4 + tile_it); /* the first and second tiles' epilogues done */
+			if (q.n == 0)
+				TL_MARK(4); /* the first stage's bytes are here (dev/tile_marks.py) */
 #endif
-	}
+			/* this warp's steps of the stage: u0 + j in it, s0 + j in the row, jn of them (fewer at
+			 * the row's end, none past it). What a step needs is the stage's value plus j times a
+			 * constant, so the loop carries no per-step index arithmetic or argument tests. */
+			const int u0 = wg * sps, s0 = kc * GT_W * sps + u0, jn = min(sps, nsteps - s0);
+			const uint32_t pw = ring + (uint32_t)i * (uint32_t)a.tstage + wa + 64u * (uint32_t)u0; /* step j: + 64 j */
+			const int sbytes = F == GM_NVFP4 ? 2 : 1; /* a chunk's scale bytes */
+			const uint32_t ps = pw - 64u * (uint32_t)u0 - wa + ska + /* step j: + 4 j chunks */
+			                    (uint32_t)(sbytes * (a.tscl ? 4 * s0 + t : 4 * u0 + t));
+			const int kr = (K >> 5) - (4 * s0 + t); /* step j's chunk is past K where 4 j >= kr */
+			const uint32_t w8 = 8u * (uint32_t)a.trs, s8 = 8u * (uint32_t)a.tss;
+			if (!a.tprobe) {
+#pragma unroll 1
+				for (int j = 0; j < jn; j++) {
+					const uint4 wqa = gm_lds128(pw + 64 * j), wqb = gm_lds128(pw + w8 + 64 * j);
+					uint32_t cai, cbi;
+					if (4 * j >= kr) {
+						cai = cbi = F == GM_NVFP4 ? 0u : 0x100u; /* past K (0x100: MXFP4's zero scale) */
+					} else if (F == GM_NVFP4) {
+						cai = gt_lds16(ps + 8 * j);
+						cbi = gt_lds16(ps + s8 + 8 * j);
+					} else {
+						cai = gt_lds8(ps + 4 * j);
+						cbi = gt_lds8(ps + s8 + 4 * j);
+					}
+					gm_step<F, NG>(acc, wqa, wqb, cai, cbi, a.ec, xsa, 4 * (s0 + j) + t);
+				}
+			} else { /* diagnostics (FP4S_GEMV_TMA_PROBE): the loads alone */
+#pragma unroll 1
+				for (int j = 0; j < jn; j++) {
+					const uint4 wqa = gm_lds128(pw + 64 * j), wqb = gm_lds128(pw + w8 + 64 * j);
+					const uint32_t c = 4 * j >= kr ? 0u : gt_lds8(ps + sbytes * 4 * j) ^ gt_lds8(ps + s8 + sbytes * 4 * j);
+					acc[0][0] += __uint_as_float(wqa.x ^ wqb.y ^ c); /* keep the loads */
+				}
+			}
+			__syncwarp();
+			if (lane == 0)
+				gt_arrive(&empty[i]); /* this warp is done with the slot */
+			if (++kc < nkc)
+				continue;
+			/* end of a tile: warps' partials -> red[parity][warp][token][row], one barrier, then one
+			 * thread per (token, row) sums the warps in order (as gemv_mma.cu). (Handing the sums to
+			 * one warp through mbarriers instead, so the others go on, measured slower: the last
+			 * tile's sums then wait for that warp; bench/results/2026-11-22-h100-session8.md.) */
+			kc = 0;
+			float *rp = red + (size_t)(tile_it & 1) * GT_W * M * 16;
+			tile_it++;
+#pragma unroll
+			for (int gg = 0; gg < NG; gg++) {
+				const int tok = 4 * gg + t;
+				if (tok < M) {
+					rp[(warp * M + tok) * 16 + g] = acc[gg][0] + acc[gg][1];
+					rp[(warp * M + tok) * 16 + g + 8] = acc[gg][2] + acc[gg][3];
+				}
+				acc[gg][0] = acc[gg][1] = acc[gg][2] = acc[gg][3] = 0.0f;
+			}
+			/* the group's own barrier, 2 + gi (1 is gt_sync's, the MoE combine's after the loop).
+			 * Immediate ids: with the id in a register, ptxas reserves all 16 of a block's
+			 * barriers, which alone cost ~1 % (session 35). */
+			if (!TGC)
+				gt_sync();
+			else if (gi == 0)
+				asm volatile("bar.sync 2, %0;" ::"n"(WG * 32) : "memory");
+			else if (TGC == 1 || gi == 1)
+				asm volatile("bar.sync 3, %0;" ::"n"(WG * 32) : "memory");
+			else if (gi == 2)
+				asm volatile("bar.sync 4, %0;" ::"n"(WG * 32) : "memory");
+			else
+				asm volatile("bar.sync 5, %0;" ::"n"(WG * 32) : "memory");
+			const unsigned lt = threadIdx.x - (unsigned)(gi * WG * 32); /* the thread's place in its group */
+			const int tok = lt >> 4, r = lt & 15;
+			const int64_t row = (int64_t)tile * 16 + r;
+			const bool live = tok < M && row < a.rows;
+			float out = 0.0f;
+			if (live) {
+				float v = 0.0f;
+				for (int w = 0; w < WG; w++)
+					v += rp[((gi * WG + w) * M + tok) * 16 + r];
+				out = ldexpf(v, a.pexp) * post;
+				if (a.norm_w)
+					out *= 1.0f / sqrtf(s_ss[tok] / (float)K + a.eps);
+				if (bias)
+					out += bias[row];
+			}
+			if (a.pairact) {
+				/* (gate, up) = rows (2i, 2i + 1), neighbouring lanes: the even lane writes SwiGLU
+				 * (as moe.cu's moe_act_kernel, the SwiGLU kernels and the down GEMV's staging compute
+				 * it): 1 gpt-oss's clamped form, 2 silu(gate) * up */
+				const float up = __shfl_down_sync(0xFFFFFFFFu, out, 1);
+				if (live && !(r & 1)) {
+					const float v = a.pairact == 1 ? swiglu_oai(out, up, a.alpha, a.limit) : silu_mul(out, up);
+					yout[(size_t)tok * (a.rows / 2) + (row >> 1)] = v;
+					if (a.st_out)
+						gm_st_put(a.st_out, gm_col_stride((int)((a.rows >> 1) >> 7) * 4), (int)(row >> 1), v);
+				}
+			} else {
+				float v = 0.0f;
+				if (live) {
+					float *yp = yout + (size_t)tok * a.rows + row;
+					v = a.accumulate ? *yp + out : out;
+					*yp = v;
+					if (a.st_out)
+						gm_st_put(a.st_out, gm_col_stride((int)(a.rows >> 7) * 4), (int)row,
+						          a.st_nw ? v * ((a.st_zc ? 1.0f : 0.0f) + a.st_nw[row]) : v);
+				}
+				if (a.st_ssout && wg == 0) { /* the tile's sum of squares, one token: lanes 0-15 */
+					v *= v;
+					for (int o = 8; o; o >>= 1)
+						v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+					if (lane == 0)
+						a.st_ssout[tile] = v;
+				}
+			}
+#ifdef FP4S_DIAG_TL
+			if (tile_it <= 2)
+				TL_MARK(4 + tile_it); /* the first and second tiles' epilogues done */
+#endif
+		}
+	};
+	if (TG && NG == 1 && tgroups == 2)
+		stages(std::integral_constant<int, 2>());
+	else if (TG && NG == 1 && tgroups == 1)
+		stages(std::integral_constant<int, 1>());
+	else
+		stages(std::integral_constant<int, 0>());
 	TL_MARK(7); /* the last tile's epilogue done (a combine may follow) */
 	stamp(3);
 	if (a.cw) {
@@ -654,6 +692,14 @@ int gm_tma_plan(int nv, int64_t K, int M, gm_args *a)
 	return 0;
 }
 
+/* Every one-token launch on the kernel with tile groups (fp4s_gemv_tma_groups). */
+static int gt_all;
+
+extern "C" void fp4s_gemv_tma_groups(int all)
+{
+	gt_all = all != 0;
+}
+
 template <int F, int NG, int C = 0>
 static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaStream_t s)
 {
@@ -669,8 +715,29 @@ static cudaError_t gt_go(const gm_args &a, int64_t tiles, int sms, int nz, cudaS
 	int64_t bx = ((int64_t)per_sm * sms + nz - 1) / nz;
 	bx = bx > tiles ? tiles : bx < 1 ? 1 : bx;
 	struct pdl_launch l;
-	return cudaLaunchKernelEx(pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1),
-	                          gemv_tma_kernel<F, NG, C>, a);
+	pdl_cfg(&l, dim3((unsigned)bx, 1, (unsigned)nz), dim3(GT_THREADS), smem, s, 1);
+	/* tile groups (a.tgroups): as many as a block has tiles, up to 4 and the ring's stages (a
+	 * group's end-of-tiles stage is never handed back), one token, whole-row stages, on the
+	 * kernel with groups (TG = 1); with gt_all every one-token launch runs that kernel, the
+	 * others on its copy of the loop without groups. FP4S_GEMV_TMA_GROUPS: 0 off, 1 on (default),
+	 * 2 for expert slots only. */
+	static int gmode = -1;
+	if (gmode < 0) {
+		const char *e = getenv("FP4S_GEMV_TMA_GROUPS");
+		gmode = e && (*e == '0' || *e == '2') && !e[1] ? *e - '0' : 1;
+	}
+	const int64_t tpb = (tiles + bx - 1) / bx;
+	int lg = 0;
+	if (NG == 1 && C == 0 && a.M == 1 && a.tflat && (gmode == 1 || (gmode == 2 && a.idx)))
+		lg = tpb >= 4 && a.stages >= 4 ? 2 : tpb >= 2 ? 1 : 0;
+	if (NG == 1 && C == 0 && a.M == 1 && (lg || (gt_all && gmode))) {
+		gm_args b = a;
+		b.tgroups = lg;
+		if (lg)
+			b.tsps = (int)(((a.K + 127) / 128 + (GT_W >> lg) - 1) / (GT_W >> lg)); /* a group's warp's steps */
+		return cudaLaunchKernelEx(&l.cfg, gemv_tma_kernel<F, 1, 0, 1>, b);
+	}
+	return cudaLaunchKernelEx(&l.cfg, gemv_tma_kernel<F, NG, C>, a);
 }
 
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s)
@@ -703,6 +770,8 @@ cudaError_t gm_tma_attrs(void)
 	GT_ATTR(GM_MXFP4, 1)
 	GT_ATTR(GM_MXFP4, 2)
 	GT_ATTR(GM_MXFP4, 4)
+	GT_ATTR(GM_NVFP4, 1, 0, 1)
+	GT_ATTR(GM_MXFP4, 1, 0, 1)
 #ifdef FP4S_DIAG_CLONE
 	GT_ATTR(GM_NVFP4, 1, 1)
 	GT_ATTR(GM_MXFP4, 1, 1)

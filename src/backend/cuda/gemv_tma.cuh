@@ -94,6 +94,19 @@ static __device__ __forceinline__ void gt_next(gt_pos &q, int S)
 	}
 }
 
+/* n stages on, 0 <= n <= S (gemv_tma.cu's tile groups: a group takes every G-th stage). One add
+ * and one compare as gt_next: a loop of gt_next calls made the consumers' stage loop ~2 KB larger
+ * (session 35). */
+static __device__ __forceinline__ void gt_next_n(gt_pos &q, int S, int n)
+{
+	q.n += n;
+	q.i += n;
+	if (q.i >= S) {
+		q.i -= S;
+		q.ph ^= 1u;
+	}
+}
+
 /* Loads from a stage by shared-space address (and gemv_mma.cuh's gm_lds128 for 16 bytes).
  * Through generic pointers into the ring, ptxas rebuilt the ring's window address from the
  * CTA's id (S2R SR_CgaCtaId and three dependent instructions) at every step, on the path to the

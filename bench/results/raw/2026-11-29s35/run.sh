@@ -10,7 +10,7 @@
 #   call 3  c  (TAG=c3, timeout 560)
 #   call 4  d  (TAG=d4, timeout 470)
 #   call 5  f  (TAG=f5, timeout 185: the budget's last ~220 s)
-#   next    x  (prepared, not run: TAG=x1, timeout 500)
+#   x  ran in session 36 (TAG=x1, timeout 500: raw/2026-11-29s36/sum-x1.txt, run-x1.tgz)
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 G=$PWD; L=$OUT/logs; mkdir -p $L; S=$OUT/sum.txt; R=$G/treeA; P=$G/../bench/results/raw/2026-11-29s35
