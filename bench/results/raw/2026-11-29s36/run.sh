@@ -10,6 +10,7 @@
 #   call 4  j  (TAG=j1, timeout 430)
 #   call 5  k  (TAG=k1, timeout 150)
 #   call 6  k2 (TAG=k2, timeout 120: the budget's last ~210 s; seeds 13-52)
+#   next    n  (prepared, not run: TAG=n1, timeout 400; .gpu/treeG = main dce08d2 + gpol.patch)
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 G=$PWD; L=$OUT/logs; mkdir -p $L; S=$OUT/sum.txt
@@ -92,6 +93,21 @@ k)
   for sd in ${SEEDS:-$(seq 1 12)}; do for v in a g; do
     (cd $G/treeG && FP4S_TEST_SEED=$sd FP4S_TEST_VERBOSE=1 $(find /tmp/f$v -name test_gemv -type f | head -1) "LINK(nvfp4,H=2048,I=768" > $L/k-$v-$sd.txt 2>&1)
     echo "$v $sd $(grep -h 'LINK' $L/k-$v-$sd.txt | sed 's/.*plain//' | tr '\n' ' ')" >> $S; done; done ;;
+# Phase n (prepared for the next session): which group counts pay. gpol.patch adds
+# FP4S_GEMV_TMA_GPOL (diagnostics): 1 four groups from 3 tiles a block (qwen3-30b-a3b's gate|up:
+# 96 tiles in 33 blocks a slot), 2 at most two (its down: 128 in 33), 3 none for 2 tiles a block
+# (its qkv: 320 in 264). qwen3-30b-a3b tg128 for each and with groups off / experts only, two
+# rounds; depth 4096 for 0 and 1; test_gemv and test_moe_router under GPOL=1.
+n)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fg; B=$BD/fp4serve; bld $G/treeG $BD $L/build.log fp4serve
+  $B gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  J=10 bld $G/treeG $BD $L/build-t.log test_gemv test_moe_router
+  wait
+  for rr in 1 2; do for p in 0 1 2 3; do export FP4S_GEMV_TMA_GPOL=$p; bench q-P$p-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; done
+    export FP4S_GEMV_TMA_GPOL=0; bench q-off-$rr 0 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; bench q-ex-$rr 2 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; done
+  for p in 0 1; do export FP4S_GEMV_TMA_GPOL=$p; bench qd-P$p 1 /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2; done
+  export FP4S_GEMV_TMA_GPOL=1; tt test_gemv test_moe_router ;;
 k2) SEEDS="$(seq 13 52)" bash $0 k ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
