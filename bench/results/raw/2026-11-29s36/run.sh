@@ -27,6 +27,17 @@ TESTS="test_gemv test_gemv_experts test_moe_router test_engine_cuda test_golden"
 tt() { local x t; for x in "$@"; do t=$(find $BD -name $x -type f | head -1)
     (cd $G/treeG && timeout 240 env FP4S_TEST_VERBOSE=1 $t > $L/t-$x.txt 2>&1; ts "$x rc=$?")
     tail -2 $L/t-$x.txt >> $S; grep -m5 FAIL $L/t-$x.txt >> $S; done; }
+# setupAG: main (treeA) and the candidate (treeG) built side by side, the three models' weights
+# generated while the candidate's tests build (phases h and j)
+setupAG() {
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fg; B=$BD/fp4serve; A=/tmp/fa/fp4serve
+  J=8 bld $G/treeA /tmp/fa $L/build-a.log fp4serve & J=8 bld $G/treeG $BD $L/build.log fp4serve; wait
+  $B gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
+  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
+  J=10 bld $G/treeG $BD $L/build-t.log $TESTS
+  wait; }
 for ph in "$@"; do case $ph in
 # Phase g: tile groups as the kernel's template parameter TG (tg.patch): the ungrouped kernels are
 # main's code byte for byte, the grouped ones (TG 1, 2) session 35's E5 with the counts compiled in.
@@ -51,14 +62,7 @@ g)
 # main's code byte for byte, so A is main's own build (treeA). qwen3-30b-a3b tg128 three rounds,
 # depth 4096 two; llama3-8b tg128 three; gpt-oss-20b one; the op tests.
 h)
-  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
-  BD=/tmp/fg; B=$BD/fp4serve; A=/tmp/fa/fp4serve
-  J=8 bld $G/treeA /tmp/fa $L/build-a.log fp4serve & J=8 bld $G/treeG $BD $L/build.log fp4serve; wait
-  $B gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
-  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
-  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
-  J=10 bld $G/treeG $BD $L/build-t.log $TESTS
-  wait
+  setupAG
   for rr in 1 2 3; do bench q-H-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; BX=$A bench q-A-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; done
   for rr in 1 2 3; do bench l-H-$rr 1 /dev/shm/llama3-8b -p 0 -n 128 --reps 3; BX=$A bench l-A-$rr 1 /dev/shm/llama3-8b -p 0 -n 128 --reps 3; done
   for rr in 1 2; do bench qd-H-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2; BX=$A bench qd-A-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2; done
@@ -72,14 +76,7 @@ h)
 # main's build. qwen3-30b-a3b tg128 two rounds, llama3-8b three, depth 4096 and gpt-oss-20b one;
 # the op tests.
 j)
-  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
-  BD=/tmp/fg; B=$BD/fp4serve; A=/tmp/fa/fp4serve
-  J=8 bld $G/treeA /tmp/fa $L/build-a.log fp4serve & J=8 bld $G/treeG $BD $L/build.log fp4serve; wait
-  $B gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/qwen3-30b-a3b > $L/gen-q.log 2>&1 &
-  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
-  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
-  J=10 bld $G/treeG $BD $L/build-t.log $TESTS
-  wait
+  setupAG
   for rr in 1 2; do bench q-J-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; BX=$A bench q-A-$rr 1 /dev/shm/qwen3-30b-a3b -p 0 -n 128 --reps 3; done
   for rr in 1 2 3; do bench l-J-$rr 1 /dev/shm/llama3-8b -p 0 -n 128 --reps 3; BX=$A bench l-A-$rr 1 /dev/shm/llama3-8b -p 0 -n 128 --reps 3; done
   bench qd-J 1 /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2; BX=$A bench qd-A 1 /dev/shm/qwen3-30b-a3b -p 0 --ctx 4096 -n 64 --reps 2
