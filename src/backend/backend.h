@@ -26,6 +26,9 @@ extern "C" {
  * of table_stride entries) maps slot s's position p to block block_table[s * table_stride +
  * p / FP4S_KV_BLOCK]; NULL lets the forward pass use its own fixed one (slot s owns a
  * contiguous range of blocks). */
+struct fp4s_samp_row;  /* engine/sampler.h */
+struct fp4s_samp_edit;
+
 struct fp4s_batch {
 	int32_t n;
 	const int32_t *tokens;
@@ -138,6 +141,12 @@ struct fp4s_backend {
 	/* out[i] = argmax of row i of logits [n, vocab] (ties: the lowest id), to the host */
 	int (*argmax)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
 	              int32_t *out, struct fp4s_error *err);
+	/* out[i] = a token drawn from row i of logits [n, vocab] as rows[i] says (sampler.h's
+	 * fp4s_samp_row, its edits in edits[rows[i].edit0 ..]): the token sampler.c would draw for
+	 * the same row. The logits are overwritten. NULL where the logits are on the host anyway
+	 * (the CPU backend): the engine samples them itself. */
+	int (*sample)(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
+	              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_error *err);
 	/* dst[i] = src[rows[i]] for rows of width floats (rows is a host array) */
 	int (*gather_rows)(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
 	                   int64_t width, float *dst, struct fp4s_error *err);

@@ -5,7 +5,10 @@
  * (and after --ctx tokens of context when asked). Medians over --reps runs after a warm-up.
  * --batch B (like llama-batched-bench's parallel sequences): B sequences, each prefilled with
  * its own prompt, then decoded together, one token each per forward; the tg figure is then the
- * aggregate (B tokens per step), the decode steps of a server with B streams. */
+ * aggregate (B tokens per step), the decode steps of a server with B streams. --temp T (with
+ * --top-p, --top-k) samples each token as a request with those settings would instead of taking
+ * the argmax: on the device where the backend samples (FP4S_DEVICE_SAMPLE=0: logits to the host
+ * and sampler.c, the path requests with logprobs take). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 
 static double now_s(void)
 {
@@ -65,17 +69,22 @@ int cmd_bench(int argc, char **argv)
 		{"reps", required_argument, 0, 'r'},    {"backend", required_argument, 0, 'b'},
 		{"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
 		{"kv-cache-dtype", required_argument, 0, 'k'}, {"batch", required_argument, 0, 'B'},
-		{0, 0, 0, 0}};
+		{"temp", required_argument, 0, 'T'},    {"top-p", required_argument, 0, 'P'},
+		{"top-k", required_argument, 0, 'K'},   {0, 0, 0, 0}};
 	static const char usage[] =
 		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend auto|cuda|cpu] [--json]\n"
-		"                      [--kv-cache-dtype auto|fp32|bf16|fp8] [--batch B]\n"
+		"                      [--kv-cache-dtype auto|fp32|bf16|fp8] [--batch B] [--temp T [--top-p P] [--top-k K]]\n"
 		"  -p N      prompt tokens for the prefill figure (default 512; 0 skips)\n"
 		"  -n N      tokens decoded one at a time (default 128; 0 skips)\n"
 		"  --ctx N   context already in the cache before decoding (default 0)\n"
 		"  --reps R  repetitions, median reported (default 3)\n"
-		"  --batch B sequences decoded together (default 1): tg is then B tokens a step\n";
+		"  --batch B sequences decoded together (default 1): tg is then B tokens a step\n"
+		"  --temp T  sample each token at temperature T (with --top-p, --top-k) instead of the argmax\n";
 	struct fp4s_engine_opts eo = {0};
 	int32_t pp = 512, tg = 128, ctx = 0, reps = 3, json = 0, nb = 1, c;
+	struct fp4s_sampling sp;
+	fp4s_samp_defaults(&sp);
+	sp.temperature = 0.0f;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:p:n:c:r:b:k:B:jh", opts, NULL)) != -1) {
 		switch (c) {
@@ -87,6 +96,9 @@ int cmd_bench(int argc, char **argv)
 		case 'b': eo.backend = optarg; break;
 		case 'k': eo.kv_cache_dtype = optarg; break;
 		case 'B': nb = atoi(optarg); break;
+		case 'T': sp.temperature = strtof(optarg, NULL); break;
+		case 'P': sp.top_p = strtof(optarg, NULL); break;
+		case 'K': sp.top_k = atoi(optarg); break;
 		case 'j': json = 1; break;
 		case 'h': printf("%s", usage); return 0;
 		default: fprintf(stderr, "%s", usage); return 2;
@@ -97,11 +109,15 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "%s", usage);
 		return 2;
 	}
+	struct fp4s_error err = {0};
+	if (fp4s_samp_validate(&sp, 0, &err)) {
+		fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+		return 2;
+	}
 	const int32_t prompt_len = pp > ctx ? pp : ctx;
 	eo.max_seqs = nb;
 	eo.max_ctx = prompt_len + tg + 1;
 	eo.max_batch_tokens = prompt_len > nb ? prompt_len : nb;
-	struct fp4s_error err = {0};
 	struct fp4s_engine *e;
 	double t0 = now_s();
 	if (fp4s_engine_open(&eo, &e, &err)) {
@@ -120,6 +136,7 @@ int cmd_bench(int argc, char **argv)
 		ceiling = host_copy_gbs();
 	}
 	struct fp4s_fwd *f = fp4s_engine_fwd(e);
+	int rc = 0;
 	const int32_t V = (int32_t)m->cfg.vocab;
 	/* positions 0..max_ctx-1 of every sequence's tokens, then the decode step's B-token batch */
 	int32_t *tok = malloc((size_t)eo.max_ctx * sizeof *tok), *pos = malloc((size_t)eo.max_ctx * sizeof *pos);
@@ -127,13 +144,29 @@ int cmd_bench(int argc, char **argv)
 	int32_t *btok = malloc((size_t)nb * sizeof *btok), *bpos = malloc((size_t)nb * sizeof *bpos);
 	int32_t *bseq = malloc((size_t)nb * sizeof *bseq), *brow = malloc((size_t)nb * sizeof *brow);
 	int32_t *bnext = malloc((size_t)nb * sizeof *bnext);
-	float *logits = malloc((size_t)V * sizeof *logits);
+	float *logits = malloc((size_t)V * (size_t)nb * sizeof *logits);
+	/* --temp: a sampler a sequence (seeded), their device rows */
+	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS;
+	const char *ds = getenv("FP4S_DEVICE_SAMPLE");
+	const int dev_sample = sampling && fp4s_fwd_can_sample(f) && !(ds && !strcmp(ds, "0"));
+	struct fp4s_sampler *smp = sampling ? calloc((size_t)nb, sizeof *smp) : NULL;
+	struct fp4s_samp_row *srow = sampling ? malloc((size_t)nb * sizeof *srow) : NULL;
+	struct fp4s_samp_edit sedit[1];
 	double *t_pp = calloc((size_t)reps, sizeof *t_pp), *t_tg = calloc((size_t)reps * (size_t)(tg + 1), sizeof *t_tg);
-	int rc = 0;
-	if (!tok || !pos || !seq || !logits || !t_pp || !t_tg || !btok || !bpos || !bseq || !brow || !bnext) {
+	if (!tok || !pos || !seq || !logits || !t_pp || !t_tg || !btok || !bpos || !bseq || !brow || !bnext ||
+	    (sampling && (!smp || !srow))) {
 		fprintf(stderr, "fp4serve bench: out of memory\n");
 		rc = 1;
 		goto done;
+	}
+	for (int32_t q = 0; smp && q < nb; q++) {
+		sp.has_seed = true;
+		sp.seed = 1000 + (uint64_t)q;
+		if (fp4s_samp_init(&smp[q], &sp, V, NULL, 0, NULL, 0, &err)) {
+			fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+			rc = 1;
+			goto done;
+		}
 	}
 	srand(1234);
 	for (int32_t i = 0; i < eo.max_ctx; i++) {
@@ -167,8 +200,28 @@ int cmd_bench(int argc, char **argv)
 			}
 			struct fp4s_batch b = {nb, btok, bpos, bseq, NULL, 0};
 			double a = now_s();
-			/* greedy decode: the argmax is taken where the logits are (on the GPU) */
-			if (fp4s_fwd_run_argmax(f, &b, brow, nb, bnext, &err)) {
+			/* greedy decode: the argmax is taken where the logits are (on the GPU); --temp:
+			 * sampled there, or on the host */
+			int src = 0;
+			if (!sampling) {
+				src = fp4s_fwd_run_argmax(f, &b, brow, nb, bnext, &err);
+			} else if (dev_sample) {
+				int32_t ne = 0;
+				for (int32_t q = 0; q < nb && !src; q++) {
+					src = fp4s_samp_plan(&smp[q], &srow[q], sedit, 1, &ne, &err);
+					srow[q].edit0 = 0;
+				}
+				if (!src)
+					src = fp4s_fwd_run_sample(f, &b, brow, nb, srow, sedit, 0, bnext, &err);
+			} else {
+				src = fp4s_fwd_run(f, &b, brow, nb, logits, &err);
+				for (int32_t q = 0; q < nb && !src; q++) {
+					struct fp4s_samp_result res;
+					src = fp4s_samp_sample(&smp[q], logits + (size_t)q * V, V, &res, &err);
+					bnext[q] = res.token;
+				}
+			}
+			if (src) {
 				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
 				rc = 1;
 				goto done;
@@ -204,6 +257,9 @@ int cmd_bench(int argc, char **argv)
 			       fp4s_arch_name(m->cfg.arch), be, load_s);
 			printf("ceiling    %.1f GB/s (%s copy, bytes read + written)\n", ceiling,
 			       strcmp(be, "cpu") ? "device" : "host memcpy");
+			if (sampling)
+				printf("sampling   temperature %g, top_p %g, top_k %d, on the %s\n", (double)sp.temperature,
+				       (double)sp.top_p, sp.top_k, dev_sample ? "device" : "host");
 			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)\n",
 			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2);
 			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", nb > 1 ? "ms/step" : "ms/token", "GB/s",
@@ -227,6 +283,9 @@ int cmd_bench(int argc, char **argv)
 done:
 	free(tok), free(pos), free(seq), free(logits), free(t_pp), free(t_tg);
 	free(btok), free(bpos), free(bseq), free(brow), free(bnext);
+	for (int32_t q = 0; smp && q < nb; q++)
+		fp4s_samp_free(&smp[q]);
+	free(smp), free(srow);
 	fp4s_engine_close(e);
 	return rc;
 }

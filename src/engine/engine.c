@@ -64,6 +64,12 @@ struct fp4s_engine {
 	float *logits;
 	struct fp4s_event *events;
 	int32_t n_events_cap;
+	/* sampling on the backend (fp4s_fwd_run_sample): a row a sampled sequence, their edits */
+	int dev_sample; /* the backend samples; FP4S_DEVICE_SAMPLE=0 keeps it on the host (A/B) */
+	struct fp4s_samp_row *s_rows;
+	int32_t *s_tok;
+	struct fp4s_samp_edit *s_edits;
+	int32_t s_edits_cap;
 };
 
 void fp4s_request_defaults(struct fp4s_request *r)
@@ -187,10 +193,16 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->b_rows = malloc((size_t)e->max_batch * 4);
 	e->b_req = malloc((size_t)e->max_batch * sizeof *e->b_req);
 	e->logits = malloc((size_t)e->max_seqs * (size_t)e->vocab * sizeof *e->logits);
+	e->s_rows = malloc((size_t)e->max_seqs * sizeof *e->s_rows);
+	e->s_tok = malloc((size_t)e->max_seqs * sizeof *e->s_tok);
+	{
+		const char *ds = getenv("FP4S_DEVICE_SAMPLE");
+		e->dev_sample = fp4s_fwd_can_sample(&e->fwd) && !(ds && !strcmp(ds, "0"));
+	}
 	e->n_events_cap = e->n_reqs;
 	e->events = calloc((size_t)e->n_events_cap, sizeof *e->events);
 	if (!e->reqs || !e->slot_used || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_rows ||
-	    !e->b_req || !e->logits || !e->events) {
+	    !e->b_req || !e->logits || !e->events || !e->s_rows || !e->s_tok) {
 		rc = fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 		goto fail;
 	}
@@ -243,6 +255,7 @@ void fp4s_engine_close(struct fp4s_engine *e)
 	free(e->table);
 	free(e->slot_used), free(e->b_tok), free(e->b_pos), free(e->b_seq), free(e->b_rows);
 	free(e->b_req), free(e->logits), free(e->events);
+	free(e->s_rows), free(e->s_tok), free(e->s_edits);
 	free(e);
 }
 
@@ -348,6 +361,37 @@ static int pure_greedy(const struct req *r)
 	const struct fp4s_sampling *p = &r->samp.p;
 	return p->temperature < FP4S_SAMP_GREEDY_EPS && !p->logprobs && p->top_logprobs == 0 &&
 	       p->n_logit_bias == 0 && !r->samp.penalties && r->n_tokens - r->n_prompt >= p->min_tokens;
+}
+
+/* The rows of this step's sampled sequences for the backend (fp4s_samp_plan: each draws its
+ * random number now, as its host sampler would); *n_edits: the edits written. */
+static int plan_rows(struct fp4s_engine *e, int32_t nout, int32_t *n_edits, struct fp4s_error *err)
+{
+	int64_t need = 0;
+	for (int32_t o = 0; o < nout; o++)
+		need += fp4s_samp_plan_edits(&e->b_req[e->b_rows[o]]->samp);
+	if (need > INT32_MAX / 2)
+		return fp4s_error_set(err, FP4S_EINVAL, "sampler: %lld edits in one step", (long long)need);
+	if (need > e->s_edits_cap) {
+		const int32_t cap = (int32_t)(need + need / 2 + 64);
+		struct fp4s_samp_edit *p = realloc(e->s_edits, (size_t)cap * sizeof *p);
+		if (!p)
+			return fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
+		e->s_edits = p;
+		e->s_edits_cap = cap;
+	}
+	int32_t ne = 0;
+	for (int32_t o = 0; o < nout; o++) {
+		int32_t k = 0;
+		int rc = fp4s_samp_plan(&e->b_req[e->b_rows[o]]->samp, &e->s_rows[o], e->s_edits + ne, e->s_edits_cap - ne,
+		                        &k, err);
+		if (rc)
+			return rc;
+		e->s_rows[o].edit0 = ne;
+		ne += k;
+	}
+	*n_edits = ne;
+	return FP4S_OK;
 }
 
 static struct fp4s_event *new_event(struct fp4s_engine *e, int32_t *n, struct req *r)
@@ -581,12 +625,26 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	struct fp4s_batch b = {nb, e->b_tok, e->b_pos, e->b_seq, e->table, e->stride};
 	/* When every request sampled this step is plain greedy, only the argmax leaves the backend
 	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
-	int all_greedy = 1;
-	for (int32_t o = 0; o < nout; o++)
+	int all_greedy = 1, dev = e->dev_sample && nout <= e->max_seqs;
+	for (int32_t o = 0; o < nout; o++) {
 		all_greedy &= pure_greedy(e->b_req[e->b_rows[o]]);
+		dev &= !e->b_req[e->b_rows[o]]->samp.p.logprobs;
+	}
+	/* Otherwise, when no request asks for logprobs, the backend draws the tokens where the
+	 * logits are (the same tokens as the host's sampler: sampler.h); else the logits come here. */
 	int32_t greedy_tok[64];
-	int rc = all_greedy && nout <= 64 ? fp4s_fwd_run_argmax(&e->fwd, &b, e->b_rows, nout, greedy_tok, err)
-	                                  : fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
+	int rc;
+	if (all_greedy && nout <= 64) {
+		dev = 0;
+		rc = fp4s_fwd_run_argmax(&e->fwd, &b, e->b_rows, nout, greedy_tok, err);
+	} else if (dev) {
+		int32_t ne = 0;
+		rc = plan_rows(e, nout, &ne, err);
+		if (!rc)
+			rc = fp4s_fwd_run_sample(&e->fwd, &b, e->b_rows, nout, e->s_rows, e->s_edits, ne, e->s_tok, err);
+	} else {
+		rc = fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
+	}
 	if (rc)
 		return rc;
 	for (int32_t j = 0; j < nb; j++)
@@ -597,6 +655,10 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		struct fp4s_event *ev = new_event(e, &nev, r);
 		if (all_greedy && nout <= 64)
 			ev->sample.token = greedy_tok[o];
+		else if (dev && e->s_tok[o] < 0)
+			return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token has a finite logit after masking");
+		else if (dev)
+			ev->sample.token = e->s_tok[o];
 		else if ((rc = fp4s_samp_sample(&r->samp, e->logits + (size_t)o * e->vocab, e->vocab, &ev->sample, err)))
 			return rc;
 		const int32_t t = ev->sample.token;

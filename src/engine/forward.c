@@ -584,8 +584,14 @@ static int record_step(void *ctx, struct fp4s_error *err)
 }
 
 /* Runs the step; logits (or, when tokens is given, their argmax) for the rows asked for. */
+struct samp_req {
+	const struct fp4s_samp_row *rows;
+	const struct fp4s_samp_edit *edits;
+	int32_t n_edits;
+};
+
 static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
-               float *logits, int32_t *tokens, struct fp4s_error *err)
+               float *logits, int32_t *tokens, const struct samp_req *sr, struct fp4s_error *err)
 {
 	const struct fp4s_config *c = f->cfg;
 	struct fp4s_backend *be = f->be;
@@ -620,6 +626,8 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
 	if (rc || n_out == 0)
 		return rc;
+	if (tokens && sr)
+		return be->sample(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, tokens, err);
 	if (tokens)
 		return be->argmax(be, f->logits, n_out, c->vocab, tokens, err);
 	return be->read(be, logits, f->logits, (int64_t)n_out * c->vocab * (int64_t)sizeof(float), err);
@@ -628,11 +636,23 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                  int32_t n_out, float *logits, struct fp4s_error *err)
 {
-	return run(f, b, out_rows, n_out, logits, NULL, err);
+	return run(f, b, out_rows, n_out, logits, NULL, NULL, err);
 }
 
 int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                         int32_t n_out, int32_t *tokens, struct fp4s_error *err)
 {
-	return run(f, b, out_rows, n_out, NULL, tokens, err);
+	return run(f, b, out_rows, n_out, NULL, tokens, NULL, err);
+}
+
+int fp4s_fwd_can_sample(const struct fp4s_fwd *f) { return f->be->sample != NULL; }
+
+int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+                        const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
+                        int32_t *tokens, struct fp4s_error *err)
+{
+	if (!f->be->sample)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not sample");
+	const struct samp_req sr = {rows, edits, n_edits};
+	return run(f, b, out_rows, n_out, NULL, tokens, &sr, err);
 }

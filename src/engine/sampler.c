@@ -4,6 +4,7 @@
  * sum, draw) and never sorts: top_k finds the k-th largest value (heap or quickselect), top_p
  * runs a mass-weighted quickselect over a candidate prefix. */
 #include "engine/sampler.h"
+#include "engine/samp_math.h"
 
 #include <float.h>
 #include <math.h>
@@ -229,6 +230,19 @@ int fp4s_samp_init(struct fp4s_sampler *s, const struct fp4s_sampling *p, int32_
 	if (n_prompt < 0 || (n_prompt > 0 && !prompt))
 		return fp4s_error_set(err, FP4S_EINVAL, "sampler: prompt of %d tokens", (int)n_prompt);
 	s->p = *p;
+	/* A token listed twice in logit_bias gets one entry with the sum, so that every consumer
+	 * (fp4s_samp_process_logits, a GPU's plan) adds one number per token. */
+	int32_t nb = 0;
+	for (int32_t i = 0; i < s->p.n_logit_bias; i++) {
+		int32_t j = 0;
+		while (j < nb && s->p.logit_bias[j].token != s->p.logit_bias[i].token)
+			j++;
+		if (j < nb)
+			s->p.logit_bias[j].bias += s->p.logit_bias[i].bias;
+		else
+			s->p.logit_bias[nb++] = s->p.logit_bias[i];
+	}
+	s->p.n_logit_bias = nb;
 	s->vocab = vocab;
 	s->n_eos = n_eos;
 	rng_seed(s->rng, p->has_seed ? p->seed : unseeded_seed());
@@ -491,22 +505,23 @@ static inline void cand_swap(struct fp4s_samp_cand *a, struct fp4s_samp_cand *b)
 
 /* top_p without sorting: reorders c[0..n) so that the kept tokens come first and returns their
  * count. A token is kept iff the mass ranked strictly above it (rank: w desc, id asc) is below
- * target. Quickselect weighted by mass: a three-way partition around a median-of-three pivot
- * tells whether the crossing token lies among the larger values (recurse there) or not (keep
- * them all, walk the equal ones in id order, continue with the smaller). Expected O(n), where a
- * full sort of a flat 100k-token distribution cost milliseconds per token. */
+ * target (masses in samp_math.h's fixed point, so the sums are exact in any order). Quickselect
+ * weighted by mass: a three-way partition around a median-of-three pivot tells whether the
+ * crossing token lies among the larger values (recurse there) or not (keep them all, walk the
+ * equal ones in id order, continue with the smaller). Expected O(n), where a full sort of a flat
+ * 100k-token distribution cost milliseconds per token. */
 static int32_t nucleus_select(struct fp4s_samp_cand *c, int32_t n, double target)
 {
 	int32_t lo = 0, hi = n;
-	double above = 0.0; /* mass of the kept tokens before lo */
+	uint64_t above = 0; /* mass of the kept tokens before lo */
 	while (lo < hi) {
 		float x = c[lo].w, y = c[lo + (hi - lo) / 2].w, z = c[hi - 1].w;
 		float piv = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
 		int32_t lt = lo, i = lo, gt = hi - 1; /* [lo,lt) > piv, [lt,i) == piv, (gt,hi) < piv */
-		double mass_gt = 0.0;
+		uint64_t mass_gt = 0;
 		while (i <= gt) {
 			if (c[i].w > piv) {
-				mass_gt += c[i].w;
+				mass_gt += fp4s_samp_fix(c[i].w);
 				cand_swap(&c[i], &c[lt]);
 				lt++, i++;
 			} else if (c[i].w < piv) {
@@ -516,7 +531,7 @@ static int32_t nucleus_select(struct fp4s_samp_cand *c, int32_t n, double target
 				i++;
 			}
 		}
-		if (lt > lo && above + mass_gt >= target) {
+		if (lt > lo && !fp4s_samp_below(above + mass_gt, target)) {
 			hi = lt; /* the crossing token is among the larger values; [lt, hi) is dropped */
 			continue;
 		}
@@ -531,9 +546,9 @@ static int32_t nucleus_select(struct fp4s_samp_cand *c, int32_t n, double target
 			qsort(c + lt, (size_t)(gt - lt + 1), sizeof *c, cand_cmp);
 		}
 		for (int32_t a = lt; a <= gt; a++) {
-			if (!(above < target))
+			if (!fp4s_samp_below(above, target))
 				return a;
-			above += c[a].w;
+			above += fp4s_samp_fix(c[a].w);
 		}
 		lo = gt + 1;
 	}
@@ -610,6 +625,9 @@ int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
 		return 0;
 	}
 
+	/* Exactly one draw a sampled token, taken first so that a row that then fails (no finite
+	 * logit) still advances the RNG as fp4s_samp_plan does. */
+	const double u = rng_uniform(s->rng);
 	/* Temperature as vLLM (a division, not a multiply by 1/T), then the max. */
 	const float T = p->temperature;
 	float m = -INFINITY;
@@ -622,89 +640,92 @@ int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
 	if (!(m > -INFINITY) || !isfinite(m))
 		return fp4s_error_set(err, FP4S_EINVAL,
 		                      "sampler: no token has a finite logit after masking");
-	/* From here logits[] holds w = exp(l - m) in [0, 1]: the max token has w = 1, so min_p is a
-	 * plain threshold on w (p_i < min_p * p_max <=> w_i < min_p). NaN logits become 0. */
-	/* Smallest positive float: tokens at w = 0 (masked, or underflowed far below the max) are
-	 * never candidates. */
+	/* From here logits[] holds w = exp(l - m) in [0, 1] (samp_math.h's exp: the bits a GPU
+	 * computes too): the max token has w = 1, so min_p is a plain threshold on w (p_i < min_p *
+	 * p_max <=> w_i < min_p). NaN logits become 0. Smallest positive float: tokens at w = 0
+	 * (masked, or far below the max) are never candidates. */
 	float floor = p->min_p > 0.0f ? p->min_p : FLT_TRUE_MIN;
 	if (floor > 1.0f)
 		floor = 1.0f;
 	float *w = logits;
-	double mass_floor = 0.0; /* mass of the min_p survivors {w >= floor} */
+	uint64_t mass_floor = 0; /* mass of the min_p survivors {w >= floor} (samp_math.h's fixed point) */
 	for (int32_t i = 0; i < V; i++) {
-		float e = expf(w[i] - m);
+		float e = fp4s_samp_exp(w[i] - m);
 		e = e == e ? e : 0.0f;
 		w[i] = e;
-		mass_floor += e >= floor ? (double)e : 0.0;
+		if (e >= floor)
+			mass_floor += fp4s_samp_fix(e);
 	}
 
-	int32_t n_cand = -1; /* -1: the candidates are {w >= floor} over the whole vocabulary */
+	/* The survivors are {w >= thr}; top_p then keeps those ranked (w desc, id asc) at or before
+	 * (cut_w, cut_id). */
+	float thr = floor, cut_w = 0.0f;
+	int32_t cut_id = INT32_MAX, n_cand = -1; /* -1: no candidate list (the survivors are all of V) */
+	bool cut = false;
 	if (p->top_k > 0 && p->top_k < V) {
 		float vk;
 		if (kth_largest(s, w, V, p->top_k, &vk) != 0)
 			return fp4s_error_set(err, FP4S_ENOMEM, "sampler: out of memory");
-		n_cand = collect(s, w, V, vk > floor ? vk : floor);
+		thr = vk > floor ? vk : floor;
+		n_cand = collect(s, w, V, thr);
 		if (n_cand < 0)
 			return fp4s_error_set(err, FP4S_ENOMEM, "sampler: out of memory");
 	}
 	if (p->top_p < 1.0f) {
-		/* Mass of the survivors so far, to know when a candidate prefix already holds top_p. */
-		double total = mass_floor;
+		/* Mass of the survivors, to know when a candidate prefix already holds top_p. */
+		uint64_t total = mass_floor;
 		if (n_cand >= 0) {
-			total = 0.0;
+			total = 0;
 			for (int32_t i = 0; i < n_cand; i++)
-				total += s->cand[i].w;
+				total += fp4s_samp_fix(s->cand[i].w);
 		}
-		const double target = (double)p->top_p * total;
+		const double target = fp4s_samp_target(p->top_p, total);
 		/* Without top_k, first collect only {w >= 1e-3} (a prefix of the ranking): for the
 		 * peaked distributions of real models it already holds top_p of the mass, so a few
 		 * hundred candidates go through the selection instead of the vocabulary. Otherwise
 		 * the second round takes every survivor (t = floor); an intermediate 1e-6 round was
 		 * tried and cost more than it saved, as a distribution flat enough to miss at 1e-3
-		 * mostly misses at 1e-6 too. TODO: a histogram of w by exponent would find the
-		 * crossing bucket in one pass and avoid the full collection. */
-		for (float thr = 1e-3f; n_cand < 0; thr = 0.0f) {
-			float t = thr > floor ? thr : floor;
+		 * mostly misses at 1e-6 too. */
+		for (float t_min = 1e-3f; n_cand < 0; t_min = 0.0f) {
+			float t = t_min > floor ? t_min : floor;
 			int32_t n = collect(s, w, V, t);
 			if (n < 0)
 				return fp4s_error_set(err, FP4S_ENOMEM, "sampler: out of memory");
-			double mass = 0.0;
+			uint64_t mass = 0;
 			for (int32_t i = 0; i < n; i++)
-				mass += s->cand[i].w;
-			if (mass >= target || t <= floor)
+				mass += fp4s_samp_fix(s->cand[i].w);
+			if (!fp4s_samp_below(mass, target) || t <= floor)
 				n_cand = n;
 		}
 		/* >= 1 kept whenever n_cand >= 1: the top token has no mass above it */
-		n_cand = nucleus_select(s->cand, n_cand, target);
+		const int32_t kept = nucleus_select(s->cand, n_cand, target);
+		if (kept < 1)
+			return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token left to sample from");
+		cut = true;
+		cut_w = s->cand[0].w;
+		cut_id = s->cand[0].id;
+		for (int32_t i = 1; i < kept; i++)
+			if (s->cand[i].w < cut_w || (s->cand[i].w == cut_w && s->cand[i].id > cut_id))
+				cut_w = s->cand[i].w, cut_id = s->cand[i].id;
 	}
+#define KEPT(i) (w[i] >= thr && (!cut || w[i] > cut_w || (w[i] == cut_w && (i) <= cut_id)))
 
-	/* The draw: one 53-bit uniform scaled to the survivors' mass, then a cumulative scan. */
-	double u = rng_uniform(s->rng);
+	/* The draw: one 53-bit uniform scaled to the kept mass, then a cumulative scan of the kept
+	 * tokens in id order, all in fixed point (a GPU gets the same token: samp_math.h). */
+	uint64_t mass = 0;
+	double total = 0.0; /* the same in floating point, for logprobs */
+	for (int32_t i = 0; i < V; i++)
+		if (KEPT(i))
+			mass += fp4s_samp_fix(w[i]), total += (double)w[i];
+	if (mass == 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token left to sample from");
+	const uint64_t x = fp4s_samp_point(u, mass);
+	uint64_t cum = 0;
 	int32_t chosen = -1;
-	double total = 0.0;
-	if (n_cand >= 0) {
-		for (int32_t i = 0; i < n_cand; i++)
-			total += s->cand[i].w;
-		double x = u * total, cum = 0.0;
-		for (int32_t i = 0; i < n_cand; i++) {
-			cum += s->cand[i].w;
-			chosen = s->cand[i].id;
-			if (x < cum)
-				break;
-		}
-	} else {
-		total = mass_floor;
-		double x = u * total, cum = 0.0;
-		for (int32_t i = 0; i < V; i++) {
-			if (!(w[i] >= floor))
-				continue;
-			cum += w[i];
-			chosen = i; /* rounding leaves x >= cum at the end: the last survivor */
-			if (x < cum)
-				break;
-		}
-	}
-	if (chosen < 0 || !(total > 0.0))
+	for (int32_t i = 0; i < V && chosen < 0; i++)
+		if (KEPT(i) && x < (cum += fp4s_samp_fix(w[i])))
+			chosen = i;
+	if (chosen < 0)
 		return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token left to sample from");
 	out->token = chosen;
 
@@ -713,29 +734,112 @@ int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
 	} else if (proc_lp) {
 		double lt = log(total);
 		out->logprob = (float)(log((double)w[chosen]) - lt);
-		/* rank within the sampled distribution: survivors with a larger w */
+		/* rank within the sampled distribution: kept tokens with a larger w */
 		int32_t above = 0;
-		if (n_cand >= 0) {
-			for (int32_t i = 0; i < n_cand; i++)
-				above += s->cand[i].w > w[chosen];
-		} else {
-			for (int32_t i = 0; i < V; i++)
-				above += w[i] >= floor && w[i] > w[chosen];
-		}
+		for (int32_t i = 0; i < V; i++)
+			above += KEPT(i) && w[i] > w[chosen];
 		out->rank = above + 1;
-		int32_t n = p->top_logprobs;
-		if (n_cand >= 0) {
-			qsort(s->cand, (size_t)n_cand, sizeof *s->cand, cand_cmp);
-			out->n_top = n < n_cand ? n : n_cand;
-			for (int32_t i = 0; i < out->n_top; i++)
-				out->top[i] = (struct fp4s_samp_logprob){
-					.token = s->cand[i].id,
-					.logprob = (float)(log((double)s->cand[i].w) - lt)};
+		const int32_t n = p->top_logprobs;
+		if (!cut) {
+			out->n_top = top_n(w, V, n, thr, out->top);
 		} else {
-			out->n_top = top_n(w, V, n, floor, out->top);
+			int32_t k = 0;
+			for (int32_t i = 0; i < V && n > 0; i++)
+				if (KEPT(i))
+					s->cand[k++] = (struct fp4s_samp_cand){.w = w[i], .id = i};
+			qsort(s->cand, (size_t)k, sizeof *s->cand, cand_cmp);
+			out->n_top = n < k ? n : k;
 			for (int32_t i = 0; i < out->n_top; i++)
-				out->top[i].logprob = (float)(log((double)out->top[i].logprob) - lt);
+				out->top[i] = (struct fp4s_samp_logprob){.token = s->cand[i].id, .logprob = s->cand[i].w};
+		}
+		for (int32_t i = 0; i < out->n_top; i++)
+			out->top[i].logprob = (float)(log((double)out->top[i].logprob) - lt);
+	}
+#undef KEPT
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* A row for a GPU backend */
+
+int32_t fp4s_samp_plan_edits(const struct fp4s_sampler *s)
+{
+	int64_t n = (int64_t)s->p.n_logit_bias + s->p.n_stop_ids + s->n_eos;
+	if (s->penalties && s->counts)
+		n += s->counts_used;
+	return n > INT32_MAX ? INT32_MAX : (int32_t)n;
+}
+
+static int edit_cmp(const void *a, const void *b)
+{
+	const struct fp4s_samp_edit *x = a, *y = b;
+	return (x->token > y->token) - (x->token < y->token);
+}
+
+int fp4s_samp_plan(struct fp4s_sampler *s, struct fp4s_samp_row *row, struct fp4s_samp_edit *edits,
+                   int32_t cap, int32_t *n_edits, struct fp4s_error *err)
+{
+	const struct fp4s_sampling *p = &s->p;
+	if (p->logprobs)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "sampler: logprobs are computed on the host");
+	int32_t n = 0;
+#define EDIT(tok) (n < cap ? (edits[n] = (struct fp4s_samp_edit){.token = (tok)}, &edits[n++]) : NULL)
+	for (int32_t i = 0; i < p->n_logit_bias; i++) {
+		struct fp4s_samp_edit *e = EDIT(p->logit_bias[i].token);
+		if (!e)
+			return fp4s_error_set(err, FP4S_EINVAL, "sampler: more than %d edits", cap);
+		e->bias = p->logit_bias[i].bias;
+		e->has_bias = 1;
+	}
+	if (s->n_generated < p->min_tokens) {
+		for (int32_t i = 0; i < p->n_stop_ids + (p->ignore_eos ? 0 : s->n_eos); i++) {
+			struct fp4s_samp_edit *e = EDIT(i < p->n_stop_ids ? p->stop_ids[i] : s->eos[i - p->n_stop_ids]);
+			if (!e)
+				return fp4s_error_set(err, FP4S_EINVAL, "sampler: more than %d edits", cap);
+			e->mask = 1;
 		}
 	}
+	if (s->penalties && s->counts) {
+		for (uint32_t i = 0; i < s->counts_cap; i++) {
+			if (s->counts[i].token == -1)
+				continue;
+			struct fp4s_samp_edit *e = EDIT(s->counts[i].token);
+			if (!e)
+				return fp4s_error_set(err, FP4S_EINVAL, "sampler: more than %d edits", cap);
+			e->seen = 1;
+			e->n_out = s->counts[i].n_out;
+		}
+	}
+#undef EDIT
+	/* one edit a token (the device applies them in parallel): merge by token */
+	qsort(edits, (size_t)n, sizeof *edits, edit_cmp);
+	int32_t k = 0;
+	for (int32_t i = 0; i < n; i++) {
+		if (k > 0 && edits[k - 1].token == edits[i].token) {
+			struct fp4s_samp_edit *d = &edits[k - 1];
+			if (edits[i].has_bias)
+				d->bias = edits[i].bias, d->has_bias = 1; /* one bias entry a token (init) */
+			d->mask |= edits[i].mask;
+			if (edits[i].seen)
+				d->seen = 1, d->n_out = edits[i].n_out;
+		} else {
+			edits[k++] = edits[i];
+		}
+	}
+	*n_edits = k;
+	*row = (struct fp4s_samp_row){
+		.temperature = p->temperature,
+		.top_p = p->top_p,
+		.min_p = p->min_p,
+		.rep = s->penalties ? p->repetition_penalty : 1.0f,
+		.freq = s->penalties ? p->frequency_penalty : 0.0f,
+		.pres = s->penalties ? p->presence_penalty : 0.0f,
+		.top_k = p->top_k > 0 && p->top_k < s->vocab ? p->top_k : 0,
+		.n_edits = k,
+		.greedy = p->temperature < FP4S_SAMP_GREEDY_EPS,
+	};
+	/* exactly the draw fp4s_samp_sample would make (none for greedy) */
+	if (!row->greedy)
+		row->u = rng_uniform(s->rng);
 	return 0;
 }

@@ -160,6 +160,36 @@ int fp4s_samp_accept(struct fp4s_sampler *s, int32_t token);
 /* 1 if token ends the sequence: an explicit stop id, or an EOS id unless ignore_eos. */
 int fp4s_samp_is_stop(const struct fp4s_sampler *s, int32_t token);
 
+/* A row sampled where the logits are (a GPU backend): what fp4s_samp_sample does, as data.
+ * The device applies the edits (one a token: bias, then the min_tokens mask, then the penalties
+ * of a token seen in the prompt or the output), then the steps 3-4 above with samp_math.h's
+ * arithmetic, and draws with u: the same token fp4s_samp_sample gives for the same state.
+ * Logprobs stay on the host (fp4s_samp_plan says FP4S_EUNSUPPORTED). */
+struct fp4s_samp_edit {
+	int32_t token;
+	float bias;     /* added when has_bias */
+	uint32_t n_out; /* times generated (frequency and presence penalties when > 0) */
+	uint8_t has_bias, mask, seen, pad; /* seen: in the counts (the repetition penalty applies) */
+};
+
+struct fp4s_samp_row {
+	float temperature, top_p, min_p;
+	float rep, freq, pres; /* neutral (1, 0, 0) when no penalty is active */
+	int32_t top_k;         /* 0: off */
+	int32_t greedy;        /* temperature < FP4S_SAMP_GREEDY_EPS: argmax, no draw */
+	int32_t n_edits;
+	int32_t edit0; /* where this row's edits start in the batch's array (the caller's) */
+	double u;      /* the draw, uniform in [0, 1) */
+};
+
+/* Upper bound of the edits fp4s_samp_plan writes for s now. */
+int32_t fp4s_samp_plan_edits(const struct fp4s_sampler *s);
+
+/* Fills row (but edit0) and edits[0 .. *n_edits) for the next token and draws its random number
+ * from the sequence's RNG, exactly as fp4s_samp_sample would. cap: room in edits. */
+int fp4s_samp_plan(struct fp4s_sampler *s, struct fp4s_samp_row *row, struct fp4s_samp_edit *edits,
+                   int32_t cap, int32_t *n_edits, struct fp4s_error *err);
+
 /* Step 1-2 of the pipeline alone (bias, min_tokens masking, penalties), in place. Exposed for
  * tests and for a GPU backend that wants the same reference transform. */
 void fp4s_samp_process_logits(const struct fp4s_sampler *s, float *logits, int32_t vocab);

@@ -54,8 +54,9 @@ struct outs {
 static int32_t prompts[NREQ][128];
 static int32_t plen[NREQ];
 
-/* Runs requests [first, first + count) together; returns 0 or -1. */
-static int run(struct fp4s_engine *e, int first, int count, struct outs *o)
+/* Runs requests [first, first + count) together; returns 0 or -1. sampled: temperature 0.8,
+ * top_p 0.9, top_k 40 and penalties, seeded, no logprobs (drawn on the device by default). */
+static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
 	int64_t ids[NREQ];
@@ -66,9 +67,20 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o)
 	r.sampling.ignore_eos = true;
 	r.sampling.logprobs = true;
 	r.sampling.top_logprobs = NTOP;
+	if (sampled) {
+		r.sampling.temperature = 0.8f;
+		r.sampling.top_p = 0.9f;
+		r.sampling.top_k = 40;
+		r.sampling.repetition_penalty = 1.1f;
+		r.sampling.frequency_penalty = 0.2f;
+		r.sampling.logprobs = false;
+		r.sampling.top_logprobs = 0;
+		r.sampling.has_seed = true;
+	}
 	for (int i = first; i < first + count; i++) {
 		r.prompt = prompts[i];
 		r.n_prompt = plen[i];
+		r.sampling.seed = 1000 + (uint64_t)i;
 		if (fp4s_engine_submit(e, &r, &ids[i], &err)) {
 			fprintf(stderr, "submit: %s\n", err.msg);
 			return -1;
@@ -205,6 +217,26 @@ static void test_preset(const char *preset, const char *format)
 		CHECK_MSG(hits - hits0 >= NREQ / 2, "%s: %lld prefix-cache hits", preset, (long long)(hits - hits0));
 		compare("prefix-cached", preset, &a, &b, flips);
 		CHECK_EQ_INT(used, 0);
+		/* sampled requests: drawn on the device (this engine) and on the host (an engine opened
+		 * with FP4S_DEVICE_SAMPLE=0) from the same logits, the tokens must be the same */
+		static struct outs d, h;
+		CHECK(run(batch, 0, NREQ, &d, 1) == 0);
+		setenv("FP4S_DEVICE_SAMPLE", "0", 1);
+		struct fp4s_engine *host = NULL;
+		CHECK(fp4s_engine_open(&o, &host, &err) == 0);
+		unsetenv("FP4S_DEVICE_SAMPLE");
+		if (host) {
+			CHECK(run(host, 0, NREQ, &h, 1) == 0);
+			CHECK(run(host, 0, NREQ, &h, 1) == 0); /* as d's: prompt blocks from the prefix cache */
+			int same = 0;
+			for (int i = 0; i < NREQ; i++)
+				same += d.n[i] == NGEN && h.n[i] == NGEN && !memcmp(d.tok[i], h.tok[i], sizeof d.tok[i]);
+			printf("%s sampled: %d of %d requests drew the same tokens on the device and on the host\n", preset,
+			       same, NREQ);
+			CHECK_MSG(same >= NREQ - flips, "%s: %d of %d sampled requests differ between device and host", preset,
+			          NREQ - same, NREQ);
+		}
+		fp4s_engine_close(host);
 	}
 
 	/* memory pressure: an eighth of the blocks the batch needs at its end, and steps of 16

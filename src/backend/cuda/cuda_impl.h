@@ -44,6 +44,8 @@ struct cuda_impl {
 	} graphs[8];
 	int32_t n_graphs;
 	int32_t *d_argmax;
+	void *d_samp, *h_samp; /* sample.cu: a batch's rows, edits and tokens; their pinned staging */
+	size_t samp_bytes;
 	int32_t sm_count;
 	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
 	void *pf_work;        /* prompt attention's tile list (attention_prefill.cu) */
@@ -100,6 +102,10 @@ int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct f
 void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows, int64_t width, float eps,
                 enum fp4s_norm_kind kind, float *y);
 void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n, int64_t inter, float *out);
+
+/* sample.cu: backend.h's sample */
+int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
+              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_error *err);
 
 /* cuda_upload.cu: sets be's weight uploads (upload_mat, upload_f32, upload_fused, upload_gate_up) */
 void cu_upload_install(struct fp4s_backend *be);

@@ -1,0 +1,489 @@
+/* sample.cu: sampling where the logits are. One block a row runs sampler.h's pipeline on the
+ * row's logits in place: the row's edits (logit bias, the min_tokens mask, penalties), greedy
+ * argmax, or temperature, min_p, top_k, top_p and the draw, with samp_math.h's arithmetic, so
+ * the token is the one the CPU sampler (sampler.c) draws for the same random number. Only the
+ * token leaves the device (4 bytes a row instead of the vocabulary's logits).
+ *
+ * How the filters are found without sorting: w = exp(l / T - max) is in [0, 1], where a float's
+ * bits order as an unsigned integer does. top_k's k-th largest w is a radix select on those bits
+ * (four passes of 8 bits, a histogram of counts a pass). top_p's crossing is the same select
+ * weighted by mass: the largest w* whose survivors at or above it hold top_p of the mass, then among the
+ * tokens equal to w* the first c in id order. Masses are samp_math.h's 2^-44 fixed point, so
+ * every sum is exact and the same in any order. The draw scans the kept tokens in id order:
+ * each warp sums a contiguous chunk, then the warp whose chunk holds the point scans it 32
+ * tokens at a time. A row makes 3 passes over its logits (scale and max, exp, draw) plus 1 for
+ * top_k's mass, 4 each for the selects and 2 for top_p's ties; the row stays in L2 between them. */
+#include <cuda_runtime.h>
+#include <float.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/sample_cuda.h"
+#include "engine/samp_math.h"
+#include "engine/sampler.h"
+
+#define SAMP_THREADS 1024
+#define SAMP_WARPS (SAMP_THREADS / 32)
+#define SAMP_U 8 /* tokens a thread loads at once: a pass is a few rounds of loads in flight, not
+                  * ~150 dependent trips to L2 */
+#define SAMP_FULL 0xFFFFFFFFu
+
+struct samp_shared {
+	unsigned long long hist[256]; /* a radix pass's mass (or count) a digit, summed over warps */
+	unsigned long long red[SAMP_WARPS];
+	float fred[SAMP_WARPS];
+	int ired[SAMP_WARPS];
+	unsigned long long b0, b1; /* values thread 0 hands to the block */
+	int i0;
+};
+/* dynamic shared memory: a histogram of 256 64-bit digits for each warp (radix passes) */
+#define SAMP_DYN_SMEM (SAMP_WARPS * 256 * sizeof(unsigned long long))
+
+static __device__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(SAMP_FULL, v, o);
+	__syncthreads(); /* red may still be read by the last call */
+	if ((threadIdx.x & 31) == 0)
+		sh.red[threadIdx.x >> 5] = v;
+	__syncthreads();
+	unsigned long long s = 0;
+	for (int i = 0; i < SAMP_WARPS; i++)
+		s += sh.red[i];
+	return s;
+}
+
+/* the largest value (NaN never wins) */
+static __device__ float samp_max(float v, samp_shared &sh)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		const float u = __shfl_xor_sync(SAMP_FULL, v, o);
+		v = u > v ? u : v;
+	}
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0)
+		sh.fred[threadIdx.x >> 5] = v;
+	__syncthreads();
+	float m = -INFINITY;
+	for (int i = 0; i < SAMP_WARPS; i++)
+		m = sh.fred[i] > m ? sh.fred[i] : m;
+	return m;
+}
+
+/* argmax as the CPU's greedy loop: a value beats -inf and ties go to the lower id; -1 if none */
+static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh)
+{
+	float bv = -INFINITY;
+	int bi = INT_MAX;
+	for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+		float v[SAMP_U];
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -INFINITY;
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			if (v[j] > bv)
+				bv = v[j], bi = i0 + j * SAMP_THREADS; /* a thread's indices grow: a tie keeps the lower */
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		const float v = __shfl_xor_sync(SAMP_FULL, bv, o);
+		const int i = __shfl_xor_sync(SAMP_FULL, bi, o);
+		if (v > bv || (v == bv && i < bi))
+			bv = v, bi = i;
+	}
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0)
+		sh.fred[threadIdx.x >> 5] = bv, sh.ired[threadIdx.x >> 5] = bi;
+	__syncthreads();
+	bv = -INFINITY, bi = INT_MAX;
+	for (int w = 0; w < SAMP_WARPS; w++)
+		if (sh.fred[w] > bv || (sh.fred[w] == bv && sh.ired[w] < bi))
+			bv = sh.fred[w], bi = sh.ired[w];
+	return bi == INT_MAX ? -1 : bi;
+}
+
+/* the kept tokens: survivors (w >= thr), and with top_p's cut those ranked at or before
+ * (cut_w, cut_id) */
+struct samp_keep {
+	float thr, cut_w;
+	int cut_id;
+	bool cut;
+};
+
+static __device__ __forceinline__ bool samp_kept(const samp_keep &k, float w, int32_t i)
+{
+	return w >= k.thr && (!k.cut || w > k.cut_w || (w == k.cut_w && i <= k.cut_id));
+}
+
+/* a token's weight in samp_find: 1 for a token equal to cut_w (ties: count), or its mass if kept */
+static __device__ __forceinline__ unsigned long long samp_weight(const samp_keep &k, bool ties, float w, int32_t i)
+{
+	if (ties)
+		return w == k.cut_w ? 1ull : 0ull;
+	return samp_kept(k, w, i) ? fp4s_samp_fix(w) : 0ull;
+}
+
+/* The first i whose weights summed in id order over [0, i] exceed x (-1 if none). Warp w sums
+ * a contiguous chunk; the warp whose chunk holds x then scans it 32 tokens at a time (SAMP_U
+ * groups loaded at once). */
+static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, bool ties, unsigned long long x,
+                                samp_shared &sh)
+{
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	const int32_t chunk = ((V + SAMP_WARPS - 1) / SAMP_WARPS + 31) & ~31;
+	const int32_t lo = wid * chunk, hi = min(V, lo + chunk);
+	unsigned long long s = 0;
+	for (int32_t g = lo + lane; g < hi; g += 32 * SAMP_U) {
+		float v[SAMP_U];
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			v[j] = g + 32 * j < hi ? l[g + 32 * j] : 0.0f;
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			s += g + 32 * j < hi ? samp_weight(k, ties, v[j], g + 32 * j) : 0ull;
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		s += __shfl_xor_sync(SAMP_FULL, s, o);
+	__syncthreads();
+	if (lane == 0)
+		sh.red[wid] = s;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		unsigned long long pre = 0;
+		int sel = -1;
+		for (int w = 0; w < SAMP_WARPS && sel < 0; w++) {
+			if (x < pre + sh.red[w])
+				sel = w;
+			else
+				pre += sh.red[w];
+		}
+		sh.i0 = sel;
+		sh.b0 = x - pre;
+		sh.b1 = (unsigned long long)-1;
+	}
+	__syncthreads();
+	if (wid == sh.i0) {
+		const unsigned long long xr = sh.b0;
+		unsigned long long cum = 0;
+		bool found = false;
+		for (int32_t g = lo; g < hi && !found; g += 32 * SAMP_U) {
+			float v[SAMP_U];
+#pragma unroll
+			for (int j = 0; j < SAMP_U; j++)
+				v[j] = g + 32 * j + lane < hi ? l[g + 32 * j + lane] : 0.0f;
+#pragma unroll
+			for (int j = 0; j < SAMP_U; j++) {
+				const int32_t i = g + 32 * j + lane;
+				unsigned long long inc = !found && i < hi ? samp_weight(k, ties, v[j], i) : 0ull;
+				for (int o = 1; o < 32; o <<= 1) { /* inclusive scan over the lanes */
+					const unsigned long long u = __shfl_up_sync(SAMP_FULL, inc, o);
+					if (lane >= o)
+						inc += u;
+				}
+				const unsigned hit = __ballot_sync(SAMP_FULL, !found && xr < cum + inc);
+				if (hit && !found) {
+					if (lane == __ffs(hit) - 1)
+						sh.b1 = (unsigned long long)i;
+					found = true;
+				}
+				cum += __shfl_sync(SAMP_FULL, inc, 31);
+			}
+		}
+	}
+	__syncthreads();
+	return sh.b1 == (unsigned long long)-1 ? -1 : (int)sh.b1;
+}
+
+/* One radix pass over the tokens whose bits above `shift + 8` equal prefix (and w >= thr): the
+ * count (mass: false) or mass (true) of each 8-bit digit at shift, into sh.hist. Lanes with the
+ * same digit are found with __match_any_sync and summed by their first lane into its warp's own
+ * histogram: no atomics, which for 64-bit shared memory values are compare-and-swap loops that a
+ * few crowded digits (w's exponents) turned into a millisecond a row. */
+static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned prefix, int shift, bool mass,
+                                 unsigned long long *wh, samp_shared &sh)
+{
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	unsigned long long *h = wh + wid * 256;
+	for (int d = lane; d < 256; d += 32)
+		h[d] = 0;
+	__syncwarp();
+	const unsigned hi_mask = shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
+	for (int32_t g = threadIdx.x; g - lane < V; g += SAMP_THREADS * SAMP_U) {
+		float v[SAMP_U];
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			v[j] = g + j * SAMP_THREADS < V ? l[g + j * SAMP_THREADS] : -1.0f;
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++) {
+			const unsigned b = __float_as_uint(v[j]);
+			const bool act = v[j] >= thr && (b & hi_mask) == prefix;
+			if (!__any_sync(SAMP_FULL, act))
+				continue; /* past the first pass most warps hold no token of the prefix */
+			const unsigned key = act ? (b >> shift) & 255u : 256u;
+			const unsigned peers = __match_any_sync(SAMP_FULL, key);
+			if (act) {
+				unsigned long long add = __popc(peers);
+				if (mass) {
+					/* fixed-point masses are < 2^45: two halves that 32 lanes sum in 32 bits */
+					const unsigned long long m = fp4s_samp_fix(v[j]);
+					const unsigned s_lo = __reduce_add_sync(peers, (unsigned)(m & 0x3FFFFFu));
+					const unsigned s_hi = __reduce_add_sync(peers, (unsigned)(m >> 22));
+					add = ((unsigned long long)s_hi << 22) + s_lo;
+				}
+				if (lane == __ffs(peers) - 1)
+					h[key] += add;
+			}
+			__syncwarp();
+		}
+	}
+	__syncthreads();
+	for (int d = threadIdx.x; d < 256; d += SAMP_THREADS) {
+		unsigned long long t = 0;
+		for (int w = 0; w < SAMP_WARPS; w++)
+			t += wh[w * 256 + d];
+		sh.hist[d] = t;
+	}
+	__syncthreads();
+}
+
+/* top_k: the k-th largest w (1 <= k < V), counting equal values, by its bits */
+static __device__ float samp_kth(const float *l, int32_t V, int32_t k, unsigned long long *wh, samp_shared &sh)
+{
+	unsigned prefix = 0;
+	unsigned long long above = 0; /* tokens above the prefix's range */
+	for (int shift = 24; shift >= 0; shift -= 8) {
+		samp_hist(l, V, 0.0f, prefix, shift, false, wh, sh);
+		if (threadIdx.x == 0) {
+			int d = 255;
+			for (; d > 0 && above + sh.hist[d] < (unsigned long long)k; d--)
+				above += sh.hist[d];
+			sh.b0 = prefix | (unsigned)d << shift;
+			sh.b1 = above;
+		}
+		__syncthreads();
+		prefix = (unsigned)sh.b0;
+		above = sh.b1;
+	}
+	return __uint_as_float(prefix);
+}
+
+/* top_p: the largest w* among the survivors whose survivors at or above it hold at least target
+ * of the mass; *above = the survivors' mass strictly above w* */
+static __device__ float samp_crossing(const float *l, int32_t V, float thr, double target, unsigned long long *above_out,
+                                      unsigned long long *wh, samp_shared &sh)
+{
+	unsigned prefix = 0;
+	unsigned long long above = 0;
+	for (int shift = 24; shift >= 0; shift -= 8) {
+		samp_hist(l, V, thr, prefix, shift, true, wh, sh);
+		if (threadIdx.x == 0) {
+			int d = 255;
+			for (; d > 0 && fp4s_samp_below(above + sh.hist[d], target); d--)
+				above += sh.hist[d];
+			sh.b0 = prefix | (unsigned)d << shift;
+			sh.b1 = above;
+		}
+		__syncthreads();
+		prefix = (unsigned)sh.b0;
+		above = sh.b1;
+	}
+	*above_out = above;
+	return __uint_as_float(prefix);
+}
+
+static __global__ void __launch_bounds__(SAMP_THREADS)
+	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out)
+{
+	__shared__ samp_shared sh;
+	extern __shared__ unsigned long long samp_wh[];
+	const fp4s_samp_row r = rows[blockIdx.x];
+	float *l = logits + (size_t)blockIdx.x * V;
+	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
+	for (int32_t e = threadIdx.x; e < r.n_edits; e += SAMP_THREADS) {
+		const fp4s_samp_edit d = edits[r.edit0 + e];
+		float x = l[d.token];
+		if (d.has_bias)
+			x = __fadd_rn(x, d.bias);
+		if (d.mask)
+			x = -INFINITY;
+		if (d.seen) {
+			if (r.rep != 1.0f)
+				x = x > 0.0f ? __fdiv_rn(x, r.rep) : __fmul_rn(x, r.rep);
+			if (d.n_out > 0) {
+				x = __fsub_rn(x, __fmul_rn(r.freq, __uint2float_rn(d.n_out)));
+				x = __fsub_rn(x, r.pres);
+			}
+		}
+		l[d.token] = x;
+	}
+	__syncthreads();
+	if (r.greedy) {
+		const int t = samp_argmax(l, V, sh);
+		if (threadIdx.x == 0)
+			out[blockIdx.x] = t;
+		return;
+	}
+	/* 2. temperature (a division, as vLLM) and the max */
+	float m = -INFINITY;
+	for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+		float v[SAMP_U];
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -INFINITY;
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++) {
+			const float x = __fdiv_rn(v[j], r.temperature);
+			m = x > m ? x : m;
+			if (i0 + j * SAMP_THREADS < V)
+				l[i0 + j * SAMP_THREADS] = x;
+		}
+	}
+	m = samp_max(m, sh);
+	if (!(m > -INFINITY) || isinf(m)) {
+		if (threadIdx.x == 0)
+			out[blockIdx.x] = -1; /* no finite logit */
+		return;
+	}
+	/* 3. w = exp(l - m); min_p is a threshold on w (the max has w = 1) */
+	samp_keep k;
+	k.thr = r.min_p > 0.0f ? fminf(r.min_p, 1.0f) : FLT_TRUE_MIN;
+	k.cut = false, k.cut_w = 0.0f, k.cut_id = INT_MAX;
+	unsigned long long mass = 0;
+	for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+		float v[SAMP_U];
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -INFINITY;
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++) {
+			float w = fp4s_samp_exp(__fsub_rn(v[j], m));
+			w = w == w ? w : 0.0f;
+			if (i0 + j * SAMP_THREADS < V)
+				l[i0 + j * SAMP_THREADS] = w;
+			mass += w >= k.thr ? fp4s_samp_fix(w) : 0ull;
+		}
+	}
+	mass = samp_sum(mass, sh);
+	/* 4. top_k: survivors at or above the k-th largest */
+	if (r.top_k > 0) {
+		const float vk = samp_kth(l, V, r.top_k, samp_wh, sh);
+		if (vk > k.thr) {
+			k.thr = vk;
+			mass = 0;
+			for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+				float v[SAMP_U];
+#pragma unroll
+				for (int j = 0; j < SAMP_U; j++)
+					v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : 0.0f;
+#pragma unroll
+				for (int j = 0; j < SAMP_U; j++)
+					mass += v[j] >= vk ? fp4s_samp_fix(v[j]) : 0ull;
+			}
+			mass = samp_sum(mass, sh);
+		}
+	}
+	/* 5. top_p: the crossing value, then how many of the tokens equal to it are kept (while the
+	 * mass ranked above one is below target), and the last of those in id order */
+	if (r.top_p < 1.0f) {
+		const double target = fp4s_samp_target(r.top_p, mass);
+		unsigned long long above;
+		k.cut_w = samp_crossing(l, V, k.thr, target, &above, samp_wh, sh);
+		unsigned long long ties = 0;
+		for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+			float v[SAMP_U];
+#pragma unroll
+			for (int j = 0; j < SAMP_U; j++)
+				v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -1.0f;
+#pragma unroll
+			for (int j = 0; j < SAMP_U; j++)
+				ties += v[j] == k.cut_w;
+		}
+		ties = samp_sum(ties, sh);
+		const unsigned long long wv = fp4s_samp_fix(k.cut_w);
+		unsigned long long c = ties; /* tokens of the tie kept: j = 0 .. c - 1 */
+		if (wv > 0) {
+			double est = (target - __ull2double_rn(above)) / __ull2double_rn(wv);
+			unsigned long long j = est <= 0.0 ? 0ull : est >= (double)ties ? ties - 1 : (unsigned long long)est;
+			while (j + 1 < ties && fp4s_samp_below(above + (j + 1) * wv, target))
+				j++;
+			while (j > 0 && !fp4s_samp_below(above + j * wv, target))
+				j--;
+			c = j + 1;
+		}
+		k.cut = true;
+		k.cut_id = samp_find(l, V, k, true, c - 1, sh);
+		mass = above + c * wv;
+	}
+	/* 6. the draw: the kept tokens' mass in id order */
+	const int t = samp_find(l, V, k, false, fp4s_samp_point(r.u, mass), sh);
+	if (threadIdx.x == 0)
+		out[blockIdx.x] = t;
+}
+
+/* dev/sample_bench and the backend op: the kernel alone (rows, edits and out on the device) */
+cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, const struct fp4s_samp_row *d_rows,
+                                    const struct fp4s_samp_edit *d_edits, int32_t *d_out, cudaStream_t s)
+{
+	static int smem_set = 0;
+	if (!smem_set) {
+		const cudaError_t e = cudaFuncSetAttribute(samp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+		                                           (int)SAMP_DYN_SMEM);
+		if (e != cudaSuccess)
+			return e;
+		smem_set = 1;
+	}
+	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out);
+	return cudaGetLastError();
+}
+
+/* The backend op (backend.h): rows and edits staged in pinned memory and copied up in one piece
+ * with the token slots behind them, one launch, the tokens read back. */
+int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
+              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_error *err)
+{
+	struct cuda_impl *c = (struct cuda_impl *)be->impl;
+	if (n < 1 || n > 1024)
+		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d rows", n);
+	if (vocab < 1 || vocab > FP4S_SAMP_MAX_VOCAB)
+		return fp4s_error_set(err, FP4S_EINVAL, "sample: vocabulary of %lld (at most %d)", (long long)vocab,
+		                      FP4S_SAMP_MAX_VOCAB);
+	if (n_edits < 0 || (n_edits > 0 && !edits))
+		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d edits", n_edits);
+	for (int32_t i = 0; i < n; i++) {
+		const fp4s_samp_row *r = &rows[i];
+		if (r->edit0 < 0 || r->n_edits < 0 || r->edit0 > n_edits - r->n_edits || r->top_k < 0 ||
+		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)))
+			return fp4s_error_set(err, FP4S_EINVAL, "sample: row %d is malformed", i);
+	}
+	for (int32_t i = 0; i < n_edits; i++)
+		if (edits[i].token < 0 || edits[i].token >= vocab)
+			return fp4s_error_set(err, FP4S_EINVAL, "sample: edit of token %d outside the vocabulary",
+			                      edits[i].token);
+	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
+	const size_t need = rb + eb + (size_t)n * sizeof(int32_t);
+	if (need > c->samp_bytes) {
+		/* outside any capture: sampling follows the step's graph */
+		cudaFree(c->d_samp), cudaFreeHost(c->h_samp);
+		c->d_samp = c->h_samp = NULL;
+		c->samp_bytes = 0;
+		const size_t cap = need < 65536 ? 65536 : need + need / 2;
+		FP4S_CUDA_TRY(err, cudaMalloc(&c->d_samp, cap));
+		FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_samp, cap));
+		c->samp_bytes = cap;
+	}
+	char *d = (char *)c->d_samp, *h = (char *)c->h_samp;
+	memcpy(h, rows, rb);
+	if (eb)
+		memcpy(h + rb, edits, eb);
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(d, h, rb + eb, cudaMemcpyHostToDevice, c->s));
+	int32_t *d_out = (int32_t *)(d + rb + eb), *h_out = (int32_t *)(h + rb + eb);
+	FP4S_CUDA_TRY(err, fp4s_cuda_sample_launch(logits, n, (int32_t)vocab, (const fp4s_samp_row *)d,
+	                                           (const fp4s_samp_edit *)(d + rb), d_out, c->s));
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(h_out, d_out, (size_t)n * sizeof *out, cudaMemcpyDeviceToHost, c->s));
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
+	memcpy(out, h_out, (size_t)n * sizeof *out);
+	return FP4S_OK;
+}
