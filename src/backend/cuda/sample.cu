@@ -1,23 +1,27 @@
-/* sample.cu: sampling where the logits are. One block a row runs sampler.h's pipeline on the
- * row's logits in place: the row's edits (logit bias, the min_tokens mask, penalties), greedy
- * argmax, or temperature, min_p, top_k, top_p and the draw, with samp_math.h's arithmetic, so
- * the token is the one the CPU sampler (sampler.c) draws for the same random number. Only the
- * token leaves the device (4 bytes a row instead of the vocabulary's logits).
+/* sample.cu: sampling where the logits are. A thread block cluster (or one block) a row runs
+ * sampler.h's pipeline on the row's logits in place: the row's edits (logit bias, the min_tokens
+ * mask, penalties), greedy argmax, or temperature, min_p, top_k, top_p and the draw, with
+ * samp_math.h's arithmetic, so the token is the one the CPU sampler (sampler.c) draws for the same
+ * random number. Only the token leaves the device (4 bytes a row instead of the vocabulary's
+ * logits).
  *
  * How the filters are found without sorting: w = exp(l / T - max) is in [0, 1], where a float's
  * bits order as an unsigned integer does. top_k's k-th largest w is a radix select on those bits
  * (four passes of 8 bits, a histogram of counts a pass). top_p's crossing is the same select
- * weighted by mass: the largest w* whose survivors at or above it hold top_p of the mass, then among the
- * tokens equal to w* the first c in id order. Masses are samp_math.h's 2^-44 fixed point, so
- * every sum is exact and the same in any order. The draw scans the kept tokens in id order:
- * each warp sums a contiguous chunk, then the warp whose chunk holds the point scans it 32
+ * weighted by mass: the largest w* whose survivors at or above it hold top_p of the mass, then
+ * among the tokens equal to w* the first c in id order. Masses are samp_math.h's 2^-44 fixed
+ * point, so every sum is exact and the same in any order. The draw scans the kept tokens in id
+ * order: each warp sums a contiguous chunk, then the warp whose chunk holds the point scans it 32
  * tokens at a time. A row makes 3 passes over its logits (scale and max, exp, draw) plus 1 for
  * top_k's mass, 4 each for the selects and 2 for top_p's ties; the row stays in L2 between them. */
 #include <cuda_runtime.h>
 #include <float.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_impl.h"
@@ -30,34 +34,100 @@
 #define SAMP_U 8 /* tokens a thread loads at once: a pass is a few rounds of loads in flight, not
                   * ~150 dependent trips to L2 */
 #define SAMP_FULL 0xFFFFFFFFu
+#define SAMP_MAX_P 8 /* blocks a row at most (a portable cluster) */
+
+/* A row's blocks form a thread block cluster (Hopper and later; one block elsewhere): each block
+ * takes every P-th stretch of the row, and the values the pipeline needs whole (max, masses,
+ * histograms, the draw's warp sums) are combined through distributed shared memory between two
+ * cluster barriers. One block a row is compute bound on its SM (a division and an exp a token,
+ * then the radix passes): 0.4 ms for a 128k vocabulary with top_p, against a 2.2 ms step. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SAMP_CLUSTER 1
+namespace cg = cooperative_groups;
+#endif
+
+static __device__ __forceinline__ unsigned samp_rank(void)
+{
+#ifdef SAMP_CLUSTER
+	return cg::this_cluster().block_rank();
+#else
+	return 0;
+#endif
+}
+
+static __device__ __forceinline__ unsigned samp_nblocks(void)
+{
+#ifdef SAMP_CLUSTER
+	return cg::this_cluster().num_blocks();
+#else
+	return 1;
+#endif
+}
+
+/* a barrier of the row's blocks, ordering their shared and global memory */
+static __device__ __forceinline__ void samp_csync(void)
+{
+#ifdef SAMP_CLUSTER
+	cg::this_cluster().sync();
+#else
+	__syncthreads();
+#endif
+}
+
+/* p in the shared memory of the row's block r */
+template <typename T> static __device__ __forceinline__ T *samp_at(T *p, unsigned r)
+{
+#ifdef SAMP_CLUSTER
+	return cg::this_cluster().map_shared_rank(p, r);
+#else
+	return p;
+#endif
+}
 
 struct samp_shared {
-	unsigned long long hist[256]; /* a radix pass's mass (or count) a digit, summed over warps */
+	unsigned long long hist[256]; /* a radix pass's mass (or count) a digit: this block's */
+	unsigned long long tot[256];  /* ... and the row's */
 	unsigned long long red[SAMP_WARPS];
+	unsigned long long all[SAMP_MAX_P * SAMP_WARPS]; /* samp_find: every warp's sum of the row */
 	float fred[SAMP_WARPS];
 	int ired[SAMP_WARPS];
-	unsigned long long b0, b1; /* values thread 0 hands to the block */
-	int i0;
+	unsigned long long part, b0, b1; /* this block's partial; values thread 0 hands on */
+	float fpart;
+	int ipart, i0;
 };
 /* dynamic shared memory: a histogram of 256 64-bit digits for each warp (radix passes) */
 #define SAMP_DYN_SMEM (SAMP_WARPS * 256 * sizeof(unsigned long long))
 
-static __device__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh)
+/* where a thread's tokens are: t0, t0 + T, ... (T = the row's threads) */
+struct samp_grid {
+	unsigned q, P; /* this block's rank in the row, the row's blocks */
+	int32_t t0, T;
+};
+
+static __device__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh, const samp_grid &g)
 {
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(SAMP_FULL, v, o);
-	__syncthreads(); /* red may still be read by the last call */
+	__syncthreads();
 	if ((threadIdx.x & 31) == 0)
 		sh.red[threadIdx.x >> 5] = v;
 	__syncthreads();
+	if (threadIdx.x == 0) {
+		unsigned long long s = 0;
+		for (int i = 0; i < SAMP_WARPS; i++)
+			s += sh.red[i];
+		sh.part = s;
+	}
+	samp_csync();
 	unsigned long long s = 0;
-	for (int i = 0; i < SAMP_WARPS; i++)
-		s += sh.red[i];
+	for (unsigned r = 0; r < g.P; r++)
+		s += *samp_at(&sh.part, r);
+	samp_csync(); /* every block has read every part before any writes the next */
 	return s;
 }
 
 /* the largest value (NaN never wins) */
-static __device__ float samp_max(float v, samp_shared &sh)
+static __device__ float samp_max(float v, samp_shared &sh, const samp_grid &g)
 {
 	for (int o = 16; o > 0; o >>= 1) {
 		const float u = __shfl_xor_sync(SAMP_FULL, v, o);
@@ -67,26 +137,36 @@ static __device__ float samp_max(float v, samp_shared &sh)
 	if ((threadIdx.x & 31) == 0)
 		sh.fred[threadIdx.x >> 5] = v;
 	__syncthreads();
+	if (threadIdx.x == 0) {
+		float m = -INFINITY;
+		for (int i = 0; i < SAMP_WARPS; i++)
+			m = sh.fred[i] > m ? sh.fred[i] : m;
+		sh.fpart = m;
+	}
+	samp_csync();
 	float m = -INFINITY;
-	for (int i = 0; i < SAMP_WARPS; i++)
-		m = sh.fred[i] > m ? sh.fred[i] : m;
+	for (unsigned r = 0; r < g.P; r++) {
+		const float u = *samp_at(&sh.fpart, r);
+		m = u > m ? u : m;
+	}
+	samp_csync();
 	return m;
 }
 
 /* argmax as the CPU's greedy loop: a value beats -inf and ties go to the lower id; -1 if none */
-static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh)
+static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh, const samp_grid &g)
 {
 	float bv = -INFINITY;
 	int bi = INT_MAX;
-	for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -INFINITY;
+			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -INFINITY;
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
 			if (v[j] > bv)
-				bv = v[j], bi = i0 + j * SAMP_THREADS; /* a thread's indices grow: a tie keeps the lower */
+				bv = v[j], bi = i0 + j * g.T; /* a thread's indices grow: a tie keeps the lower */
 	}
 	for (int o = 16; o > 0; o >>= 1) {
 		const float v = __shfl_xor_sync(SAMP_FULL, bv, o);
@@ -98,10 +178,23 @@ static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh)
 	if ((threadIdx.x & 31) == 0)
 		sh.fred[threadIdx.x >> 5] = bv, sh.ired[threadIdx.x >> 5] = bi;
 	__syncthreads();
+	if (threadIdx.x == 0) {
+		float v = -INFINITY;
+		int i = INT_MAX;
+		for (int w = 0; w < SAMP_WARPS; w++)
+			if (sh.fred[w] > v || (sh.fred[w] == v && sh.ired[w] < i))
+				v = sh.fred[w], i = sh.ired[w];
+		sh.fpart = v, sh.ipart = i;
+	}
+	samp_csync();
 	bv = -INFINITY, bi = INT_MAX;
-	for (int w = 0; w < SAMP_WARPS; w++)
-		if (sh.fred[w] > bv || (sh.fred[w] == bv && sh.ired[w] < bi))
-			bv = sh.fred[w], bi = sh.ired[w];
+	for (unsigned r = 0; r < g.P; r++) {
+		const float v = *samp_at(&sh.fpart, r);
+		const int i = *samp_at(&sh.ipart, r);
+		if (v > bv || (v == bv && i < bi))
+			bv = v, bi = i;
+	}
+	samp_csync();
 	return bi == INT_MAX ? -1 : bi;
 }
 
@@ -126,57 +219,61 @@ static __device__ __forceinline__ unsigned long long samp_weight(const samp_keep
 	return samp_kept(k, w, i) ? fp4s_samp_fix(w) : 0ull;
 }
 
-/* The first i whose weights summed in id order over [0, i] exceed x (-1 if none). Warp w sums
- * a contiguous chunk; the warp whose chunk holds x then scans it 32 tokens at a time (SAMP_U
- * groups loaded at once). */
+/* The first i whose weights summed in id order over [0, i] exceed x (-1 if none). The row's
+ * warps (P x 32) each sum a contiguous chunk; the warp whose chunk holds x then scans it 32
+ * tokens at a time (SAMP_U groups loaded at once). */
 static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, bool ties, unsigned long long x,
-                                samp_shared &sh)
+                                samp_shared &sh, const samp_grid &g)
 {
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-	const int32_t chunk = ((V + SAMP_WARPS - 1) / SAMP_WARPS + 31) & ~31;
-	const int32_t lo = wid * chunk, hi = min(V, lo + chunk);
+	const int nw = (int)g.P * SAMP_WARPS, gw = (int)g.q * SAMP_WARPS + wid;
+	const int32_t chunk = ((V + nw - 1) / nw + 31) & ~31;
+	const int32_t lo = min(V, gw * chunk), hi = min(V, lo + chunk);
 	unsigned long long s = 0;
-	for (int32_t g = lo + lane; g < hi; g += 32 * SAMP_U) {
+	for (int32_t i0 = lo + lane; i0 < hi; i0 += 32 * SAMP_U) {
 		float v[SAMP_U];
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
-			v[j] = g + 32 * j < hi ? l[g + 32 * j] : 0.0f;
+			v[j] = i0 + 32 * j < hi ? l[i0 + 32 * j] : 0.0f;
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
-			s += g + 32 * j < hi ? samp_weight(k, ties, v[j], g + 32 * j) : 0ull;
+			s += i0 + 32 * j < hi ? samp_weight(k, ties, v[j], i0 + 32 * j) : 0ull;
 	}
 	for (int o = 16; o > 0; o >>= 1)
 		s += __shfl_xor_sync(SAMP_FULL, s, o);
-	__syncthreads();
 	if (lane == 0)
 		sh.red[wid] = s;
+	samp_csync();
+	for (int i = threadIdx.x; i < nw; i += SAMP_THREADS)
+		sh.all[i] = *samp_at(&sh.red[i % SAMP_WARPS], (unsigned)(i / SAMP_WARPS));
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		unsigned long long pre = 0;
 		int sel = -1;
-		for (int w = 0; w < SAMP_WARPS && sel < 0; w++) {
-			if (x < pre + sh.red[w])
+		for (int w = 0; w < nw && sel < 0; w++) {
+			if (x < pre + sh.all[w])
 				sel = w;
 			else
-				pre += sh.red[w];
+				pre += sh.all[w];
 		}
 		sh.i0 = sel;
 		sh.b0 = x - pre;
 		sh.b1 = (unsigned long long)-1;
 	}
 	__syncthreads();
-	if (wid == sh.i0) {
+	const int sel = sh.i0;
+	if (sel == gw) {
 		const unsigned long long xr = sh.b0;
 		unsigned long long cum = 0;
 		bool found = false;
-		for (int32_t g = lo; g < hi && !found; g += 32 * SAMP_U) {
+		for (int32_t i0 = lo; i0 < hi && !found; i0 += 32 * SAMP_U) {
 			float v[SAMP_U];
 #pragma unroll
 			for (int j = 0; j < SAMP_U; j++)
-				v[j] = g + 32 * j + lane < hi ? l[g + 32 * j + lane] : 0.0f;
+				v[j] = i0 + 32 * j + lane < hi ? l[i0 + 32 * j + lane] : 0.0f;
 #pragma unroll
 			for (int j = 0; j < SAMP_U; j++) {
-				const int32_t i = g + 32 * j + lane;
+				const int32_t i = i0 + 32 * j + lane;
 				unsigned long long inc = !found && i < hi ? samp_weight(k, ties, v[j], i) : 0ull;
 				for (int o = 1; o < 32; o <<= 1) { /* inclusive scan over the lanes */
 					const unsigned long long u = __shfl_up_sync(SAMP_FULL, inc, o);
@@ -193,17 +290,19 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
 			}
 		}
 	}
-	__syncthreads();
-	return sh.b1 == (unsigned long long)-1 ? -1 : (int)sh.b1;
+	samp_csync();
+	const unsigned long long r = sel < 0 ? (unsigned long long)-1 : *samp_at(&sh.b1, (unsigned)(sel / SAMP_WARPS));
+	samp_csync();
+	return r == (unsigned long long)-1 ? -1 : (int)r;
 }
 
-/* One radix pass over the tokens whose bits above `shift + 8` equal prefix (and w >= thr): the
- * count (mass: false) or mass (true) of each 8-bit digit at shift, into sh.hist. Lanes with the
- * same digit are found with __match_any_sync and summed by their first lane into its warp's own
- * histogram: no atomics, which for 64-bit shared memory values are compare-and-swap loops that a
- * few crowded digits (w's exponents) turned into a millisecond a row. */
+/* One radix pass over the row's tokens whose bits above `shift + 8` equal prefix (and w >= thr):
+ * the count (mass: false) or mass (true) of each 8-bit digit at shift, into sh.tot. Lanes with
+ * the same digit are found with __match_any_sync and summed by their first lane into its warp's
+ * own histogram: no atomics, which for 64-bit shared memory values are compare-and-swap loops
+ * that a few crowded digits (w's exponents) turned into a millisecond a row. */
 static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned prefix, int shift, bool mass,
-                                 unsigned long long *wh, samp_shared &sh)
+                                 unsigned long long *wh, samp_shared &sh, const samp_grid &g)
 {
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	unsigned long long *h = wh + wid * 256;
@@ -211,11 +310,11 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 		h[d] = 0;
 	__syncwarp();
 	const unsigned hi_mask = shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
-	for (int32_t g = threadIdx.x; g - lane < V; g += SAMP_THREADS * SAMP_U) {
+	for (int32_t i0 = g.t0; i0 - lane < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
-			v[j] = g + j * SAMP_THREADS < V ? l[g + j * SAMP_THREADS] : -1.0f;
+			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -1.0f;
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			const unsigned b = __float_as_uint(v[j]);
@@ -246,20 +345,28 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 			t += wh[w * 256 + d];
 		sh.hist[d] = t;
 	}
-	__syncthreads();
+	samp_csync();
+	for (int d = threadIdx.x; d < 256; d += SAMP_THREADS) {
+		unsigned long long t = 0;
+		for (unsigned r = 0; r < g.P; r++)
+			t += samp_at(sh.hist, r)[d];
+		sh.tot[d] = t;
+	}
+	samp_csync();
 }
 
 /* top_k: the k-th largest w (1 <= k < V), counting equal values, by its bits */
-static __device__ float samp_kth(const float *l, int32_t V, int32_t k, unsigned long long *wh, samp_shared &sh)
+static __device__ float samp_kth(const float *l, int32_t V, int32_t k, unsigned long long *wh, samp_shared &sh,
+                                 const samp_grid &g)
 {
 	unsigned prefix = 0;
 	unsigned long long above = 0; /* tokens above the prefix's range */
 	for (int shift = 24; shift >= 0; shift -= 8) {
-		samp_hist(l, V, 0.0f, prefix, shift, false, wh, sh);
+		samp_hist(l, V, 0.0f, prefix, shift, false, wh, sh, g);
 		if (threadIdx.x == 0) {
 			int d = 255;
-			for (; d > 0 && above + sh.hist[d] < (unsigned long long)k; d--)
-				above += sh.hist[d];
+			for (; d > 0 && above + sh.tot[d] < (unsigned long long)k; d--)
+				above += sh.tot[d];
 			sh.b0 = prefix | (unsigned)d << shift;
 			sh.b1 = above;
 		}
@@ -273,16 +380,16 @@ static __device__ float samp_kth(const float *l, int32_t V, int32_t k, unsigned 
 /* top_p: the largest w* among the survivors whose survivors at or above it hold at least target
  * of the mass; *above = the survivors' mass strictly above w* */
 static __device__ float samp_crossing(const float *l, int32_t V, float thr, double target, unsigned long long *above_out,
-                                      unsigned long long *wh, samp_shared &sh)
+                                      unsigned long long *wh, samp_shared &sh, const samp_grid &g)
 {
 	unsigned prefix = 0;
 	unsigned long long above = 0;
 	for (int shift = 24; shift >= 0; shift -= 8) {
-		samp_hist(l, V, thr, prefix, shift, true, wh, sh);
+		samp_hist(l, V, thr, prefix, shift, true, wh, sh, g);
 		if (threadIdx.x == 0) {
 			int d = 255;
-			for (; d > 0 && fp4s_samp_below(above + sh.hist[d], target); d--)
-				above += sh.hist[d];
+			for (; d > 0 && fp4s_samp_below(above + sh.tot[d], target); d--)
+				above += sh.tot[d];
 			sh.b0 = prefix | (unsigned)d << shift;
 			sh.b1 = above;
 		}
@@ -294,15 +401,21 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 	return __uint_as_float(prefix);
 }
 
+/* grid: P blocks a row (a cluster of P, or P = 1) */
 static __global__ void __launch_bounds__(SAMP_THREADS)
 	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out)
 {
 	__shared__ samp_shared sh;
 	extern __shared__ unsigned long long samp_wh[];
-	const fp4s_samp_row r = rows[blockIdx.x];
-	float *l = logits + (size_t)blockIdx.x * V;
+	samp_grid g;
+	g.q = samp_rank(), g.P = samp_nblocks();
+	g.t0 = (int32_t)(g.q * SAMP_THREADS + threadIdx.x), g.T = (int32_t)(g.P * SAMP_THREADS);
+	const int32_t row = (int32_t)(blockIdx.x / g.P);
+	const fp4s_samp_row r = rows[row];
+	float *l = logits + (size_t)row * V;
+	const bool writer = g.q == 0 && threadIdx.x == 0;
 	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
-	for (int32_t e = threadIdx.x; e < r.n_edits; e += SAMP_THREADS) {
+	for (int32_t e = g.t0; e < r.n_edits; e += g.T) {
 		const fp4s_samp_edit d = edits[r.edit0 + e];
 		float x = l[d.token];
 		if (d.has_bias)
@@ -319,32 +432,32 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 		}
 		l[d.token] = x;
 	}
-	__syncthreads();
+	samp_csync();
 	if (r.greedy) {
-		const int t = samp_argmax(l, V, sh);
-		if (threadIdx.x == 0)
-			out[blockIdx.x] = t;
+		const int t = samp_argmax(l, V, sh, g);
+		if (writer)
+			out[row] = t;
 		return;
 	}
 	/* 2. temperature (a division, as vLLM) and the max */
 	float m = -INFINITY;
-	for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -INFINITY;
+			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -INFINITY;
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			const float x = __fdiv_rn(v[j], r.temperature);
 			m = x > m ? x : m;
-			if (i0 + j * SAMP_THREADS < V)
-				l[i0 + j * SAMP_THREADS] = x;
+			if (i0 + j * g.T < V)
+				l[i0 + j * g.T] = x;
 		}
 	}
-	m = samp_max(m, sh);
+	m = samp_max(m, sh, g);
 	if (!(m > -INFINITY) || isinf(m)) {
-		if (threadIdx.x == 0)
-			out[blockIdx.x] = -1; /* no finite logit */
+		if (writer)
+			out[row] = -1; /* no finite logit */
 		return;
 	}
 	/* 3. w = exp(l - m); min_p is a threshold on w (the max has w = 1) */
@@ -352,37 +465,37 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	k.thr = r.min_p > 0.0f ? fminf(r.min_p, 1.0f) : FLT_TRUE_MIN;
 	k.cut = false, k.cut_w = 0.0f, k.cut_id = INT_MAX;
 	unsigned long long mass = 0;
-	for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -INFINITY;
+			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -INFINITY;
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			float w = fp4s_samp_exp(__fsub_rn(v[j], m));
 			w = w == w ? w : 0.0f;
-			if (i0 + j * SAMP_THREADS < V)
-				l[i0 + j * SAMP_THREADS] = w;
+			if (i0 + j * g.T < V)
+				l[i0 + j * g.T] = w;
 			mass += w >= k.thr ? fp4s_samp_fix(w) : 0ull;
 		}
 	}
-	mass = samp_sum(mass, sh);
+	mass = samp_sum(mass, sh, g);
 	/* 4. top_k: survivors at or above the k-th largest */
 	if (r.top_k > 0) {
-		const float vk = samp_kth(l, V, r.top_k, samp_wh, sh);
+		const float vk = samp_kth(l, V, r.top_k, samp_wh, sh, g);
 		if (vk > k.thr) {
 			k.thr = vk;
 			mass = 0;
-			for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+			for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 				float v[SAMP_U];
 #pragma unroll
 				for (int j = 0; j < SAMP_U; j++)
-					v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : 0.0f;
+					v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : 0.0f;
 #pragma unroll
 				for (int j = 0; j < SAMP_U; j++)
 					mass += v[j] >= vk ? fp4s_samp_fix(v[j]) : 0ull;
 			}
-			mass = samp_sum(mass, sh);
+			mass = samp_sum(mass, sh, g);
 		}
 	}
 	/* 5. top_p: the crossing value, then how many of the tokens equal to it are kept (while the
@@ -390,18 +503,18 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	if (r.top_p < 1.0f) {
 		const double target = fp4s_samp_target(r.top_p, mass);
 		unsigned long long above;
-		k.cut_w = samp_crossing(l, V, k.thr, target, &above, samp_wh, sh);
+		k.cut_w = samp_crossing(l, V, k.thr, target, &above, samp_wh, sh, g);
 		unsigned long long ties = 0;
-		for (int32_t i0 = threadIdx.x; i0 < V; i0 += SAMP_THREADS * SAMP_U) {
+		for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 			float v[SAMP_U];
 #pragma unroll
 			for (int j = 0; j < SAMP_U; j++)
-				v[j] = i0 + j * SAMP_THREADS < V ? l[i0 + j * SAMP_THREADS] : -1.0f;
+				v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -1.0f;
 #pragma unroll
 			for (int j = 0; j < SAMP_U; j++)
 				ties += v[j] == k.cut_w;
 		}
-		ties = samp_sum(ties, sh);
+		ties = samp_sum(ties, sh, g);
 		const unsigned long long wv = fp4s_samp_fix(k.cut_w);
 		unsigned long long c = ties; /* tokens of the tie kept: j = 0 .. c - 1 */
 		if (wv > 0) {
@@ -414,13 +527,34 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 			c = j + 1;
 		}
 		k.cut = true;
-		k.cut_id = samp_find(l, V, k, true, c - 1, sh);
+		k.cut_id = samp_find(l, V, k, true, c - 1, sh, g);
 		mass = above + c * wv;
 	}
 	/* 6. the draw: the kept tokens' mass in id order */
-	const int t = samp_find(l, V, k, false, fp4s_samp_point(r.u, mass), sh);
-	if (threadIdx.x == 0)
-		out[blockIdx.x] = t;
+	const int t = samp_find(l, V, k, false, fp4s_samp_point(r.u, mass), sh, g);
+	if (writer)
+		out[row] = t;
+}
+
+/* blocks a row: a cluster of up to 8 where the rows leave SMs idle (Hopper and later);
+ * FP4S_SAMPLE_BLOCKS=N sets it (1: one block a row; A/B) */
+static int samp_blocks_for(int32_t n)
+{
+	static int dev_p = -1, sms = 0, force = 0;
+	if (dev_p < 0) {
+		int dev = 0, major = 0;
+		cudaGetDevice(&dev);
+		cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+		dev_p = major >= 9 ? SAMP_MAX_P : 1;
+		const char *e = getenv("FP4S_SAMPLE_BLOCKS");
+		force = e ? atoi(e) : 0;
+	}
+	int p = force > 0 ? force : 1;
+	if (force <= 0)
+		while (p < dev_p && (int64_t)n * p * 2 <= sms)
+			p *= 2;
+	return p == 1 || p == 2 || p == 4 || p == 8 ? (p <= dev_p ? p : dev_p) : 1;
 }
 
 /* dev/sample_bench and the backend op: the kernel alone (rows, edits and out on the device) */
@@ -434,6 +568,22 @@ cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, con
 		if (e != cudaSuccess)
 			return e;
 		smem_set = 1;
+	}
+	const int p = samp_blocks_for(n);
+	if (p > 1) {
+		cudaLaunchConfig_t cfg = {};
+		cudaLaunchAttribute at[1];
+		cfg.gridDim = dim3((unsigned)(n * p));
+		cfg.blockDim = dim3(SAMP_THREADS);
+		cfg.dynamicSmemBytes = SAMP_DYN_SMEM;
+		cfg.stream = s;
+		at[0].id = cudaLaunchAttributeClusterDimension;
+		at[0].val.clusterDim.x = (unsigned)p, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+		cfg.attrs = at;
+		cfg.numAttrs = 1;
+		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out) == cudaSuccess)
+			return cudaSuccess;
+		cudaGetLastError(); /* no such cluster here: one block a row */
 	}
 	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out);
 	return cudaGetLastError();

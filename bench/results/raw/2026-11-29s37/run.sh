@@ -72,5 +72,32 @@ b)
   bench lb-p9-dev $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9
   bench o-greedy $o -p 0 -n 128 --reps 3
   bench o-p9-dev $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 ;;
+# Phase c: a row on a thread block cluster of up to 8 (b measured one block a row compute bound:
+# 396 us for llama3-8b's vocabulary with top_p). sample_bench, the tests with clusters and with
+# one block a row (FP4S_SAMPLE_BLOCKS=1), decode as in b.
+c)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fs; B=$BD/fp4serve
+  bld $BD $L/build.log fp4serve sample_bench
+  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
+  J=10 bld $BD $L/build-t.log test_sample test_engine_cuda
+  wait
+  $(find $BD -name sample_bench -type f | head -1) > $L/sample_bench.txt 2>&1; ts "sample_bench rc=$?"; cat $L/sample_bench.txt >> $S
+  tt test_sample
+  cp $L/t-test_sample.txt $L/t-test_sample-cluster.txt
+  FP4S_SAMPLE_BLOCKS=1 tt test_sample
+  TT=240 tt test_engine_cuda
+  l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
+  for rr in 1 2; do
+    bench l-greedy-$rr $l -p 0 -n 128 --reps 3
+    bench l-p9-dev-$rr $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+  done
+  bench l-t1-dev $l -p 0 -n 128 --reps 3 --temp 1.0
+  bench l-k40-dev $l -p 0 -n 128 --reps 3 --temp 0.7 --top-k 40
+  bench lb-greedy $l -p 128 -n 32 --reps 2 --batch 64
+  bench lb-p9-dev $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9
+  bench o-greedy $o -p 0 -n 128 --reps 3
+  bench o-p9-dev $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
