@@ -988,17 +988,18 @@ static void test_plan(void)
 			same &= memcmp(&want[i], &got[i], sizeof(float)) == 0;
 		CHECK_MSG(same, "plan %d (V %d, %d edits): edited logits differ from process_logits", it, V, ne);
 		CHECK_EQ_INT(row.greedy, p.temperature < FP4S_SAMP_GREEDY_EPS);
-		/* the plan drew the draw a's sample would: from here both RNGs agree */
+		/* the plan drew the draw a's sample would: from here both RNGs agree (a row that finds
+		 * no finite logit, all of a tiny vocabulary masked, still takes its draw) */
 		if (!row.greedy) {
 			struct fp4s_samp_result r;
 			for (int32_t i = 0; i < V; i++)
-				want[i] = (float)i * 0.0f;
-			CHECK(fp4s_samp_sample(&a, want, V, &r, &err) == 0); /* a draws now */
+				want[i] = 0.0f;
+			fp4s_samp_sample(&a, want, V, &r, &err); /* a draws now */
 			for (int32_t i = 0; i < V; i++)
 				got[i] = want[i] = 0.0f;
 			struct fp4s_samp_result ra, rb;
-			const int ok = fp4s_samp_sample(&a, want, V, &ra, &err) == 0 && fp4s_samp_sample(&b, got, V, &rb, &err) == 0;
-			CHECK_MSG(ok && ra.token == rb.token, "plan %d: the RNGs no longer agree", it);
+			const int rca = fp4s_samp_sample(&a, want, V, &ra, &err), rcb = fp4s_samp_sample(&b, got, V, &rb, &err);
+			CHECK_MSG(rca == rcb && (rca != 0 || ra.token == rb.token), "plan %d: the RNGs no longer agree", it);
 		}
 		free(want), free(got), free(ed);
 		fp4s_samp_free(&a), fp4s_samp_free(&b);
