@@ -11,7 +11,9 @@
  *   4. otherwise logits /= temperature, then min_p (drop p < min_p * p_max), then top_k (keep every
  *      token whose logit is >= the k-th largest, so ties with the k-th are kept, as vLLM's
  *      `logits < kth` mask does), then top_p on the renormalised survivors, then a draw from the
- *      renormalised distribution with the sequence's own RNG (exactly one 64-bit draw per token).
+ *      renormalised distribution with the sequence's own RNG (exactly one 64-bit draw per token,
+ *      taken first). The draw scans the kept tokens in id order with their masses in
+ *      samp_math.h's fixed point, so a GPU that draws the same number picks the same token.
  *
  * top_p keeps the smallest prefix of the survivors, ranked by (probability desc, id asc), whose mass
  * reaches top_p: a token is kept iff the mass ranked strictly above it is < top_p (vLLM's
