@@ -4,6 +4,7 @@ library only (for machines without node, such as the GPU machine).
 
   python3 bench/load_test.py --port 8000 --clients 64 --seconds 60 [--prompt-tokens 512]
                              [--max-tokens 256] [--api-key KEY] [--model NAME]
+                             [--temperature 0] [--top-p 1]
 
 CLIENTS threads each send streaming /v1/completions requests back to back until SECONDS have
 passed (a request in flight at the deadline finishes). Prints errors, requests, aggregate output
@@ -107,6 +108,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--model", default=None)
+    ap.add_argument("--temperature", type=float, default=0.0)  # 0: greedy (the runs recorded so far)
+    ap.add_argument("--top-p", type=float, default=1.0)
     a = ap.parse_args()
     # a prompt of about N tokens, calibrated with the server's own /tokenize
     words = a.prompt_tokens
@@ -117,7 +120,8 @@ def main():
         if n <= 0 or abs(n - a.prompt_tokens) <= max(2, a.prompt_tokens // 50):
             break
         words = max(1, int(words * a.prompt_tokens / n))
-    req = {"prompt": prompt, "max_tokens": a.max_tokens, "stream": True, "temperature": 0,
+    req = {"prompt": prompt, "max_tokens": a.max_tokens, "stream": True, "temperature": a.temperature,
+           "top_p": a.top_p,
            "ignore_eos": True, "stream_options": {"include_usage": True}}
     if a.model:
         req["model"] = a.model

@@ -99,5 +99,27 @@ c)
   bench lb-p9-dev $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9
   bench o-greedy $o -p 0 -n 128 --reps 3
   bench o-p9-dev $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 ;;
+# Phase v: the server with 64 streaming clients (512-token prompts, 256 new, 20 s each) sampling
+# at temperature 0.7, top_p 0.9: drawn on the device, then on the host (FP4S_DEVICE_SAMPLE=0),
+# then greedy (the load the recorded server figures used).
+v)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fs; B=$BD/fp4serve
+  bld $BD $L/build.log fp4serve
+  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1
+  for v in "dev 0.7 1" "host 0.7 0" "greedy 0 1"; do set -- $v
+    FP4S_DEVICE_SAMPLE=$3 $B serve -m /dev/shm/llama3-8b --port 0 --max-model-len 1024 --max-num-seqs 64 \
+      --threads-http 96 > $L/serve-$1.log 2>&1 &
+    pid=$!; port=
+    for _ in $(seq 1 300); do
+      port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' $L/serve-$1.log | head -1 | sed 's/.*://')
+      [ -n "$port" ] && python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health')" 2>/dev/null && break
+      sleep 0.2
+    done
+    python3 bench/load_test.py --port "$port" --clients 64 --seconds ${SECS:-20} --prompt-tokens 512 --max-tokens 256 \
+      --temperature $2 --top-p 0.9 > $L/load-$1.txt 2>&1
+    ts "server $1 (T $2): $(tr '\n' ' ' < $L/load-$1.txt | cut -c1-400)"
+    kill -TERM $pid; wait $pid
+  done ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
