@@ -1,0 +1,150 @@
+/* test_samp_plan.c: what a GPU's sampler shares with the CPU sampler (sampler.h's fp4s_samp_plan
+ * and samp_math.h), checked where no GPU is: the shared exp, the fixed point and the draw point;
+ * the plan's edits against fp4s_samp_process_logits, bit for bit; the plan's random number. The
+ * device side (sample.cu) is tests/ops/test_sample.cu. */
+#include "engine/samp_math.h"
+#include "engine/sampler.h"
+#include "test_util.h"
+
+#include <float.h>
+#include <stdint.h>
+
+/* samp_math.h's exp, shared with the GPU sampler: within 3 ulp of e^x over [-87, 0], exactly
+ * 1 at 0, 0 (never subnormal) below, NaN kept; its fixed point and draw point. */
+static void test_samp_math(void)
+{
+	double worst = 0.0;
+	int subnormal = 0, n = 0;
+	for (float x = -90.0f; x < 0.0f; x += 1.37e-3f + (float)(t_rand_uniform() * 1e-4)) {
+		const float e = fp4s_samp_exp(x);
+		const double t = exp((double)x);
+		subnormal += e != 0.0f && e < FLT_MIN;
+		if (t > 1e-37) {
+			const double r = fabs((double)e - t) / t;
+			worst = r > worst ? r : worst;
+		}
+		n++;
+	}
+	CHECK_MSG(worst < 3.0 * 5.97e-8, "exp: worst relative error %.3g over %d points", worst, n);
+	CHECK_EQ_INT(subnormal, 0);
+	CHECK(fp4s_samp_exp(0.0f) == 1.0f && fp4s_samp_exp(-0.0f) == 1.0f && fp4s_samp_exp(-1e-30f) == 1.0f);
+	CHECK(fp4s_samp_exp(-88.0f) == 0.0f && fp4s_samp_exp(-INFINITY) == 0.0f);
+	CHECK(isnan(fp4s_samp_exp(NAN)));
+	CHECK(fp4s_samp_fix(1.0f) == 1ull << 44 && fp4s_samp_fix(0.5f) == 1ull << 43 && fp4s_samp_fix(0x1p-45f) == 0);
+	CHECK(fp4s_samp_point(0.0, 10) == 0 && fp4s_samp_point(0.999999, 10) == 9 &&
+	      fp4s_samp_point(0.9999999999999999, (1ull << 62) + 1) < (1ull << 62) + 1);
+}
+
+/* fp4s_samp_plan: the edits, applied one a token as a GPU does (sample.cu's step 1, each
+ * operation rounded once), give fp4s_samp_process_logits's logits bit for bit, over random
+ * prompts, outputs, biases (a token listed twice), stop ids and EOS under min_tokens, and all
+ * penalties; the plan draws the same random number as fp4s_samp_sample (next draws agree). */
+static void test_plan(void)
+{
+	struct fp4s_error err = {0};
+	for (int it = 0; it < 200; it++) {
+		const int32_t V = 2 + (int32_t)(t_rand_u64() % 300);
+		struct fp4s_sampling p;
+		fp4s_samp_defaults(&p);
+		p.temperature = it % 5 == 0 ? 0.0f : 0.9f;
+		if (it % 2) {
+			p.repetition_penalty = it % 4 == 1 ? 1.25f : 0.75f;
+			p.frequency_penalty = 0.3f;
+		}
+		if (it % 3)
+			p.presence_penalty = -0.7f;
+		p.n_logit_bias = (int32_t)(t_rand_u64() % 8);
+		for (int32_t i = 0; i < p.n_logit_bias; i++)
+			p.logit_bias[i] = (struct fp4s_samp_bias){(int32_t)(t_rand_u64() % (uint64_t)V),
+			                                          (float)(t_rand_uniform() * 10.0 - 5.0)};
+		if (p.n_logit_bias > 2)
+			p.logit_bias[1].token = p.logit_bias[0].token;
+		p.min_tokens = (int32_t)(t_rand_u64() % 4);
+		p.n_stop_ids = (int32_t)(t_rand_u64() % 3);
+		for (int32_t i = 0; i < p.n_stop_ids; i++)
+			p.stop_ids[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+		p.ignore_eos = it % 7 == 0;
+		p.has_seed = true;
+		p.seed = t_rand_u64();
+		int32_t prompt[24], eos[2] = {0, V - 1};
+		const int32_t np = (int32_t)(t_rand_u64() % 24);
+		for (int32_t i = 0; i < np; i++)
+			prompt[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+		struct fp4s_sampler a, b;
+		CHECK(fp4s_samp_init(&a, &p, V, prompt, np, eos, 2, &err) == 0);
+		CHECK(fp4s_samp_init(&b, &p, V, prompt, np, eos, 2, &err) == 0);
+		const int32_t outs = (int32_t)(t_rand_u64() % 6);
+		for (int32_t i = 0; i < outs; i++) {
+			const int32_t t = (int32_t)(t_rand_u64() % (uint64_t)V);
+			fp4s_samp_accept(&a, t);
+			fp4s_samp_accept(&b, t);
+		}
+		float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
+		for (int32_t i = 0; i < V; i++)
+			want[i] = got[i] = (float)(t_rand_normal() * 3.0);
+		fp4s_samp_process_logits(&a, want, V);
+		const int32_t cap = fp4s_samp_plan_edits(&b);
+		struct fp4s_samp_edit *ed = malloc(((size_t)cap + 1) * sizeof *ed);
+		struct fp4s_samp_row row;
+		int32_t ne = -1;
+		CHECK(fp4s_samp_plan(&b, &row, ed, cap, &ne, &err) == 0);
+		int unique = 1;
+		for (int32_t e = 0; e < ne; e++) {
+			unique &= e == 0 || ed[e].token > ed[e - 1].token;
+			float x = got[ed[e].token];
+			if (ed[e].has_bias)
+				x = x + ed[e].bias;
+			if (ed[e].mask)
+				x = -INFINITY;
+			if (ed[e].seen) {
+				if (row.rep != 1.0f)
+					x = x > 0.0f ? x / row.rep : x * row.rep;
+				if (ed[e].n_out > 0) {
+					x = x - row.freq * (float)ed[e].n_out;
+					x = x - row.pres;
+				}
+			}
+			got[ed[e].token] = x;
+		}
+		CHECK_MSG(unique, "plan %d: edits not one a token", it);
+		int same = 1;
+		for (int32_t i = 0; i < V; i++)
+			same &= memcmp(&want[i], &got[i], sizeof(float)) == 0;
+		CHECK_MSG(same, "plan %d (V %d, %d edits): edited logits differ from process_logits", it, V, ne);
+		CHECK_EQ_INT(row.greedy, p.temperature < FP4S_SAMP_GREEDY_EPS);
+		/* the plan drew the draw a's sample would: from here both RNGs agree (a row that finds
+		 * no finite logit, all of a tiny vocabulary masked, still takes its draw) */
+		if (!row.greedy) {
+			struct fp4s_samp_result r;
+			for (int32_t i = 0; i < V; i++)
+				want[i] = 0.0f;
+			fp4s_samp_sample(&a, want, V, &r, &err); /* a draws now */
+			for (int32_t i = 0; i < V; i++)
+				got[i] = want[i] = 0.0f;
+			struct fp4s_samp_result ra, rb;
+			const int rca = fp4s_samp_sample(&a, want, V, &ra, &err), rcb = fp4s_samp_sample(&b, got, V, &rb, &err);
+			CHECK_MSG(rca == rcb && (rca != 0 || ra.token == rb.token), "plan %d: the RNGs no longer agree", it);
+		}
+		free(want), free(got), free(ed);
+		fp4s_samp_free(&a), fp4s_samp_free(&b);
+	}
+	/* logprobs stay on the host */
+	struct fp4s_sampling p;
+	fp4s_samp_defaults(&p);
+	p.logprobs = true;
+	struct fp4s_sampler s;
+	CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, NULL, 0, &err) == 0);
+	struct fp4s_samp_row row;
+	struct fp4s_samp_edit ed[1];
+	int32_t ne = 0;
+	CHECK(fp4s_samp_plan(&s, &row, ed, 1, &ne, &err) == FP4S_EUNSUPPORTED);
+	fp4s_samp_free(&s);
+}
+
+int main(void)
+{
+	t_seed_from_env();
+	test_samp_math();
+	test_plan();
+	return TEST_DONE();
+}
