@@ -147,8 +147,7 @@ int cmd_bench(int argc, char **argv)
 	float *logits = malloc((size_t)V * (size_t)nb * sizeof *logits);
 	/* --temp: a sampler a sequence (seeded), their device rows */
 	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS;
-	const char *ds = getenv("FP4S_DEVICE_SAMPLE");
-	const int dev_sample = sampling && fp4s_fwd_can_sample(f) && !(ds && !strcmp(ds, "0"));
+	const int dev_sample = sampling && fp4s_fwd_can_sample(f);
 	struct fp4s_sampler *smp = sampling ? calloc((size_t)nb, sizeof *smp) : NULL;
 	struct fp4s_samp_row *srow = sampling ? malloc((size_t)nb * sizeof *srow) : NULL;
 	struct fp4s_samp_edit sedit[1];

@@ -65,7 +65,7 @@ struct fp4s_engine {
 	struct fp4s_event *events;
 	int32_t n_events_cap;
 	/* sampling on the backend (fp4s_fwd_run_sample): a row a sampled sequence, their edits */
-	int dev_sample; /* the backend samples; FP4S_DEVICE_SAMPLE=0 keeps it on the host (A/B) */
+	int dev_sample; /* fp4s_fwd_can_sample, at open */
 	struct fp4s_samp_row *s_rows;
 	int32_t *s_tok;
 	struct fp4s_samp_edit *s_edits;
@@ -195,10 +195,7 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->logits = malloc((size_t)e->max_seqs * (size_t)e->vocab * sizeof *e->logits);
 	e->s_rows = malloc((size_t)e->max_seqs * sizeof *e->s_rows);
 	e->s_tok = malloc((size_t)e->max_seqs * sizeof *e->s_tok);
-	{
-		const char *ds = getenv("FP4S_DEVICE_SAMPLE");
-		e->dev_sample = fp4s_fwd_can_sample(&e->fwd) && !(ds && !strcmp(ds, "0"));
-	}
+	e->dev_sample = fp4s_fwd_can_sample(&e->fwd);
 	e->n_events_cap = e->n_reqs;
 	e->events = calloc((size_t)e->n_events_cap, sizeof *e->events);
 	if (!e->reqs || !e->slot_used || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_rows ||

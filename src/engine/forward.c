@@ -645,7 +645,11 @@ int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 	return run(f, b, out_rows, n_out, NULL, tokens, NULL, err);
 }
 
-int fp4s_fwd_can_sample(const struct fp4s_fwd *f) { return f->be->sample != NULL; }
+int fp4s_fwd_can_sample(const struct fp4s_fwd *f)
+{
+	const char *e = getenv("FP4S_DEVICE_SAMPLE");
+	return f->be->sample != NULL && !(e && !strcmp(e, "0"));
+}
 
 int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                         const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,

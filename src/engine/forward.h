@@ -69,7 +69,8 @@ int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *
 int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                         int32_t n_out, int32_t *tokens, struct fp4s_error *err);
 
-/* 1 when the backend samples on its own (backend.h's sample): fp4s_fwd_run_sample may be used */
+/* 1 when the backend samples on its own (backend.h's sample) and FP4S_DEVICE_SAMPLE is not 0 (the
+ * host's sampler instead, for A/B): fp4s_fwd_run_sample may be used */
 int fp4s_fwd_can_sample(const struct fp4s_fwd *f);
 
 /* The same, returning a token of each row drawn where the logits are, as rows[i] says

@@ -18,38 +18,10 @@
 
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define FP4S_SAMP_HD static __host__ __device__ __forceinline__
-#else
-#include <math.h>
-#include <string.h>
-#define FP4S_SAMP_HD static inline
-#endif
+#include "numerics/numerics.h" /* FP4S_HD, fp4s_pow2i */
 
-#define FP4S_SAMP_FIX_BITS 44
+#define FP4S_SAMP_HD static FP4S_HD
 #define FP4S_SAMP_MAX_VOCAB (1 << 18) /* fixed-point sums of w <= 1 stay below 2^62 */
-
-FP4S_SAMP_HD float fp4s_samp_f32_of_bits(uint32_t b)
-{
-#if defined(__CUDA_ARCH__)
-	return __uint_as_float(b);
-#else
-	float f;
-	memcpy(&f, &b, sizeof f);
-	return f;
-#endif
-}
-
-FP4S_SAMP_HD uint32_t fp4s_samp_bits_of_f32(float f)
-{
-#if defined(__CUDA_ARCH__)
-	return __float_as_uint(f);
-#else
-	uint32_t b;
-	memcpy(&b, &f, sizeof b);
-	return b;
-#endif
-}
 
 FP4S_SAMP_HD float fp4s_samp_mul(float a, float b)
 {
@@ -66,15 +38,6 @@ FP4S_SAMP_HD float fp4s_samp_sub(float a, float b)
 	return __fsub_rn(a, b);
 #else
 	return a - b;
-#endif
-}
-
-FP4S_SAMP_HD float fp4s_samp_div(float a, float b)
-{
-#if defined(__CUDA_ARCH__)
-	return __fdiv_rn(a, b);
-#else
-	return a / b;
 #endif
 }
 
@@ -115,7 +78,7 @@ FP4S_SAMP_HD float fp4s_samp_exp(float x)
 	const int32_t e = (int32_t)n; /* in [-126, 0] */
 	if (e < -125)
 		return 0.0f;
-	return fp4s_samp_mul(p, fp4s_samp_f32_of_bits((uint32_t)(e + 127) << 23));
+	return fp4s_samp_mul(p, fp4s_pow2i(e));
 }
 
 /* w in [0, 1] as mass: floor(w * 2^44) */

@@ -104,6 +104,16 @@ struct samp_grid {
 	int32_t t0, T;
 };
 
+/* v[j] = l[i0 + j * step] for the SAMP_U tokens a thread takes at once, fill past end: the loads
+ * go out together */
+static __device__ __forceinline__ void samp_load(float (&v)[SAMP_U], const float *l, int32_t i0, int32_t step,
+                                                 int32_t end, float fill)
+{
+#pragma unroll
+	for (int j = 0; j < SAMP_U; j++)
+		v[j] = i0 + j * step < end ? l[i0 + j * step] : fill;
+}
+
 static __device__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh, const samp_grid &g)
 {
 	for (int o = 16; o > 0; o >>= 1)
@@ -160,9 +170,7 @@ static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh, co
 	int bi = INT_MAX;
 	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
-#pragma unroll
-		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -INFINITY;
+		samp_load(v, l, i0, g.T, V, -INFINITY);
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
 			if (v[j] > bv)
@@ -232,9 +240,7 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
 	unsigned long long s = 0;
 	for (int32_t i0 = lo + lane; i0 < hi; i0 += 32 * SAMP_U) {
 		float v[SAMP_U];
-#pragma unroll
-		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + 32 * j < hi ? l[i0 + 32 * j] : 0.0f;
+		samp_load(v, l, i0, 32, hi, 0.0f);
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++)
 			s += i0 + 32 * j < hi ? samp_weight(k, ties, v[j], i0 + 32 * j) : 0ull;
@@ -268,9 +274,7 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
 		bool found = false;
 		for (int32_t i0 = lo; i0 < hi && !found; i0 += 32 * SAMP_U) {
 			float v[SAMP_U];
-#pragma unroll
-			for (int j = 0; j < SAMP_U; j++)
-				v[j] = i0 + 32 * j + lane < hi ? l[i0 + 32 * j + lane] : 0.0f;
+			samp_load(v, l, i0 + lane, 32, hi, 0.0f);
 #pragma unroll
 			for (int j = 0; j < SAMP_U; j++) {
 				const int32_t i = i0 + 32 * j + lane;
@@ -312,9 +316,7 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 	const unsigned hi_mask = shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
 	for (int32_t i0 = g.t0; i0 - lane < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
-#pragma unroll
-		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -1.0f;
+		samp_load(v, l, i0, g.T, V, -1.0f);
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			const unsigned b = __float_as_uint(v[j]);
@@ -443,9 +445,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	float m = -INFINITY;
 	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
-#pragma unroll
-		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -INFINITY;
+		samp_load(v, l, i0, g.T, V, -INFINITY);
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			const float x = __fdiv_rn(v[j], r.temperature);
@@ -467,9 +467,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	unsigned long long mass = 0;
 	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
-#pragma unroll
-		for (int j = 0; j < SAMP_U; j++)
-			v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -INFINITY;
+		samp_load(v, l, i0, g.T, V, -INFINITY);
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			float w = fp4s_samp_exp(__fsub_rn(v[j], m));
@@ -488,9 +486,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 			mass = 0;
 			for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 				float v[SAMP_U];
-#pragma unroll
-				for (int j = 0; j < SAMP_U; j++)
-					v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : 0.0f;
+				samp_load(v, l, i0, g.T, V, 0.0f);
 #pragma unroll
 				for (int j = 0; j < SAMP_U; j++)
 					mass += v[j] >= vk ? fp4s_samp_fix(v[j]) : 0ull;
@@ -507,9 +503,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 		unsigned long long ties = 0;
 		for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 			float v[SAMP_U];
-#pragma unroll
-			for (int j = 0; j < SAMP_U; j++)
-				v[j] = i0 + j * g.T < V ? l[i0 + j * g.T] : -1.0f;
+			samp_load(v, l, i0, g.T, V, -1.0f);
 #pragma unroll
 			for (int j = 0; j < SAMP_U; j++)
 				ties += v[j] == k.cut_w;

@@ -17,18 +17,36 @@ bench() { local lab=$1 m=$2; shift 2
 tt() { local x=$1 t; shift; t=$(find $BD -name $x -type f | head -1)
   (cd $R && timeout ${TT:-300} env FP4S_TEST_VERBOSE=1 $t "$@" > $L/t-$x.txt 2>&1; ts "$x rc=$?")
   tail -2 $L/t-$x.txt >> $S; grep -m8 -E "FAIL|differ" $L/t-$x.txt >> $S; }
+# setupS [TARGETS]: fp4serve (and TARGETS) built, llama3-8b and gpt-oss-20b generated while the
+# two GPU tests build (phases s, b, c)
+setupS() {
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fs; B=$BD/fp4serve
+  bld $BD $L/build.log fp4serve "$@"
+  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
+  J=10 bld $BD $L/build-t.log test_sample test_engine_cuda
+  wait; }
+sbench() { $(find $BD -name sample_bench -type f | head -1) > $L/sample_bench.txt 2>&1; ts "sample_bench rc=$?"
+  cat $L/sample_bench.txt >> $S; }
+# benchS: decode greedy against sampled on the device (phases b, c)
+benchS() { local l=/dev/shm/llama3-8b o=/dev/shm/gpt-oss-20b rr
+  for rr in 1 2; do
+    bench l-greedy-$rr $l -p 0 -n 128 --reps 3
+    bench l-p9-dev-$rr $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+  done
+  bench l-t1-dev $l -p 0 -n 128 --reps 3 --temp 1.0
+  bench l-k40-dev $l -p 0 -n 128 --reps 3 --temp 0.7 --top-k 40
+  bench lb-greedy $l -p 128 -n 32 --reps 2 --batch 64
+  bench lb-p9-dev $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9
+  bench o-greedy $o -p 0 -n 128 --reps 3
+  bench o-p9-dev $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9; }
 for ph in "$@"; do case $ph in
 # Phase s: sampling on the device (sample.cu). The op test against the CPU sampler, the engine's
 # device-vs-host check, then decode with --temp on the device against the host path
 # (FP4S_DEVICE_SAMPLE=0: logits copied back, sampler.c), greedy as the reference.
 s)
-  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
-  BD=/tmp/fs; B=$BD/fp4serve
-  bld $BD $L/build.log fp4serve
-  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
-  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
-  J=10 bld $BD $L/build-t.log test_sample test_engine_cuda
-  wait
+  setupS
   tt test_sample
   TT=240 tt test_engine_cuda
   l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
@@ -51,54 +69,22 @@ s)
 # prefix skipping it, and dev/sample_bench (the kernel alone, CUDA events) to split a token's
 # sampling cost between the kernel and the op around it.
 b)
-  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
-  BD=/tmp/fs; B=$BD/fp4serve
-  bld $BD $L/build.log fp4serve sample_bench
-  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
-  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
-  J=10 bld $BD $L/build-t.log test_sample test_engine_cuda
-  wait
-  $(find $BD -name sample_bench -type f | head -1) > $L/sample_bench.txt 2>&1; ts "sample_bench rc=$?"; cat $L/sample_bench.txt >> $S
+  setupS sample_bench
+  sbench
   tt test_sample
   TT=240 tt test_engine_cuda
-  l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
-  for rr in 1 2; do
-    bench l-greedy-$rr $l -p 0 -n 128 --reps 3
-    bench l-p9-dev-$rr $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
-  done
-  bench l-t1-dev $l -p 0 -n 128 --reps 3 --temp 1.0
-  bench l-k40-dev $l -p 0 -n 128 --reps 3 --temp 0.7 --top-k 40
-  bench lb-greedy $l -p 128 -n 32 --reps 2 --batch 64
-  bench lb-p9-dev $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9
-  bench o-greedy $o -p 0 -n 128 --reps 3
-  bench o-p9-dev $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 ;;
+  benchS ;;
 # Phase c: a row on a thread block cluster of up to 8 (b measured one block a row compute bound:
 # 396 us for llama3-8b's vocabulary with top_p). sample_bench, the tests with clusters and with
 # one block a row (FP4S_SAMPLE_BLOCKS=1), decode as in b.
 c)
-  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
-  BD=/tmp/fs; B=$BD/fp4serve
-  bld $BD $L/build.log fp4serve sample_bench
-  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
-  $B gen --preset gpt-oss-20b --format mxfp4 /dev/shm/gpt-oss-20b > $L/gen-o.log 2>&1 &
-  J=10 bld $BD $L/build-t.log test_sample test_engine_cuda
-  wait
-  $(find $BD -name sample_bench -type f | head -1) > $L/sample_bench.txt 2>&1; ts "sample_bench rc=$?"; cat $L/sample_bench.txt >> $S
+  setupS sample_bench
+  sbench
   tt test_sample
   cp $L/t-test_sample.txt $L/t-test_sample-cluster.txt
   FP4S_SAMPLE_BLOCKS=1 tt test_sample
   TT=240 tt test_engine_cuda
-  l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
-  for rr in 1 2; do
-    bench l-greedy-$rr $l -p 0 -n 128 --reps 3
-    bench l-p9-dev-$rr $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
-  done
-  bench l-t1-dev $l -p 0 -n 128 --reps 3 --temp 1.0
-  bench l-k40-dev $l -p 0 -n 128 --reps 3 --temp 0.7 --top-k 40
-  bench lb-greedy $l -p 128 -n 32 --reps 2 --batch 64
-  bench lb-p9-dev $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9
-  bench o-greedy $o -p 0 -n 128 --reps 3
-  bench o-p9-dev $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 ;;
+  benchS ;;
 # Phase v: the server with 64 streaming clients (512-token prompts, 256 new, 20 s each) sampling
 # at temperature 0.7, top_p 0.9: drawn on the device, then on the host (FP4S_DEVICE_SAMPLE=0),
 # then greedy (the load the recorded server figures used).
