@@ -28,6 +28,7 @@ extern "C" {
  * contiguous range of blocks). */
 struct fp4s_samp_row;  /* engine/sampler.h */
 struct fp4s_samp_edit;
+struct fp4s_samp_result;
 
 struct fp4s_batch {
 	int32_t n;
@@ -143,10 +144,13 @@ struct fp4s_backend {
 	              int32_t *out, struct fp4s_error *err);
 	/* out[i] = a token drawn from row i of logits [n, vocab] as rows[i] says (sampler.h's
 	 * fp4s_samp_row, its edits in edits[rows[i].edit0 ..]): the token sampler.c would draw for
-	 * the same row. The logits are overwritten. NULL where the logits are on the host anyway
-	 * (the CPU backend): the engine samples them itself. */
+	 * the same row; lp[i] (sampler.h's fp4s_samp_result: the raw logprobs fp4s_samp_sample gives)
+	 * for each row with rows[i].logprobs (lp may be NULL when none has). The logits are
+	 * overwritten. NULL where the logits are on the host anyway (the CPU backend): the engine
+	 * samples them itself. */
 	int (*sample)(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
-	              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_error *err);
+	              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_samp_result *lp,
+	              struct fp4s_error *err);
 	/* dst[i] = src[rows[i]] for rows of width floats (rows is a host array) */
 	int (*gather_rows)(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
 	                   int64_t width, float *dst, struct fp4s_error *err);

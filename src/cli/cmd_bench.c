@@ -8,7 +8,8 @@
  * aggregate (B tokens per step), the decode steps of a server with B streams. --temp T (with
  * --top-p, --top-k) samples each token as a request with those settings would instead of taking
  * the argmax: on the device where the backend samples (FP4S_DEVICE_SAMPLE=0: logits to the host
- * and sampler.c, the path requests with logprobs take). */
+ * and sampler.c, the path requests with processed logprobs take). --logprobs N adds each token's
+ * raw logprob and its N best alternatives, as a request with logprobs and top_logprobs N. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,16 +71,19 @@ int cmd_bench(int argc, char **argv)
 		{"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
 		{"kv-cache-dtype", required_argument, 0, 'k'}, {"batch", required_argument, 0, 'B'},
 		{"temp", required_argument, 0, 'T'},    {"top-p", required_argument, 0, 'P'},
-		{"top-k", required_argument, 0, 'K'},   {0, 0, 0, 0}};
+		{"top-k", required_argument, 0, 'K'},   {"logprobs", required_argument, 0, 'L'},
+		{0, 0, 0, 0}};
 	static const char usage[] =
 		"usage: fp4serve bench -m PATH [-p N] [-n N] [--ctx N] [--reps R] [--backend auto|cuda|cpu] [--json]\n"
 		"                      [--kv-cache-dtype auto|fp32|bf16|fp8] [--batch B] [--temp T [--top-p P] [--top-k K]]\n"
+		"                      [--logprobs N]\n"
 		"  -p N      prompt tokens for the prefill figure (default 512; 0 skips)\n"
 		"  -n N      tokens decoded one at a time (default 128; 0 skips)\n"
 		"  --ctx N   context already in the cache before decoding (default 0)\n"
 		"  --reps R  repetitions, median reported (default 3)\n"
 		"  --batch B sequences decoded together (default 1): tg is then B tokens a step\n"
-		"  --temp T  sample each token at temperature T (with --top-p, --top-k) instead of the argmax\n";
+		"  --temp T  sample each token at temperature T (with --top-p, --top-k) instead of the argmax\n"
+		"  --logprobs N  return each token's logprob and its N (0-20) best alternatives\n";
 	struct fp4s_engine_opts eo = {0};
 	int32_t pp = 512, tg = 128, ctx = 0, reps = 3, json = 0, nb = 1, c;
 	struct fp4s_sampling sp;
@@ -99,6 +103,7 @@ int cmd_bench(int argc, char **argv)
 		case 'T': sp.temperature = strtof(optarg, NULL); break;
 		case 'P': sp.top_p = strtof(optarg, NULL); break;
 		case 'K': sp.top_k = atoi(optarg); break;
+		case 'L': sp.logprobs = true, sp.top_logprobs = atoi(optarg); break;
 		case 'j': json = 1; break;
 		case 'h': printf("%s", usage); return 0;
 		default: fprintf(stderr, "%s", usage); return 2;
@@ -146,14 +151,15 @@ int cmd_bench(int argc, char **argv)
 	int32_t *bnext = malloc((size_t)nb * sizeof *bnext);
 	float *logits = malloc((size_t)V * (size_t)nb * sizeof *logits);
 	/* --temp: a sampler a sequence (seeded), their device rows */
-	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS;
+	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS || sp.logprobs;
 	const int dev_sample = sampling && fp4s_fwd_can_sample(f);
 	struct fp4s_sampler *smp = sampling ? calloc((size_t)nb, sizeof *smp) : NULL;
 	struct fp4s_samp_row *srow = sampling ? malloc((size_t)nb * sizeof *srow) : NULL;
+	struct fp4s_samp_result *slp = sampling ? malloc((size_t)nb * sizeof *slp) : NULL;
 	struct fp4s_samp_edit sedit[1];
 	double *t_pp = calloc((size_t)reps, sizeof *t_pp), *t_tg = calloc((size_t)reps * (size_t)(tg + 1), sizeof *t_tg);
 	if (!tok || !pos || !seq || !logits || !t_pp || !t_tg || !btok || !bpos || !bseq || !brow || !bnext ||
-	    (sampling && (!smp || !srow))) {
+	    (sampling && (!smp || !srow || !slp))) {
 		fprintf(stderr, "fp4serve bench: out of memory\n");
 		rc = 1;
 		goto done;
@@ -211,7 +217,7 @@ int cmd_bench(int argc, char **argv)
 					srow[q].edit0 = 0;
 				}
 				if (!src)
-					src = fp4s_fwd_run_sample(f, &b, brow, nb, srow, sedit, 0, bnext, &err);
+					src = fp4s_fwd_run_sample(f, &b, brow, nb, srow, sedit, 0, bnext, slp, &err);
 			} else {
 				src = fp4s_fwd_run(f, &b, brow, nb, logits, &err);
 				for (int32_t q = 0; q < nb && !src; q++) {
@@ -257,8 +263,9 @@ int cmd_bench(int argc, char **argv)
 			printf("ceiling    %.1f GB/s (%s copy, bytes read + written)\n", ceiling,
 			       strcmp(be, "cpu") ? "device" : "host memcpy");
 			if (sampling)
-				printf("sampling   temperature %g, top_p %g, top_k %d, on the %s\n", (double)sp.temperature,
-				       (double)sp.top_p, sp.top_k, dev_sample ? "device" : "host");
+				printf("sampling   temperature %g, top_p %g, top_k %d, logprobs %s (top %d), on the %s\n",
+				       (double)sp.temperature, (double)sp.top_p, sp.top_k, sp.logprobs ? "yes" : "no",
+				       sp.top_logprobs, dev_sample ? "device" : "host");
 			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)\n",
 			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2);
 			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", nb > 1 ? "ms/step" : "ms/token", "GB/s",
@@ -284,7 +291,7 @@ done:
 	free(btok), free(bpos), free(bseq), free(brow), free(bnext);
 	for (int32_t q = 0; smp && q < nb; q++)
 		fp4s_samp_free(&smp[q]);
-	free(smp), free(srow);
+	free(smp), free(srow), free(slp);
 	fp4s_engine_close(e);
 	return rc;
 }

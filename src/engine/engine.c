@@ -68,6 +68,7 @@ struct fp4s_engine {
 	int dev_sample; /* fp4s_fwd_can_sample, at open */
 	struct fp4s_samp_row *s_rows;
 	int32_t *s_tok;
+	struct fp4s_samp_result *s_lp; /* the rows' raw logprobs, where asked */
 	struct fp4s_samp_edit *s_edits;
 	int32_t s_edits_cap;
 };
@@ -195,11 +196,12 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->logits = malloc((size_t)e->max_seqs * (size_t)e->vocab * sizeof *e->logits);
 	e->s_rows = malloc((size_t)e->max_seqs * sizeof *e->s_rows);
 	e->s_tok = malloc((size_t)e->max_seqs * sizeof *e->s_tok);
+	e->s_lp = malloc((size_t)e->max_seqs * sizeof *e->s_lp);
 	e->dev_sample = fp4s_fwd_can_sample(&e->fwd);
 	e->n_events_cap = e->n_reqs;
 	e->events = calloc((size_t)e->n_events_cap, sizeof *e->events);
 	if (!e->reqs || !e->slot_used || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_rows ||
-	    !e->b_req || !e->logits || !e->events || !e->s_rows || !e->s_tok) {
+	    !e->b_req || !e->logits || !e->events || !e->s_rows || !e->s_tok || !e->s_lp) {
 		rc = fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 		goto fail;
 	}
@@ -252,7 +254,7 @@ void fp4s_engine_close(struct fp4s_engine *e)
 	free(e->table);
 	free(e->slot_used), free(e->b_tok), free(e->b_pos), free(e->b_seq), free(e->b_rows);
 	free(e->b_req), free(e->logits), free(e->events);
-	free(e->s_rows), free(e->s_tok), free(e->s_edits);
+	free(e->s_rows), free(e->s_tok), free(e->s_lp), free(e->s_edits);
 	free(e);
 }
 
@@ -624,11 +626,13 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
 	int all_greedy = 1, dev = e->dev_sample && nout <= 1024; /* the backend's rows a call */
 	for (int32_t o = 0; o < nout; o++) {
+		const struct fp4s_sampling *p = &e->b_req[e->b_rows[o]]->samp.p;
 		all_greedy &= pure_greedy(e->b_req[e->b_rows[o]]);
-		dev &= !e->b_req[e->b_rows[o]]->samp.p.logprobs;
+		dev &= !(p->logprobs && p->logprobs_mode != FP4S_SAMP_LOGPROBS_RAW);
 	}
-	/* Otherwise, when no request asks for logprobs, the backend draws the tokens where the
-	 * logits are (the same tokens as the host's sampler: sampler.h); else the logits come here. */
+	/* Otherwise, unless a request asks for processed logprobs, the backend draws the tokens where
+	 * the logits are (the same tokens as the host's sampler: sampler.h), with the raw logprobs
+	 * asked for; else the logits come here. */
 	int32_t greedy_tok[64];
 	int rc;
 	if (all_greedy && nout <= 64) {
@@ -638,7 +642,8 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		int32_t ne = 0;
 		rc = plan_rows(e, nout, &ne, err);
 		if (!rc)
-			rc = fp4s_fwd_run_sample(&e->fwd, &b, e->b_rows, nout, e->s_rows, e->s_edits, ne, e->s_tok, err);
+			rc = fp4s_fwd_run_sample(&e->fwd, &b, e->b_rows, nout, e->s_rows, e->s_edits, ne, e->s_tok, e->s_lp,
+			                         err);
 	} else {
 		rc = fp4s_fwd_run(&e->fwd, &b, e->b_rows, nout, e->logits, err);
 	}
@@ -654,6 +659,8 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 			ev->sample.token = greedy_tok[o];
 		else if (dev && e->s_tok[o] < 0)
 			return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token has a finite logit after masking");
+		else if (dev && e->s_rows[o].logprobs)
+			ev->sample = e->s_lp[o];
 		else if (dev)
 			ev->sample.token = e->s_tok[o];
 		else if ((rc = fp4s_samp_sample(&r->samp, e->logits + (size_t)o * e->vocab, e->vocab, &ev->sample, err)))

@@ -588,6 +588,7 @@ struct samp_req {
 	const struct fp4s_samp_row *rows;
 	const struct fp4s_samp_edit *edits;
 	int32_t n_edits;
+	struct fp4s_samp_result *lp;
 };
 
 static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
@@ -627,7 +628,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	if (rc || n_out == 0)
 		return rc;
 	if (tokens && sr)
-		return be->sample(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, tokens, err);
+		return be->sample(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, tokens, sr->lp, err);
 	if (tokens)
 		return be->argmax(be, f->logits, n_out, c->vocab, tokens, err);
 	return be->read(be, logits, f->logits, (int64_t)n_out * c->vocab * (int64_t)sizeof(float), err);
@@ -653,10 +654,10 @@ int fp4s_fwd_can_sample(const struct fp4s_fwd *f)
 
 int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                         const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
-                        int32_t *tokens, struct fp4s_error *err)
+                        int32_t *tokens, struct fp4s_samp_result *lp, struct fp4s_error *err)
 {
 	if (!f->be->sample)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not sample");
-	const struct samp_req sr = {rows, edits, n_edits};
+	const struct samp_req sr = {rows, edits, n_edits, lp};
 	return run(f, b, out_rows, n_out, NULL, tokens, &sr, err);
 }

@@ -74,9 +74,10 @@ int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 int fp4s_fwd_can_sample(const struct fp4s_fwd *f);
 
 /* The same, returning a token of each row drawn where the logits are, as rows[i] says
- * (sampler.h's fp4s_samp_plan; edits[rows[i].edit0 ..]). A token of -1: no finite logit. */
+ * (sampler.h's fp4s_samp_plan; edits[rows[i].edit0 ..]), and lp[i] for the rows with raw
+ * logprobs (lp may be NULL when none asks). A token of -1: no finite logit. */
 int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                         const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
-                        int32_t *tokens, struct fp4s_error *err);
+                        int32_t *tokens, struct fp4s_samp_result *lp, struct fp4s_error *err);
 
 #endif

@@ -166,7 +166,10 @@ int fp4s_samp_is_stop(const struct fp4s_sampler *s, int32_t token);
  * The device applies the edits (one a token: bias, then the min_tokens mask, then the penalties
  * of a token seen in the prompt or the output), then the steps 3-4 above with samp_math.h's
  * arithmetic, and draws with u: the same token fp4s_samp_sample gives for the same state.
- * Logprobs stay on the host (fp4s_samp_plan says FP4S_EUNSUPPORTED). */
+ * Raw logprobs (the default mode) are the log-softmax of the row before its edits: the chosen
+ * token's, its rank and the top n_top, as fp4s_samp_sample gives them (the sum and the log in
+ * double; within ~1e-6). Processed logprobs stay on the host (fp4s_samp_plan says
+ * FP4S_EUNSUPPORTED). */
 struct fp4s_samp_edit {
 	int32_t token;
 	float bias;     /* added when has_bias */
@@ -181,7 +184,10 @@ struct fp4s_samp_row {
 	int32_t greedy;        /* temperature < FP4S_SAMP_GREEDY_EPS: argmax, no draw */
 	int32_t n_edits;
 	int32_t edit0; /* where this row's edits start in the batch's array (the caller's) */
-	double u;      /* the draw, uniform in [0, 1) */
+	int32_t logprobs; /* 1: raw logprobs of the chosen token (and n_top alternatives) */
+	int32_t n_top;    /* 0 .. FP4S_SAMP_MAX_TOP_LOGPROBS */
+	int32_t slot;     /* the backend's own (where the row's logprobs go); plan sets -1 */
+	double u;         /* the draw, uniform in [0, 1) */
 };
 
 /* Upper bound of the edits fp4s_samp_plan writes for s now. */

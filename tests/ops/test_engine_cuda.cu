@@ -55,7 +55,8 @@ static int32_t prompts[NREQ][128];
 static int32_t plen[NREQ];
 
 /* Runs requests [first, first + count) together; returns 0 or -1. sampled: temperature 0.8,
- * top_p 0.9, top_k 40 and penalties, seeded, no logprobs (drawn on the device by default). */
+ * top_p 0.9, top_k 40 and penalties, seeded, raw logprobs for the even requests (drawn on the
+ * device by default). */
 static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
@@ -81,6 +82,10 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 		r.prompt = prompts[i];
 		r.n_prompt = plen[i];
 		r.sampling.seed = 1000 + (uint64_t)i;
+		if (sampled) {
+			r.sampling.logprobs = i % 2 == 0;
+			r.sampling.top_logprobs = i % 2 == 0 ? NTOP : 0;
+		}
 		if (fp4s_engine_submit(e, &r, &ids[i], &err)) {
 			fprintf(stderr, "submit: %s\n", err.msg);
 			return -1;
@@ -228,11 +233,29 @@ static void test_preset(const char *preset, const char *format)
 		if (host) {
 			CHECK(run(host, 0, NREQ, &h, 1) == 0);
 			CHECK(run(host, 0, NREQ, &h, 1) == 0); /* as d's: prompt blocks from the prefix cache */
-			int same = 0;
-			for (int i = 0; i < NREQ; i++)
-				same += d.n[i] == NGEN && h.n[i] == NGEN && !memcmp(d.tok[i], h.tok[i], sizeof d.tok[i]);
-			printf("%s sampled: %d of %d requests drew the same tokens on the device and on the host\n", preset,
-			       same, NREQ);
+			int same = 0, lp_bad = 0;
+			float lp_max = 0.0f;
+			for (int i = 0; i < NREQ; i++) {
+				const int eq = d.n[i] == NGEN && h.n[i] == NGEN && !memcmp(d.tok[i], h.tok[i], sizeof d.tok[i]);
+				same += eq;
+				/* the same logits: the raw logprobs agree to the sums' rounding, the alternatives
+				 * exactly */
+				for (int t = 0; eq && t < NGEN; t++) {
+					float dl = fabsf(d.lp[i][t] - h.lp[i][t]);
+					int alt_eq = 1;
+					for (int q = 0; q < NTOP; q++) {
+						alt_eq &= d.alt[i][t][q] == h.alt[i][t][q];
+						if (d.alt[i][t][q] >= 0)
+							dl = fmaxf(dl, fabsf(d.altlp[i][t][q] - h.altlp[i][t][q]));
+					}
+					lp_max = fmaxf(lp_max, dl);
+					lp_bad += !alt_eq || !(dl <= 1e-5f) || (i % 2 == 0) != (d.alt[i][t][0] >= 0);
+				}
+			}
+			printf("%s sampled: %d of %d requests drew the same tokens on the device and on the host; logprobs "
+			       "within %.2g, %d steps differ\n",
+			       preset, same, NREQ, (double)lp_max, lp_bad);
+			CHECK_MSG(lp_bad == 0, "%s: %d sampled steps' logprobs differ between device and host", preset, lp_bad);
 			CHECK_MSG(same >= NREQ - flips, "%s: %d of %d sampled requests differ between device and host", preset,
 			          NREQ - same, NREQ);
 		}

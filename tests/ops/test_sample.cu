@@ -7,7 +7,10 @@
 // values (ties at every cut), rows with -inf and NaN; every filter alone and together (greedy,
 // temperature, min_p, top_k, top_p down to 1e-6), logit bias (a token listed twice), the
 // min_tokens mask and all three penalties over a prompt and the tokens drawn so far; batches of
-// up to 48 rows with different settings each; a row with no finite logit must give -1.
+// up to 48 rows with different settings each; a row with no finite logit must give -1. Rows with
+// raw logprobs (0 to 20 alternatives) must give the host's rank and alternatives exactly and its
+// logprobs within 1e-5 (+1e-6 relative; NaN where the host's are: a NaN logit); batches of up to
+// 150 such rows (the backend launches 64 a time).
 // `test_sample [filter]` runs cases whose name contains filter.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -40,6 +43,14 @@ static void fill(std::vector<float> &l, int V, int d)
 	}
 	if (d == D_HOLES)
 		l[t_rand_u64() % V] = 1.0f; /* at least one finite logit */
+}
+
+/* a device logprob against the host's (the sums' order and expf differ by an ulp or two) */
+static bool lp_near(float got, float want)
+{
+	if (isnan(want))
+		return isnan(got);
+	return fabsf(got - want) <= 1e-5f + 1e-6f * fabsf(want);
 }
 
 struct seqcase {
@@ -75,6 +86,10 @@ static void make_params(struct fp4s_sampling *p, int V, int mode)
 		p->logit_bias[5].token = p->logit_bias[2].token; /* listed twice: the sum applies */
 		p->logit_bias[4].bias = 100.0f;
 	}
+	if (mode & 64) {
+		p->logprobs = true;
+		p->top_logprobs = (int32_t)(t_rand_u64() % 21);
+	}
 	if (mode & 32) {
 		p->min_tokens = 3;
 		p->n_stop_ids = 2;
@@ -94,7 +109,7 @@ static void run_case(struct fp4s_backend *gpu, int V, int n, int d, int mode, in
 	std::vector<seqcase> sc(n);
 	const int32_t eos[2] = {0, V - 1};
 	for (int r = 0; r < n; r++) {
-		make_params(&sc[r].p, V, mode < 0 ? (int)(t_rand_u64() % 64) : mode);
+		make_params(&sc[r].p, V, mode < 0 ? (int)(t_rand_u64() % 128) : mode);
 		sc[r].p.has_seed = true;
 		sc[r].p.seed = t_rand_u64();
 		sc[r].prompt.resize(1 + t_rand_u64() % 40);
@@ -112,9 +127,10 @@ static void run_case(struct fp4s_backend *gpu, int V, int n, int d, int mode, in
 	std::vector<fp4s_samp_row> rows(n);
 	std::vector<fp4s_samp_edit> edits;
 	std::vector<int32_t> tok(n);
+	std::vector<fp4s_samp_result> lp(n);
 	float *d_lg;
 	CK(cudaMalloc(&d_lg, lg.size() * sizeof(float)));
-	int mismatches = 0, errors = 0;
+	int mismatches = 0, errors = 0, lp_bad = 0;
 	for (int k = 0; k < draws; k++) {
 		std::vector<float> one(V);
 		for (int r = 0; r < n; r++) {
@@ -136,7 +152,8 @@ static void run_case(struct fp4s_backend *gpu, int V, int n, int d, int mode, in
 		}
 		CK(cudaMemcpy(d_lg, lg.data(), lg.size() * sizeof(float), cudaMemcpyHostToDevice));
 		CK(cudaDeviceSynchronize()); /* a pageable copy may still be landing; the backend's stream does not wait */
-		if (gpu->sample(gpu, d_lg, n, V, rows.data(), edits.data(), (int32_t)edits.size(), tok.data(), &err)) {
+		if (gpu->sample(gpu, d_lg, n, V, rows.data(), edits.data(), (int32_t)edits.size(), tok.data(), lp.data(),
+		                &err)) {
 			CHECK_MSG(0, "%s: sample: %s", name, err.msg);
 			return;
 		}
@@ -145,6 +162,19 @@ static void run_case(struct fp4s_backend *gpu, int V, int n, int d, int mode, in
 			struct fp4s_samp_result res;
 			const int rc = fp4s_samp_sample(&sc[r].host, row.data(), V, &res, &err);
 			const int want = rc ? -1 : res.token;
+			if (want >= 0 && want == tok[r] && sc[r].p.logprobs) {
+				const fp4s_samp_result &g = lp[r];
+				int ok = g.token == want && g.rank == res.rank && g.n_top == res.n_top && lp_near(g.logprob, res.logprob);
+				for (int j = 0; ok && j < res.n_top; j++)
+					ok = g.top[j].token == res.top[j].token && lp_near(g.top[j].logprob, res.top[j].logprob);
+				if (!ok && lp_bad++ < 5)
+					fprintf(stderr,
+					        "%s: draw %d row %d: logprobs: host %d %.7g rank %d top %d (%d %.7g), device %d %.7g rank %d "
+					        "top %d (%d %.7g)\n",
+					        name, k, r, res.token, (double)res.logprob, res.rank, res.n_top, res.top[0].token,
+					        (double)res.top[0].logprob, g.token, (double)g.logprob, g.rank, g.n_top, g.top[0].token,
+					        (double)g.top[0].logprob);
+			}
 			if (want != tok[r]) {
 				if (mismatches++ < 5)
 					fprintf(stderr, "%s: draw %d row %d: host %d, device %d (T %g top_p %g top_k %d min_p %g)\n", name,
@@ -163,6 +193,7 @@ static void run_case(struct fp4s_backend *gpu, int V, int n, int d, int mode, in
 	for (auto &s : sc)
 		fp4s_samp_free(&s.host), fp4s_samp_free(&s.dev);
 	CHECK_MSG(mismatches == 0, "%s: %d of %d tokens differ", name, mismatches, n * draws);
+	CHECK_MSG(lp_bad == 0, "%s: %d rows' logprobs differ", name, lp_bad);
 	if (getenv("FP4S_TEST_VERBOSE"))
 		printf("%s: %d draws equal (%d rows without a finite logit)\n", name, n * draws, errors);
 }
@@ -179,14 +210,14 @@ static void run_empty(struct fp4s_backend *gpu, const char *filter)
 	lg[2 * V + 7] = 2.0f; /* row 2 has one: its token is 7 */
 	std::vector<fp4s_samp_row> rows(n);
 	for (int r = 0; r < n; r++)
-		rows[r] = fp4s_samp_row{r == 1 ? 0.0f : 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, r == 1, 0, 0, 0.5};
+		rows[r] = fp4s_samp_row{r == 1 ? 0.0f : 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, r == 1, 0, 0, 0, 0, -1, 0.5};
 	float *d_lg;
 	CK(cudaMalloc(&d_lg, lg.size() * sizeof(float)));
 	CK(cudaMemcpy(d_lg, lg.data(), lg.size() * sizeof(float), cudaMemcpyHostToDevice));
 	CK(cudaDeviceSynchronize());
 	int32_t tok[3] = {9, 9, 9};
 	struct fp4s_error err = {};
-	const int rc = gpu->sample(gpu, d_lg, n, V, rows.data(), NULL, 0, tok, &err);
+	const int rc = gpu->sample(gpu, d_lg, n, V, rows.data(), NULL, 0, tok, NULL, &err);
 	cudaFree(d_lg);
 	CHECK_MSG(rc == 0 && tok[0] == -1 && tok[1] == -1 && tok[2] == 7, "%s: rc %d tokens %d %d %d", name, rc, tok[0],
 	          tok[1], tok[2]);
@@ -209,10 +240,14 @@ int main(int argc, char **argv)
 	for (int v = 0; v < 5; v++)
 		for (int d = 0; d < 5; d++) {
 			/* each filter alone, all of them, and a mix of rows */
-			static const int modes[] = {0, 1, 2, 4, 8, 16, 32, 63, -1};
-			for (int m = 0; m < 9; m++)
-				run_case(gpu, vocabs[v], m == 8 ? 48 : 4, d, modes[m], vocabs[v] > 100000 ? 6 : 12, filter);
+			static const int modes[] = {0, 1, 2, 4, 8, 16, 32, 64, 127, -1};
+			for (int m = 0; m < 10; m++)
+				run_case(gpu, vocabs[v], m == 9 ? 48 : 4, d, modes[m], vocabs[v] > 100000 ? 6 : 12, filter);
 		}
+	/* more rows with logprobs than one launch takes */
+	run_case(gpu, 512, 150, D_TIES, 64 | 1, 3, filter);
+	run_case(gpu, 32000, 70, D_NORMAL, -1, 3, filter);
+	run_case(gpu, 32000, 70, D_PEAKED, 64, 3, filter);
 	run_empty(gpu, filter);
 	gpu->destroy(gpu);
 	return TEST_DONE();

@@ -128,17 +128,38 @@ static void test_plan(void)
 		free(want), free(got), free(ed);
 		fp4s_samp_free(&a), fp4s_samp_free(&b);
 	}
-	/* logprobs stay on the host */
-	struct fp4s_sampling p;
-	fp4s_samp_defaults(&p);
-	p.logprobs = true;
-	struct fp4s_sampler s;
-	CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, NULL, 0, &err) == 0);
-	struct fp4s_samp_row row;
-	struct fp4s_samp_edit ed[1];
-	int32_t ne = 0;
-	CHECK(fp4s_samp_plan(&s, &row, ed, 1, &ne, &err) == FP4S_EUNSUPPORTED);
-	fp4s_samp_free(&s);
+	/* raw logprobs go to the device with the row; processed ones stay on the host */
+	for (int mode = 0; mode < 2; mode++) {
+		struct fp4s_sampling p;
+		fp4s_samp_defaults(&p);
+		p.logprobs = true;
+		p.top_logprobs = 7;
+		p.logprobs_mode = mode ? FP4S_SAMP_LOGPROBS_PROCESSED : FP4S_SAMP_LOGPROBS_RAW;
+		struct fp4s_sampler s;
+		CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, NULL, 0, &err) == 0);
+		struct fp4s_samp_row row;
+		struct fp4s_samp_edit ed[1];
+		int32_t ne = 0;
+		const int rc = fp4s_samp_plan(&s, &row, ed, 1, &ne, &err);
+		if (mode)
+			CHECK(rc == FP4S_EUNSUPPORTED);
+		else
+			CHECK_MSG(rc == 0 && row.logprobs == 1 && row.n_top == 7 && row.slot == -1,
+			          "raw logprobs plan: rc %d logprobs %d n_top %d", rc, row.logprobs, row.n_top);
+		fp4s_samp_free(&s);
+	}
+	/* no logprobs: none asked of the device */
+	{
+		struct fp4s_sampling p;
+		fp4s_samp_defaults(&p);
+		struct fp4s_sampler s;
+		CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, NULL, 0, &err) == 0);
+		struct fp4s_samp_row row;
+		struct fp4s_samp_edit ed[1];
+		int32_t ne = 0;
+		CHECK(fp4s_samp_plan(&s, &row, ed, 1, &ne, &err) == 0 && row.logprobs == 0 && row.n_top == 0);
+		fp4s_samp_free(&s);
+	}
 }
 
 int main(void)

@@ -46,6 +46,8 @@ struct cuda_impl {
 	int32_t *d_argmax;
 	void *d_samp, *h_samp; /* sample.cu: a batch's rows, edits and tokens; their pinned staging */
 	size_t samp_bytes;
+	float *d_samp_work; /* sample.cu: rows with logprobs sample in a copy */
+	size_t samp_work_bytes;
 	int32_t sm_count;
 	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
 	void *pf_work;        /* prompt attention's tile list (attention_prefill.cu) */
@@ -105,7 +107,8 @@ void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int6
 
 /* sample.cu: backend.h's sample */
 int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
-              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_error *err);
+              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_samp_result *lp,
+              struct fp4s_error *err);
 
 /* cuda_upload.cu: sets be's weight uploads (upload_mat, upload_f32, upload_fused, upload_gate_up) */
 void cu_upload_install(struct fp4s_backend *be);

@@ -35,6 +35,7 @@
                   * ~150 dependent trips to L2 */
 #define SAMP_FULL 0xFFFFFFFFu
 #define SAMP_MAX_P 8 /* blocks a row at most (a portable cluster) */
+#define SAMP_LP_ROWS 64 /* rows with logprobs a launch: each samples in a copy of its row */
 
 /* A row's blocks form a thread block cluster (Hopper and later; one block elsewhere): each block
  * takes every P-th stretch of the row, and the values the pipeline needs whole (max, masses,
@@ -94,6 +95,10 @@ struct samp_shared {
 	unsigned long long part, b0, b1; /* this block's partial; values thread 0 hands on */
 	float fpart;
 	int ipart, i0;
+	double dred[SAMP_WARPS], dpart; /* logprobs: the row's sum of exp */
+	float top_v[FP4S_SAMP_MAX_TOP_LOGPROBS]; /* logprobs: this block's share of the top n */
+	int top_i[FP4S_SAMP_MAX_TOP_LOGPROBS];
+	int ntop;
 };
 /* dynamic shared memory: a histogram of 256 64-bit digits for each warp (radix passes) */
 #define SAMP_DYN_SMEM (SAMP_WARPS * 256 * sizeof(unsigned long long))
@@ -114,26 +119,46 @@ static __device__ __forceinline__ void samp_load(float (&v)[SAMP_U], const float
 		v[j] = i0 + j * step < end ? l[i0 + j * step] : fill;
 }
 
-static __device__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh, const samp_grid &g)
+/* the row's sum of v: counts and fixed-point masses (exact), or logprobs' doubles */
+template <typename T> static __device__ T samp_sum(T v, T *red, T *part, const samp_grid &g)
 {
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(SAMP_FULL, v, o);
 	__syncthreads();
 	if ((threadIdx.x & 31) == 0)
-		sh.red[threadIdx.x >> 5] = v;
+		red[threadIdx.x >> 5] = v;
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		unsigned long long s = 0;
+		T s = 0;
 		for (int i = 0; i < SAMP_WARPS; i++)
-			s += sh.red[i];
-		sh.part = s;
+			s += red[i];
+		*part = s;
 	}
 	samp_csync();
-	unsigned long long s = 0;
+	T s = 0;
 	for (unsigned r = 0; r < g.P; r++)
-		s += *samp_at(&sh.part, r);
+		s += *samp_at(part, r);
 	samp_csync(); /* every block has read every part before any writes the next */
 	return s;
+}
+
+static __device__ __forceinline__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh,
+                                                              const samp_grid &g)
+{
+	return samp_sum<unsigned long long>(v, sh.red, &sh.part, g);
+}
+
+/* A logit's bits as an unsigned integer in the logits' order (negatives' bits flipped, -0 as +0):
+ * the radix select of the top logprobs runs on these. w's keys are their bits (w >= 0). */
+static __device__ __forceinline__ unsigned samp_key(float x)
+{
+	const unsigned b = __float_as_uint(x == 0.0f ? 0.0f : x);
+	return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+static __device__ __forceinline__ float samp_unkey(unsigned k)
+{
+	return __uint_as_float(k & 0x80000000u ? k & 0x7FFFFFFFu : ~k);
 }
 
 /* the largest value (NaN never wins) */
@@ -300,13 +325,14 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
 	return r == (unsigned long long)-1 ? -1 : (int)r;
 }
 
-/* One radix pass over the row's tokens whose bits above `shift + 8` equal prefix (and w >= thr):
+/* One radix pass over the row's tokens whose bits (raw: samp_key of the logit) above `shift + 8`
+ * equal prefix (and w >= thr):
  * the count (mass: false) or mass (true) of each 8-bit digit at shift, into sh.tot. Lanes with
  * the same digit are found with __match_any_sync and summed by their first lane into its warp's
  * own histogram: no atomics, which for 64-bit shared memory values are compare-and-swap loops
  * that a few crowded digits (w's exponents) turned into a millisecond a row. */
 static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned prefix, int shift, bool mass,
-                                 unsigned long long *wh, samp_shared &sh, const samp_grid &g)
+                                 bool raw, unsigned long long *wh, samp_shared &sh, const samp_grid &g)
 {
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	unsigned long long *h = wh + wid * 256;
@@ -316,10 +342,10 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 	const unsigned hi_mask = shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
 	for (int32_t i0 = g.t0; i0 - lane < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
-		samp_load(v, l, i0, g.T, V, -1.0f);
+		samp_load(v, l, i0, g.T, V, raw ? -INFINITY : -1.0f);
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
-			const unsigned b = __float_as_uint(v[j]);
+			const unsigned b = raw ? samp_key(v[j]) : __float_as_uint(v[j]);
 			const bool act = v[j] >= thr && (b & hi_mask) == prefix;
 			if (!__any_sync(SAMP_FULL, act))
 				continue; /* past the first pass most warps hold no token of the prefix */
@@ -357,14 +383,15 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 	samp_csync();
 }
 
-/* top_k: the k-th largest w (1 <= k < V), counting equal values, by its bits */
-static __device__ float samp_kth(const float *l, int32_t V, int32_t k, unsigned long long *wh, samp_shared &sh,
-                                 const samp_grid &g)
+/* top_k: the bits of the k-th largest w (1 <= k < V), counting equal values; raw: the key of the
+ * k-th largest logit (k <= the finite ones), *above_out the logits strictly above it */
+static __device__ unsigned samp_kth(const float *l, int32_t V, int32_t k, bool raw, unsigned long long *above_out,
+                                    unsigned long long *wh, samp_shared &sh, const samp_grid &g)
 {
 	unsigned prefix = 0;
 	unsigned long long above = 0; /* tokens above the prefix's range */
 	for (int shift = 24; shift >= 0; shift -= 8) {
-		samp_hist(l, V, 0.0f, prefix, shift, false, wh, sh, g);
+		samp_hist(l, V, raw ? -FLT_MAX : 0.0f, prefix, shift, false, raw, wh, sh, g);
 		if (threadIdx.x == 0) {
 			int d = 255;
 			for (; d > 0 && above + sh.tot[d] < (unsigned long long)k; d--)
@@ -376,7 +403,9 @@ static __device__ float samp_kth(const float *l, int32_t V, int32_t k, unsigned 
 		prefix = (unsigned)sh.b0;
 		above = sh.b1;
 	}
-	return __uint_as_float(prefix);
+	if (above_out)
+		*above_out = above;
+	return prefix;
 }
 
 /* top_p: the largest w* among the survivors whose survivors at or above it hold at least target
@@ -387,7 +416,7 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 	unsigned prefix = 0;
 	unsigned long long above = 0;
 	for (int shift = 24; shift >= 0; shift -= 8) {
-		samp_hist(l, V, thr, prefix, shift, true, wh, sh, g);
+		samp_hist(l, V, thr, prefix, shift, true, false, wh, sh, g);
 		if (threadIdx.x == 0) {
 			int d = 255;
 			for (; d > 0 && fp4s_samp_below(above + sh.tot[d], target); d--)
@@ -403,19 +432,10 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 	return __uint_as_float(prefix);
 }
 
-/* grid: P blocks a row (a cluster of P, or P = 1) */
-static __global__ void __launch_bounds__(SAMP_THREADS)
-	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out)
+/* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite */
+static __device__ __noinline__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits,
+                                unsigned long long *samp_wh, samp_shared &sh, const samp_grid &g)
 {
-	__shared__ samp_shared sh;
-	extern __shared__ unsigned long long samp_wh[];
-	samp_grid g;
-	g.q = samp_rank(), g.P = samp_nblocks();
-	g.t0 = (int32_t)(g.q * SAMP_THREADS + threadIdx.x), g.T = (int32_t)(g.P * SAMP_THREADS);
-	const int32_t row = (int32_t)(blockIdx.x / g.P);
-	const fp4s_samp_row r = rows[row];
-	float *l = logits + (size_t)row * V;
-	const bool writer = g.q == 0 && threadIdx.x == 0;
 	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
 	for (int32_t e = g.t0; e < r.n_edits; e += g.T) {
 		const fp4s_samp_edit d = edits[r.edit0 + e];
@@ -436,10 +456,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	}
 	samp_csync();
 	if (r.greedy) {
-		const int t = samp_argmax(l, V, sh, g);
-		if (writer)
-			out[row] = t;
-		return;
+		return samp_argmax(l, V, sh, g);
 	}
 	/* 2. temperature (a division, as vLLM) and the max */
 	float m = -INFINITY;
@@ -455,11 +472,8 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 		}
 	}
 	m = samp_max(m, sh, g);
-	if (!(m > -INFINITY) || isinf(m)) {
-		if (writer)
-			out[row] = -1; /* no finite logit */
-		return;
-	}
+	if (!(m > -INFINITY) || isinf(m))
+		return -1; /* no finite logit */
 	/* 3. w = exp(l - m); min_p is a threshold on w (the max has w = 1) */
 	samp_keep k;
 	k.thr = r.min_p > 0.0f ? fminf(r.min_p, 1.0f) : FLT_TRUE_MIN;
@@ -480,7 +494,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	mass = samp_sum(mass, sh, g);
 	/* 4. top_k: survivors at or above the k-th largest */
 	if (r.top_k > 0) {
-		const float vk = samp_kth(l, V, r.top_k, samp_wh, sh, g);
+		const float vk = __uint_as_float(samp_kth(l, V, r.top_k, false, NULL, samp_wh, sh, g));
 		if (vk > k.thr) {
 			k.thr = vk;
 			mass = 0;
@@ -525,10 +539,140 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 		mass = above + c * wv;
 	}
 	/* 6. the draw: the kept tokens' mass in id order */
-	const int t = samp_find(l, V, k, false, fp4s_samp_point(r.u, mass), sh, g);
-	if (writer)
-		out[row] = t;
+	return samp_find(l, V, k, false, fp4s_samp_point(r.u, mass), sh, g);
 }
+
+/* Raw logprobs' top n (1 <= n <= the finite logits) of the raw row l: the n-th largest logit by a
+ * radix select on samp_key, the ties at it taken in id order up to n (samp_find counting them),
+ * the n gathered through each block's shared memory and sorted by the writer (value descending,
+ * then id: sampler.c's top_n). */
+static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse, fp4s_samp_result *res,
+                                bool writer, unsigned long long *wh, samp_shared &sh, const samp_grid &g)
+{
+	unsigned long long above;
+	const float kv = samp_unkey(samp_kth(l, V, n, true, &above, wh, sh, g));
+	samp_keep k;
+	k.thr = -FLT_MAX, k.cut = false, k.cut_w = kv, k.cut_id = INT_MAX;
+	const int cut = samp_find(l, V, k, true, (unsigned long long)n - above - 1, sh, g); /* the last tie kept */
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
+		float v[SAMP_U];
+		samp_load(v, l, i0, g.T, V, -INFINITY);
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++) {
+			const int32_t i = i0 + j * g.T;
+			if (v[j] > kv || (v[j] == kv && i <= cut)) {
+				const int at = atomicAdd(&sh.ntop, 1);
+				if (at < FP4S_SAMP_MAX_TOP_LOGPROBS)
+					sh.top_v[at] = v[j], sh.top_i[at] = i;
+			}
+		}
+	}
+	samp_csync();
+	if (writer) {
+		int m = 0;
+		for (unsigned q = 0; q < g.P; q++) {
+			const samp_shared *o = samp_at(&sh, q);
+			const int c = min(o->ntop, FP4S_SAMP_MAX_TOP_LOGPROBS);
+			for (int a = 0; a < c && m < n; a++) {
+				const float v = o->top_v[a];
+				const int i = o->top_i[a];
+				int j = m++;
+				for (; j > 0 && (res->top[j - 1].logprob < v ||
+				                 (res->top[j - 1].logprob == v && res->top[j - 1].token > i));
+				     j--)
+					res->top[j] = res->top[j - 1];
+				res->top[j].token = i, res->top[j].logprob = v;
+			}
+		}
+		for (int j = 0; j < m; j++)
+			res->top[j].logprob = (float)((double)res->top[j].logprob - lse);
+		res->n_top = m;
+	}
+	samp_csync(); /* the writer has read every block's share before any exits */
+}
+
+/* grid: P blocks a row (a cluster of P, or P = 1). A row with logprobs is sampled in its own copy
+ * work[slot - slot0] (its edits and the pipeline overwrite what they sample from), and its
+ * logprobs come from the raw row: max, the sum of exp in double, the top n; after the draw the
+ * chosen token's rank. They go to res[slot]; every token to out. */
+static __global__ void __launch_bounds__(SAMP_THREADS)
+	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out,
+	            float *work, int32_t slot0, fp4s_samp_result *res)
+{
+	__shared__ samp_shared sh;
+	extern __shared__ unsigned long long samp_wh[];
+	samp_grid g;
+	g.q = samp_rank(), g.P = samp_nblocks();
+	g.t0 = (int32_t)(g.q * SAMP_THREADS + threadIdx.x), g.T = (int32_t)(g.P * SAMP_THREADS);
+	const int32_t row = (int32_t)(blockIdx.x / g.P);
+	const fp4s_samp_row r = rows[row];
+	float *l = logits + (size_t)row * V;
+	const bool writer = g.q == 0 && threadIdx.x == 0;
+	if (!r.logprobs) {
+		const int t = samp_pick(l, V, r, edits, samp_wh, sh, g);
+		if (writer)
+			out[row] = t;
+		return;
+	}
+	if (threadIdx.x == 0)
+		sh.ntop = 0;
+	fp4s_samp_result *rs = res + r.slot;
+	float *s = work + (size_t)(r.slot - slot0) * V;
+	/* the copy and the max (NaN never wins), then the sum of exp: sampler.c's logsoftmax_result */
+	float m = -INFINITY;
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
+		float v[SAMP_U];
+		samp_load(v, l, i0, g.T, V, -INFINITY);
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++) {
+			m = v[j] > m ? v[j] : m;
+			if (i0 + j * g.T < V)
+				s[i0 + j * g.T] = v[j];
+		}
+	}
+	m = samp_max(m, sh, g); /* its barriers also publish the copy */
+	double sum = 0.0;
+	unsigned long long fin = 0;
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
+		float v[SAMP_U];
+		samp_load(v, l, i0, g.T, V, -INFINITY);
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++)
+			if (i0 + j * g.T < V) {
+				sum += (double)expf(v[j] - m);
+				fin += v[j] >= -FLT_MAX;
+			}
+	}
+	sum = samp_sum<double>(sum, sh.dred, &sh.dpart, g);
+	fin = samp_sum(fin, sh, g);
+	const double lse = (double)m + log(sum);
+	const int32_t n = (int32_t)min((unsigned long long)r.n_top, fin);
+	if (n > 0)
+		samp_top(l, V, n, lse, rs, writer, samp_wh, sh, g);
+	else if (writer)
+		rs->n_top = 0;
+	const int t = samp_pick(s, V, r, edits, samp_wh, sh, g);
+	unsigned long long rank = 0;
+	float xt = 0.0f;
+	if (t >= 0) {
+		xt = l[t];
+		for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
+			float v[SAMP_U];
+			samp_load(v, l, i0, g.T, V, -INFINITY);
+#pragma unroll
+			for (int j = 0; j < SAMP_U; j++)
+				rank += v[j] > xt;
+		}
+		rank = samp_sum(rank, sh, g);
+	}
+	if (writer) {
+		out[row] = t;
+		rs->token = t;
+		rs->logprob = t >= 0 ? (float)((double)xt - lse) : 0.0f;
+		rs->rank = t >= 0 ? (int32_t)rank + 1 : 0;
+	}
+}
+
 
 /* blocks a row: a cluster of up to 8 where the rows leave SMs idle (Hopper and later);
  * FP4S_SAMPLE_BLOCKS=N sets it (1: one block a row; A/B) */
@@ -551,9 +695,11 @@ static int samp_blocks_for(int32_t n)
 	return p == 1 || p == 2 || p == 4 || p == 8 ? (p <= dev_p ? p : dev_p) : 1;
 }
 
-/* dev/sample_bench and the backend op: the kernel alone (rows, edits and out on the device) */
+/* dev/sample_bench and the backend op: the kernel alone (rows, edits, out, work and res on the
+ * device; work and res only for rows with logprobs) */
 cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, const struct fp4s_samp_row *d_rows,
-                                    const struct fp4s_samp_edit *d_edits, int32_t *d_out, cudaStream_t s)
+                                    const struct fp4s_samp_edit *d_edits, int32_t *d_out, float *d_work, int32_t slot0,
+                                    struct fp4s_samp_result *d_res, cudaStream_t s)
 {
 	static int smem_set = 0;
 	if (!smem_set) {
@@ -575,18 +721,21 @@ cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, con
 		at[0].val.clusterDim.x = (unsigned)p, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
 		cfg.attrs = at;
 		cfg.numAttrs = 1;
-		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out) == cudaSuccess)
+		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res) ==
+		    cudaSuccess)
 			return cudaSuccess;
 		cudaGetLastError(); /* no such cluster here: one block a row */
 	}
-	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out);
+	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res);
 	return cudaGetLastError();
 }
 
 /* The backend op (backend.h): rows and edits staged in pinned memory and copied up in one piece
- * with the token slots behind them, one launch, the tokens read back. */
+ * with the token slots (and logprob records) behind them, one launch (one per SAMP_LP_ROWS rows
+ * with logprobs: each needs a copy of its row), the tokens and records read back. */
 int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
-              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_error *err)
+              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_samp_result *lp,
+              struct fp4s_error *err)
 {
 	struct cuda_impl *c = (struct cuda_impl *)be->impl;
 	if (n < 1 || n > 1024)
@@ -596,18 +745,22 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 		                      FP4S_SAMP_MAX_VOCAB);
 	if (n_edits < 0 || (n_edits > 0 && !edits))
 		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d edits", n_edits);
+	int32_t nl = 0; /* rows with logprobs */
 	for (int32_t i = 0; i < n; i++) {
 		const fp4s_samp_row *r = &rows[i];
 		if (r->edit0 < 0 || r->n_edits < 0 || r->edit0 > n_edits - r->n_edits || r->top_k < 0 ||
-		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)))
+		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)) || r->n_top < 0 ||
+		    r->n_top > FP4S_SAMP_MAX_TOP_LOGPROBS || (r->logprobs && !lp))
 			return fp4s_error_set(err, FP4S_EINVAL, "sample: row %d is malformed", i);
+		nl += r->logprobs != 0;
 	}
 	for (int32_t i = 0; i < n_edits; i++)
 		if (edits[i].token < 0 || edits[i].token >= vocab)
 			return fp4s_error_set(err, FP4S_EINVAL, "sample: edit of token %d outside the vocabulary",
 			                      edits[i].token);
 	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
-	const size_t need = rb + eb + (size_t)n * sizeof(int32_t);
+	const size_t ob = ((size_t)n * sizeof(int32_t) + 15) & ~(size_t)15, lb = (size_t)nl * sizeof *lp;
+	const size_t need = rb + eb + ob + lb + 16;
 	if (need > c->samp_bytes) {
 		/* outside any capture: sampling follows the step's graph */
 		cudaFree(c->d_samp), cudaFreeHost(c->h_samp);
@@ -618,16 +771,44 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 		FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_samp, cap));
 		c->samp_bytes = cap;
 	}
+	const size_t wb = (size_t)(nl < SAMP_LP_ROWS ? nl : SAMP_LP_ROWS) * (size_t)vocab * sizeof(float);
+	if (wb > c->samp_work_bytes) {
+		cudaFree(c->d_samp_work);
+		c->d_samp_work = NULL;
+		c->samp_work_bytes = 0;
+		FP4S_CUDA_TRY(err, cudaMalloc(&c->d_samp_work, wb));
+		c->samp_work_bytes = wb;
+	}
 	char *d = (char *)c->d_samp, *h = (char *)c->h_samp;
+	fp4s_samp_row *hr = (fp4s_samp_row *)h;
 	memcpy(h, rows, rb);
+	for (int32_t i = 0, k = 0; i < n; i++)
+		hr[i].slot = hr[i].logprobs ? k++ : -1;
 	if (eb)
 		memcpy(h + rb, edits, eb);
 	FP4S_CUDA_TRY(err, cudaMemcpyAsync(d, h, rb + eb, cudaMemcpyHostToDevice, c->s));
-	int32_t *d_out = (int32_t *)(d + rb + eb), *h_out = (int32_t *)(h + rb + eb);
-	FP4S_CUDA_TRY(err, fp4s_cuda_sample_launch(logits, n, (int32_t)vocab, (const fp4s_samp_row *)d,
-	                                           (const fp4s_samp_edit *)(d + rb), d_out, c->s));
+	/* the records start 16-byte aligned past the tokens */
+	const size_t o_at = rb + eb, l_at = (o_at + ob + 15) & ~(size_t)15;
+	int32_t *d_out = (int32_t *)(d + o_at), *h_out = (int32_t *)(h + o_at);
+	fp4s_samp_result *d_res = (fp4s_samp_result *)(d + l_at), *h_res = (fp4s_samp_result *)(h + l_at);
+	const fp4s_samp_row *d_rows = (const fp4s_samp_row *)d;
+	for (int32_t a = 0, slot = 0; a < n;) {
+		int32_t b = a, k = 0; /* rows [a, b): at most SAMP_LP_ROWS with logprobs */
+		while (b < n && (k < SAMP_LP_ROWS || !rows[b].logprobs))
+			k += rows[b++].logprobs != 0;
+		FP4S_CUDA_TRY(err, fp4s_cuda_sample_launch(logits + (size_t)a * (size_t)vocab, b - a, (int32_t)vocab,
+		                                           d_rows + a, (const fp4s_samp_edit *)(d + rb), d_out + a,
+		                                           (float *)c->d_samp_work, slot, d_res, c->s));
+		slot += k;
+		a = b;
+	}
 	FP4S_CUDA_TRY(err, cudaMemcpyAsync(h_out, d_out, (size_t)n * sizeof *out, cudaMemcpyDeviceToHost, c->s));
+	if (nl)
+		FP4S_CUDA_TRY(err, cudaMemcpyAsync(h_res, d_res, lb, cudaMemcpyDeviceToHost, c->s));
 	FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
 	memcpy(out, h_out, (size_t)n * sizeof *out);
+	for (int32_t i = 0; i < n; i++)
+		if (hr[i].logprobs)
+			lp[i] = h_res[hr[i].slot];
 	return FP4S_OK;
 }
