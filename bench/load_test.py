@@ -4,12 +4,13 @@ library only (for machines without node, such as the GPU machine).
 
   python3 bench/load_test.py --port 8000 --clients 64 --seconds 60 [--prompt-tokens 512]
                              [--max-tokens 256] [--api-key KEY] [--model NAME]
-                             [--temperature 0] [--top-p 1]
+                             [--temperature 0] [--top-p 1] [--logprobs N [--logprobs-clients C]]
 
 CLIENTS threads each send streaming /v1/completions requests back to back until SECONDS have
 passed (a request in flight at the deadline finishes). Prints errors, requests, aggregate output
 tok/s (completion tokens from the final usage chunk / wall time), and p50/p99 time to first
-token and inter-token latency. Exit status 1 on any error. Only 127.0.0.1 is ever contacted.
+token and inter-token latency. --logprobs N: the first C clients (all by default) ask for each
+token's logprob and N alternatives (completions' `logprobs`). Exit status 1 on any error. Only 127.0.0.1 is ever contacted.
 """
 import argparse
 import http.client
@@ -110,6 +111,8 @@ def main():
     ap.add_argument("--model", default=None)
     ap.add_argument("--temperature", type=float, default=0.0)  # 0: greedy (the runs recorded so far)
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--logprobs", type=int, default=None)  # 0..20 alternatives
+    ap.add_argument("--logprobs-clients", type=int, default=None)  # how many clients ask (all)
     a = ap.parse_args()
     # a prompt of about N tokens, calibrated with the server's own /tokenize
     words = a.prompt_tokens
@@ -131,15 +134,20 @@ def main():
     out = {"lock": threading.Lock(), "errors": [], "requests": 0, "tokens": 0, "ttft": [], "itl": []}
     t0 = time.perf_counter()
     deadline = t0 + a.seconds
-    threads = [threading.Thread(target=client, args=(a.port, json.dumps(req), headers, deadline, out))
-               for _ in range(a.clients)]
+    lp_clients = a.clients if a.logprobs_clients is None else a.logprobs_clients
+    lp_req = dict(req, logprobs=a.logprobs) if a.logprobs is not None else req
+    threads = [threading.Thread(target=client, args=(a.port, json.dumps(lp_req if i < lp_clients else req), headers,
+                                                      deadline, out))
+               for i in range(a.clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
     print(f"clients {a.clients}, {a.seconds:.0f} s ({wall:.1f} s wall with the drain), prompt "
-          f"{count_tokens(a.port, prompt, a.api_key)} tokens, {a.max_tokens} new tokens each")
+          f"{count_tokens(a.port, prompt, a.api_key)} tokens, {a.max_tokens} new tokens each, temperature "
+          f"{a.temperature}, top_p {a.top_p}, logprobs "
+          f"{'none' if a.logprobs is None else f'{a.logprobs} in {lp_clients} clients'}")
     print(f"requests {out['requests']}, errors {len(out['errors'])}")
     for e in out["errors"][:5]:
         print("  error:", e)

@@ -99,6 +99,7 @@ struct samp_shared {
 	float top_v[FP4S_SAMP_MAX_TOP_LOGPROBS]; /* logprobs: this block's share of the top n */
 	int top_i[FP4S_SAMP_MAX_TOP_LOGPROBS];
 	int ntop;
+	double lse; /* logprobs: the row's log-sum-exp */
 };
 /* dynamic shared memory: a histogram of 256 64-bit digits for each warp (radix passes) */
 #define SAMP_DYN_SMEM (SAMP_WARPS * 256 * sizeof(unsigned long long))
@@ -433,7 +434,7 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 }
 
 /* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite */
-static __device__ __noinline__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits,
+static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits,
                                 unsigned long long *samp_wh, samp_shared &sh, const samp_grid &g)
 {
 	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
@@ -591,34 +592,16 @@ static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse
 	samp_csync(); /* the writer has read every block's share before any exits */
 }
 
-/* grid: P blocks a row (a cluster of P, or P = 1). A row with logprobs is sampled in its own copy
- * work[slot - slot0] (its edits and the pipeline overwrite what they sample from), and its
- * logprobs come from the raw row: max, the sum of exp in double, the top n; after the draw the
- * chosen token's rank. They go to res[slot]; every token to out. */
-static __global__ void __launch_bounds__(SAMP_THREADS)
-	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out,
-	            float *work, int32_t slot0, fp4s_samp_result *res)
+/* A row's raw logprobs, before it samples: its copy into s (which the edits and the pipeline
+ * then overwrite), the max (NaN never wins), the sum of exp in double (sampler.c's
+ * logsoftmax_result) into sh.lse, and the top n. Kept out of samp_pick's registers: the kernel
+ * holds nothing of it across the pipeline but sh.lse. */
+static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32_t V, int32_t n_top,
+                                                 fp4s_samp_result *rs, bool writer, unsigned long long *wh,
+                                                 samp_shared &sh, const samp_grid &g)
 {
-	__shared__ samp_shared sh;
-	extern __shared__ unsigned long long samp_wh[];
-	samp_grid g;
-	g.q = samp_rank(), g.P = samp_nblocks();
-	g.t0 = (int32_t)(g.q * SAMP_THREADS + threadIdx.x), g.T = (int32_t)(g.P * SAMP_THREADS);
-	const int32_t row = (int32_t)(blockIdx.x / g.P);
-	const fp4s_samp_row r = rows[row];
-	float *l = logits + (size_t)row * V;
-	const bool writer = g.q == 0 && threadIdx.x == 0;
-	if (!r.logprobs) {
-		const int t = samp_pick(l, V, r, edits, samp_wh, sh, g);
-		if (writer)
-			out[row] = t;
-		return;
-	}
 	if (threadIdx.x == 0)
 		sh.ntop = 0;
-	fp4s_samp_result *rs = res + r.slot;
-	float *s = work + (size_t)(r.slot - slot0) * V;
-	/* the copy and the max (NaN never wins), then the sum of exp: sampler.c's logsoftmax_result */
 	float m = -INFINITY;
 	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
@@ -646,12 +629,19 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	sum = samp_sum<double>(sum, sh.dred, &sh.dpart, g);
 	fin = samp_sum(fin, sh, g);
 	const double lse = (double)m + log(sum);
-	const int32_t n = (int32_t)min((unsigned long long)r.n_top, fin);
+	const int32_t n = (int32_t)min((unsigned long long)n_top, fin);
 	if (n > 0)
-		samp_top(l, V, n, lse, rs, writer, samp_wh, sh, g);
+		samp_top(l, V, n, lse, rs, writer, wh, sh, g);
 	else if (writer)
 		rs->n_top = 0;
-	const int t = samp_pick(s, V, r, edits, samp_wh, sh, g);
+	if (threadIdx.x == 0)
+		sh.lse = lse; /* read after the pipeline's barriers */
+}
+
+/* After the draw: the chosen token's raw logprob and rank (1 + the logits strictly above it) */
+static __device__ __noinline__ void samp_lp_tail(const float *l, int32_t V, int t, fp4s_samp_result *rs, bool writer,
+                                                 samp_shared &sh, const samp_grid &g)
+{
 	unsigned long long rank = 0;
 	float xt = 0.0f;
 	if (t >= 0) {
@@ -666,13 +656,45 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 		rank = samp_sum(rank, sh, g);
 	}
 	if (writer) {
-		out[row] = t;
 		rs->token = t;
-		rs->logprob = t >= 0 ? (float)((double)xt - lse) : 0.0f;
+		rs->logprob = t >= 0 ? (float)((double)xt - sh.lse) : 0.0f;
 		rs->rank = t >= 0 ? (int32_t)rank + 1 : 0;
 	}
 }
 
+/* grid: P blocks a row (a cluster of P, or P = 1). A row with logprobs is sampled in its own copy
+ * work[slot - slot0] (its edits and the pipeline overwrite what they sample from), and its
+ * logprobs come from the raw row: max, the sum of exp in double, the top n; after the draw the
+ * chosen token's rank. They go to res[slot]; every token to out. */
+static __global__ void __launch_bounds__(SAMP_THREADS)
+	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out,
+	            float *work, int32_t slot0, fp4s_samp_result *res)
+{
+	__shared__ samp_shared sh;
+	extern __shared__ unsigned long long samp_wh[];
+	samp_grid g;
+	g.q = samp_rank(), g.P = samp_nblocks();
+	g.t0 = (int32_t)(g.q * SAMP_THREADS + threadIdx.x), g.T = (int32_t)(g.P * SAMP_THREADS);
+	const int32_t row = (int32_t)(blockIdx.x / g.P);
+	float *l = logits + (size_t)row * V;
+	const bool writer = g.q == 0 && threadIdx.x == 0;
+	float *s = l; /* what the row samples from */
+	const bool lp = rows[row].logprobs != 0;
+	if (lp) {
+		const int32_t slot = rows[row].slot;
+		s = work + (size_t)(slot - slot0) * V;
+		samp_lp_head(l, s, V, rows[row].n_top, res + slot, writer, samp_wh, sh, g);
+	}
+	const fp4s_samp_row r = rows[row]; /* loaded after the head: none of it held through its call */
+	const int t = samp_pick(s, V, r, edits, samp_wh, sh, g);
+	if (writer)
+		out[row] = t;
+	if (lp) {
+		/* the row's pointers loaded again, not held through the pipeline's registers */
+		const int32_t slot = *(volatile const int32_t *)&rows[row].slot;
+		samp_lp_tail(logits + (size_t)row * V, V, t, res + slot, writer, sh, g);
+	}
+}
 
 /* blocks a row: a cluster of up to 8 where the rows leave SMs idle (Hopper and later);
  * FP4S_SAMPLE_BLOCKS=N sets it (1: one block a row; A/B) */
