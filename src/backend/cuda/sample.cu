@@ -30,10 +30,11 @@
 #include "engine/sampler.h"
 
 #define SAMP_THREADS 1024
-#define SAMP_WARPS (SAMP_THREADS / 32)
+#define SAMP_WARPS (SAMP_THREADS / 32) /* 32: warp 0 reduces the warps' values a lane each */
 #define SAMP_U 8 /* tokens a thread loads at once: a pass is a few rounds of loads in flight, not
                   * ~150 dependent trips to L2 */
 #define SAMP_FULL 0xFFFFFFFFu
+static_assert(SAMP_WARPS == 32, "warp 0 reduces the block's warps a lane each");
 #define SAMP_MAX_P 8 /* blocks a row at most (a portable cluster) */
 #define SAMP_LP_ROWS 64 /* rows with logprobs a launch: each samples in a copy of its row */
 
@@ -129,11 +130,12 @@ template <typename T> static __device__ T samp_sum(T v, T *red, T *part, const s
 	if ((threadIdx.x & 31) == 0)
 		red[threadIdx.x >> 5] = v;
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		T s = 0;
-		for (int i = 0; i < SAMP_WARPS; i++)
-			s += red[i];
-		*part = s;
+	if (threadIdx.x < 32) { /* warp 0 sums the warps' values (SAMP_WARPS == 32) */
+		T s = red[threadIdx.x];
+		for (int o = 16; o > 0; o >>= 1)
+			s += __shfl_xor_sync(SAMP_FULL, s, o);
+		if (threadIdx.x == 0)
+			*part = s;
 	}
 	samp_csync();
 	T s = 0;
@@ -173,11 +175,14 @@ static __device__ float samp_max(float v, samp_shared &sh, const samp_grid &g)
 	if ((threadIdx.x & 31) == 0)
 		sh.fred[threadIdx.x >> 5] = v;
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		float m = -INFINITY;
-		for (int i = 0; i < SAMP_WARPS; i++)
-			m = sh.fred[i] > m ? sh.fred[i] : m;
-		sh.fpart = m;
+	if (threadIdx.x < 32) {
+		float m = sh.fred[threadIdx.x];
+		for (int o = 16; o > 0; o >>= 1) {
+			const float u = __shfl_xor_sync(SAMP_FULL, m, o);
+			m = u > m ? u : m;
+		}
+		if (threadIdx.x == 0)
+			sh.fpart = m;
 	}
 	samp_csync();
 	float m = -INFINITY;
@@ -212,13 +217,17 @@ static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh, co
 	if ((threadIdx.x & 31) == 0)
 		sh.fred[threadIdx.x >> 5] = bv, sh.ired[threadIdx.x >> 5] = bi;
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		float v = -INFINITY;
-		int i = INT_MAX;
-		for (int w = 0; w < SAMP_WARPS; w++)
-			if (sh.fred[w] > v || (sh.fred[w] == v && sh.ired[w] < i))
-				v = sh.fred[w], i = sh.ired[w];
-		sh.fpart = v, sh.ipart = i;
+	if (threadIdx.x < 32) { /* the larger value, then the lower id: the same in any order */
+		float v = sh.fred[threadIdx.x];
+		int i = sh.ired[threadIdx.x];
+		for (int o = 16; o > 0; o >>= 1) {
+			const float u = __shfl_xor_sync(SAMP_FULL, v, o);
+			const int j = __shfl_xor_sync(SAMP_FULL, i, o);
+			if (u > v || (u == v && j < i))
+				v = u, i = j;
+		}
+		if (threadIdx.x == 0)
+			sh.fpart = v, sh.ipart = i;
 	}
 	samp_csync();
 	bv = -INFINITY, bi = INT_MAX;
@@ -279,18 +288,34 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
 	for (int i = threadIdx.x; i < nw; i += SAMP_THREADS)
 		sh.all[i] = *samp_at(&sh.red[i % SAMP_WARPS], (unsigned)(i / SAMP_WARPS));
 	__syncthreads();
-	if (threadIdx.x == 0) {
-		unsigned long long pre = 0;
-		int sel = -1;
-		for (int w = 0; w < nw && sel < 0; w++) {
-			if (x < pre + sh.all[w])
-				sel = w;
-			else
-				pre += sh.all[w];
+	if (threadIdx.x < 32) {
+		/* the first warp (in id order) whose running sum passes x: warp 0's lanes take g.P warps
+		 * each, prefix sums by shuffles, then the lane that holds it scans its own */
+		const int per = (int)g.P, w0 = lane * per;
+		unsigned long long c = 0;
+		for (int w = w0; w < w0 + per; w++)
+			c += sh.all[w];
+		unsigned long long incl = c;
+		for (int o = 1; o < 32; o <<= 1) {
+			const unsigned long long u = __shfl_up_sync(SAMP_FULL, incl, o);
+			if (lane >= o)
+				incl += u;
 		}
-		sh.i0 = sel;
-		sh.b0 = x - pre;
-		sh.b1 = (unsigned long long)-1;
+		const unsigned hit = __ballot_sync(SAMP_FULL, x < incl);
+		const int L = hit ? __ffs(hit) - 1 : 31;
+		if (lane == L) {
+			unsigned long long pre = incl - c;
+			int sel = -1;
+			for (int w = w0; w < w0 + per && sel < 0; w++) {
+				if (x < pre + sh.all[w])
+					sel = w;
+				else
+					pre += sh.all[w];
+			}
+			sh.i0 = sel;
+			sh.b0 = x - pre;
+			sh.b1 = (unsigned long long)-1;
+		}
 	}
 	__syncthreads();
 	const int sel = sh.i0;
@@ -384,6 +409,43 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 	samp_csync();
 }
 
+/* a radix select's stop (samp_digit): count >= k, or mass not below target */
+static __device__ __forceinline__ bool samp_reach(unsigned long long s, bool mass, unsigned long long k, double target)
+{
+	return mass ? !fp4s_samp_below(s, target) : s >= k;
+}
+
+/* A radix pass's digit, by warp 0: scanning sh.tot's 256 digits from the top with base (the
+ * count or mass above the prefix's range) added, the first d >= 1 whose sum at or above it
+ * reaches the select, else 0; sh.b0 = the prefix with d, sh.b1 = the sum strictly above d.
+ * A lane holds 8 digits: its suffix sums by shuffles, then the lane where the sum first reaches
+ * the select scans its own (thread 0 walking up to 255 digits took microseconds a pass). */
+static __device__ void samp_digit(samp_shared &sh, unsigned long long base, bool mass, unsigned long long k,
+                                  double target, unsigned prefix, int shift)
+{
+	const int lane = threadIdx.x & 31;
+	unsigned long long c = 0;
+	for (int e = 0; e < 8; e++)
+		c += sh.tot[lane * 8 + e];
+	unsigned long long incl = c; /* digits of this lane and the lanes above */
+	for (int o = 1; o < 32; o <<= 1) {
+		const unsigned long long u = __shfl_down_sync(SAMP_FULL, incl, o);
+		if (lane + o < 32)
+			incl += u;
+	}
+	/* the sums only grow downwards: the lanes that reach are 0 .. L */
+	const unsigned hit = __ballot_sync(SAMP_FULL, samp_reach(base + incl, mass, k, target));
+	const int L = hit ? 31 - __clz((int)hit) : 0;
+	if (lane == L) {
+		unsigned long long above = base + incl - c;
+		int d = 8 * L + 7;
+		for (; d > 0 && !samp_reach(above + sh.tot[d], mass, k, target); d--)
+			above += sh.tot[d];
+		sh.b0 = prefix | (unsigned)d << shift;
+		sh.b1 = above;
+	}
+}
+
 /* top_k: the bits of the k-th largest w (1 <= k < V), counting equal values; raw: the key of the
  * k-th largest logit (k <= the finite ones), *above_out the logits strictly above it */
 static __device__ unsigned samp_kth(const float *l, int32_t V, int32_t k, bool raw, unsigned long long *above_out,
@@ -393,13 +455,8 @@ static __device__ unsigned samp_kth(const float *l, int32_t V, int32_t k, bool r
 	unsigned long long above = 0; /* tokens above the prefix's range */
 	for (int shift = 24; shift >= 0; shift -= 8) {
 		samp_hist(l, V, raw ? -FLT_MAX : 0.0f, prefix, shift, false, raw, wh, sh, g);
-		if (threadIdx.x == 0) {
-			int d = 255;
-			for (; d > 0 && above + sh.tot[d] < (unsigned long long)k; d--)
-				above += sh.tot[d];
-			sh.b0 = prefix | (unsigned)d << shift;
-			sh.b1 = above;
-		}
+		if (threadIdx.x < 32)
+			samp_digit(sh, above, false, (unsigned long long)k, 0.0, prefix, shift);
 		__syncthreads();
 		prefix = (unsigned)sh.b0;
 		above = sh.b1;
@@ -418,13 +475,8 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 	unsigned long long above = 0;
 	for (int shift = 24; shift >= 0; shift -= 8) {
 		samp_hist(l, V, thr, prefix, shift, true, false, wh, sh, g);
-		if (threadIdx.x == 0) {
-			int d = 255;
-			for (; d > 0 && fp4s_samp_below(above + sh.tot[d], target); d--)
-				above += sh.tot[d];
-			sh.b0 = prefix | (unsigned)d << shift;
-			sh.b1 = above;
-		}
+		if (threadIdx.x < 32)
+			samp_digit(sh, above, true, 0, target, prefix, shift);
 		__syncthreads();
 		prefix = (unsigned)sh.b0;
 		above = sh.b1;
