@@ -86,17 +86,21 @@ template <typename T> static __device__ __forceinline__ T *samp_at(T *p, unsigne
 #endif
 }
 
+/* The values other blocks of the row read (through distributed shared memory) are double
+ * buffered by g.ph, which every exchange flips: a buffer is written again two exchanges later,
+ * after a cluster barrier that every block passes only once it has read it. So an exchange
+ * takes one cluster barrier, not two; the kernel's last barrier covers the last reads. */
 struct samp_shared {
-	unsigned long long hist[256]; /* a radix pass's mass (or count) a digit: this block's */
+	unsigned long long hist[2][256]; /* a radix pass's mass (or count) a digit: this block's */
 	unsigned long long tot[256];  /* ... and the row's */
 	unsigned long long red[SAMP_WARPS];
 	unsigned long long all[SAMP_MAX_P * SAMP_WARPS]; /* samp_find: every warp's sum of the row */
 	float fred[SAMP_WARPS];
 	int ired[SAMP_WARPS];
-	unsigned long long part, b0, b1; /* this block's partial; values thread 0 hands on */
-	float fpart;
-	int ipart, i0;
-	double dred[SAMP_WARPS], dpart; /* logprobs: the row's sum of exp */
+	unsigned long long part[2], b0, b1; /* this block's partial; values warp 0 hands on */
+	float fpart[2];
+	int ipart[2], i0;
+	double dred[SAMP_WARPS], dpart[2]; /* logprobs: the row's sum of exp */
 	float top_v[FP4S_SAMP_MAX_TOP_LOGPROBS]; /* logprobs: this block's share of the top n */
 	int top_i[FP4S_SAMP_MAX_TOP_LOGPROBS];
 	int ntop;
@@ -109,6 +113,7 @@ struct samp_shared {
 struct samp_grid {
 	unsigned q, P; /* this block's rank in the row, the row's blocks */
 	int32_t t0, T;
+	unsigned ph; /* which of the double-buffered exchange values is next (samp_shared) */
 };
 
 /* v[j] = l[i0 + j * step] for the SAMP_U tokens a thread takes at once, fill past end: the loads
@@ -122,7 +127,7 @@ static __device__ __forceinline__ void samp_load(float (&v)[SAMP_U], const float
 }
 
 /* the row's sum of v: counts and fixed-point masses (exact), or logprobs' doubles */
-template <typename T> static __device__ T samp_sum(T v, T *red, T *part, const samp_grid &g)
+template <typename T> static __device__ T samp_sum(T v, T *red, T *part, samp_grid &g)
 {
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(SAMP_FULL, v, o);
@@ -135,20 +140,20 @@ template <typename T> static __device__ T samp_sum(T v, T *red, T *part, const s
 		for (int o = 16; o > 0; o >>= 1)
 			s += __shfl_xor_sync(SAMP_FULL, s, o);
 		if (threadIdx.x == 0)
-			*part = s;
+			part[g.ph] = s;
 	}
 	samp_csync();
 	T s = 0;
 	for (unsigned r = 0; r < g.P; r++)
-		s += *samp_at(part, r);
-	samp_csync(); /* every block has read every part before any writes the next */
+		s += *samp_at(&part[g.ph], r);
+	g.ph ^= 1;
 	return s;
 }
 
 static __device__ __forceinline__ unsigned long long samp_sum(unsigned long long v, samp_shared &sh,
-                                                              const samp_grid &g)
+                                                              samp_grid &g)
 {
-	return samp_sum<unsigned long long>(v, sh.red, &sh.part, g);
+	return samp_sum<unsigned long long>(v, sh.red, sh.part, g);
 }
 
 /* A logit's bits as an unsigned integer in the logits' order (negatives' bits flipped, -0 as +0):
@@ -165,7 +170,7 @@ static __device__ __forceinline__ float samp_unkey(unsigned k)
 }
 
 /* the largest value (NaN never wins) */
-static __device__ float samp_max(float v, samp_shared &sh, const samp_grid &g)
+static __device__ float samp_max(float v, samp_shared &sh, samp_grid &g)
 {
 	for (int o = 16; o > 0; o >>= 1) {
 		const float u = __shfl_xor_sync(SAMP_FULL, v, o);
@@ -182,20 +187,20 @@ static __device__ float samp_max(float v, samp_shared &sh, const samp_grid &g)
 			m = u > m ? u : m;
 		}
 		if (threadIdx.x == 0)
-			sh.fpart = m;
+			sh.fpart[g.ph] = m;
 	}
 	samp_csync();
 	float m = -INFINITY;
 	for (unsigned r = 0; r < g.P; r++) {
-		const float u = *samp_at(&sh.fpart, r);
+		const float u = *samp_at(&sh.fpart[g.ph], r);
 		m = u > m ? u : m;
 	}
-	samp_csync();
+	g.ph ^= 1;
 	return m;
 }
 
 /* argmax as the CPU's greedy loop: a value beats -inf and ties go to the lower id; -1 if none */
-static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh, const samp_grid &g)
+static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh, samp_grid &g)
 {
 	float bv = -INFINITY;
 	int bi = INT_MAX;
@@ -227,17 +232,17 @@ static __device__ int samp_argmax(const float *l, int32_t V, samp_shared &sh, co
 				v = u, i = j;
 		}
 		if (threadIdx.x == 0)
-			sh.fpart = v, sh.ipart = i;
+			sh.fpart[g.ph] = v, sh.ipart[g.ph] = i;
 	}
 	samp_csync();
 	bv = -INFINITY, bi = INT_MAX;
 	for (unsigned r = 0; r < g.P; r++) {
-		const float v = *samp_at(&sh.fpart, r);
-		const int i = *samp_at(&sh.ipart, r);
+		const float v = *samp_at(&sh.fpart[g.ph], r);
+		const int i = *samp_at(&sh.ipart[g.ph], r);
 		if (v > bv || (v == bv && i < bi))
 			bv = v, bi = i;
 	}
-	samp_csync();
+	g.ph ^= 1;
 	return bi == INT_MAX ? -1 : bi;
 }
 
@@ -266,7 +271,7 @@ static __device__ __forceinline__ unsigned long long samp_weight(const samp_keep
  * warps (P x 32) each sum a contiguous chunk; the warp whose chunk holds x then scans it 32
  * tokens at a time (SAMP_U groups loaded at once). */
 static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, bool ties, unsigned long long x,
-                                samp_shared &sh, const samp_grid &g)
+                                samp_shared &sh, samp_grid &g)
 {
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	const int nw = (int)g.P * SAMP_WARPS, gw = (int)g.q * SAMP_WARPS + wid;
@@ -346,8 +351,9 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
 		}
 	}
 	samp_csync();
+	/* b1 is next written after another cluster barrier (the next samp_find's, or a radix
+	 * pass's), which every block passes only once it has read this one */
 	const unsigned long long r = sel < 0 ? (unsigned long long)-1 : *samp_at(&sh.b1, (unsigned)(sel / SAMP_WARPS));
-	samp_csync();
 	return r == (unsigned long long)-1 ? -1 : (int)r;
 }
 
@@ -358,7 +364,7 @@ static __device__ int samp_find(const float *l, int32_t V, const samp_keep &k, b
  * own histogram: no atomics, which for 64-bit shared memory values are compare-and-swap loops
  * that a few crowded digits (w's exponents) turned into a millisecond a row. */
 static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned prefix, int shift, bool mass,
-                                 bool raw, unsigned long long *wh, samp_shared &sh, const samp_grid &g)
+                                 bool raw, unsigned long long *wh, samp_shared &sh, samp_grid &g)
 {
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	unsigned long long *h = wh + wid * 256;
@@ -397,16 +403,17 @@ static __device__ void samp_hist(const float *l, int32_t V, float thr, unsigned 
 		unsigned long long t = 0;
 		for (int w = 0; w < SAMP_WARPS; w++)
 			t += wh[w * 256 + d];
-		sh.hist[d] = t;
+		sh.hist[g.ph][d] = t;
 	}
 	samp_csync();
 	for (int d = threadIdx.x; d < 256; d += SAMP_THREADS) {
 		unsigned long long t = 0;
 		for (unsigned r = 0; r < g.P; r++)
-			t += samp_at(sh.hist, r)[d];
+			t += samp_at(sh.hist[g.ph], r)[d];
 		sh.tot[d] = t;
 	}
-	samp_csync();
+	g.ph ^= 1;
+	__syncthreads(); /* sh.tot whole for warp 0's select */
 }
 
 /* a radix select's stop (samp_digit): count >= k, or mass not below target */
@@ -449,7 +456,7 @@ static __device__ void samp_digit(samp_shared &sh, unsigned long long base, bool
 /* top_k: the bits of the k-th largest w (1 <= k < V), counting equal values; raw: the key of the
  * k-th largest logit (k <= the finite ones), *above_out the logits strictly above it */
 static __device__ unsigned samp_kth(const float *l, int32_t V, int32_t k, bool raw, unsigned long long *above_out,
-                                    unsigned long long *wh, samp_shared &sh, const samp_grid &g)
+                                    unsigned long long *wh, samp_shared &sh, samp_grid &g)
 {
 	unsigned prefix = 0;
 	unsigned long long above = 0; /* tokens above the prefix's range */
@@ -469,7 +476,7 @@ static __device__ unsigned samp_kth(const float *l, int32_t V, int32_t k, bool r
 /* top_p: the largest w* among the survivors whose survivors at or above it hold at least target
  * of the mass; *above = the survivors' mass strictly above w* */
 static __device__ float samp_crossing(const float *l, int32_t V, float thr, double target, unsigned long long *above_out,
-                                      unsigned long long *wh, samp_shared &sh, const samp_grid &g)
+                                      unsigned long long *wh, samp_shared &sh, samp_grid &g)
 {
 	unsigned prefix = 0;
 	unsigned long long above = 0;
@@ -487,7 +494,7 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 
 /* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite */
 static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits,
-                                unsigned long long *samp_wh, samp_shared &sh, const samp_grid &g)
+                                unsigned long long *samp_wh, samp_shared &sh, samp_grid &g)
 {
 	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
 	for (int32_t e = g.t0; e < r.n_edits; e += g.T) {
@@ -600,7 +607,7 @@ static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, con
  * the n gathered through each block's shared memory and sorted by the writer (value descending,
  * then id: sampler.c's top_n). */
 static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse, fp4s_samp_result *res,
-                                bool writer, unsigned long long *wh, samp_shared &sh, const samp_grid &g)
+                                bool writer, unsigned long long *wh, samp_shared &sh, samp_grid &g)
 {
 	unsigned long long above;
 	const float kv = samp_unkey(samp_kth(l, V, n, true, &above, wh, sh, g));
@@ -650,7 +657,7 @@ static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse
  * holds nothing of it across the pipeline but sh.lse. */
 static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32_t V, int32_t n_top,
                                                  fp4s_samp_result *rs, bool writer, unsigned long long *wh,
-                                                 samp_shared &sh, const samp_grid &g)
+                                                 samp_shared &sh, samp_grid &g)
 {
 	if (threadIdx.x == 0)
 		sh.ntop = 0;
@@ -678,7 +685,7 @@ static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32
 				fin += v[j] >= -FLT_MAX;
 			}
 	}
-	sum = samp_sum<double>(sum, sh.dred, &sh.dpart, g);
+	sum = samp_sum<double>(sum, sh.dred, sh.dpart, g);
 	fin = samp_sum(fin, sh, g);
 	const double lse = (double)m + log(sum);
 	const int32_t n = (int32_t)min((unsigned long long)n_top, fin);
@@ -692,7 +699,7 @@ static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32
 
 /* After the draw: the chosen token's raw logprob and rank (1 + the logits strictly above it) */
 static __device__ __noinline__ void samp_lp_tail(const float *l, int32_t V, int t, fp4s_samp_result *rs, bool writer,
-                                                 samp_shared &sh, const samp_grid &g)
+                                                 samp_shared &sh, samp_grid &g)
 {
 	unsigned long long rank = 0;
 	float xt = 0.0f;
@@ -727,6 +734,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	samp_grid g;
 	g.q = samp_rank(), g.P = samp_nblocks();
 	g.t0 = (int32_t)(g.q * SAMP_THREADS + threadIdx.x), g.T = (int32_t)(g.P * SAMP_THREADS);
+	g.ph = 0;
 	const int32_t row = (int32_t)(blockIdx.x / g.P);
 	float *l = logits + (size_t)row * V;
 	const bool writer = g.q == 0 && threadIdx.x == 0;
@@ -746,6 +754,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 		const int32_t slot = *(volatile const int32_t *)&rows[row].slot;
 		samp_lp_tail(logits + (size_t)row * V, V, t, res + slot, writer, sh, g);
 	}
+	samp_csync(); /* no block exits while another may still read its shared memory */
 }
 
 /* blocks a row: a cluster of up to 8 where the rows leave SMs idle (Hopper and later);
