@@ -74,5 +74,37 @@ v)
   serve lp8-dev 1 --temperature 0.7 --top-p 0.9 --logprobs 5 --logprobs-clients 8
   serve lp8-host 0 --temperature 0.7 --top-p 0.9 --logprobs 5 --logprobs-clients 8
   serve greedy 1 ;;
+# Phase w: the sampler's fixed costs. Warp 0 takes the serial steps (the radix passes' digit
+# select, samp_find's warp select, the block reductions: aeab24c, "A"), then the cluster
+# exchanges double buffered, one cluster barrier each (a9563b7, "B", the tree as sent; A is B
+# with dbuf.patch reversed, its sample_bench alone). sample_bench A and B, B's tests (with
+# clusters, and one block a row on the 32000 cases), decode sampled.
+w)
+  setup
+  rm -rf /tmp/srcA && mkdir -p /tmp/srcA && (cd $R && tar --exclude=./.gpu -cf - .) | tar -xf - -C /tmp/srcA &&
+    (cd /tmp/srcA && patch -R -p1 < $R/bench/results/raw/2026-11-29s38/dbuf.patch > $L/patchA.log 2>&1) &&
+    cmake -S /tmp/srcA -B /tmp/fsA -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DCMAKE_PREFIX_PATH=$R/.gpu/deps/root/usr > $L/buildA.log 2>&1 &&
+    cmake --build /tmp/fsA -j16 --target sample_bench >> $L/buildA.log 2>&1; ts "build A rc=$?"
+  for v in A B; do
+    if [ $v = A ]; then sb=$(find /tmp/fsA -name sample_bench -type f | head -1); else sb=$(find $BD -name sample_bench -type f | head -1); fi
+    $sb > $L/sample_bench-$v.txt 2>&1; ts "sample_bench $v rc=$?"
+    grep -E "^(128256|201088) +(1|64) +flat|differing" $L/sample_bench-$v.txt >> $S
+  done
+  tt test_sample
+  cp $L/t-test_sample.txt $L/t-test_sample-cluster.txt
+  FP4S_SAMPLE_BLOCKS=1 tt test_sample V=32000
+  TT=240 tt test_engine_cuda
+  grep -E "sampled:" $L/t-test_engine_cuda.txt >> $S
+  l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
+  for rr in 1 2; do
+    bench l-greedy-$rr $l -p 0 -n 128 --reps 3
+    bench l-p9-$rr $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+    bench o-p9-$rr $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+  done
+  bench l-t1 $l -p 0 -n 128 --reps 3 --temp 1.0
+  bench l-p9-lp5 $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 --logprobs 5
+  bench o-greedy $o -p 0 -n 128 --reps 3
+  bench lb-p9 $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9 ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
