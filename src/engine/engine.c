@@ -68,7 +68,7 @@ struct fp4s_engine {
 	int dev_sample; /* fp4s_fwd_can_sample, at open */
 	struct fp4s_samp_row *s_rows;
 	int32_t *s_tok;
-	struct fp4s_samp_result *s_lp; /* the rows' raw logprobs, where asked */
+	struct fp4s_samp_result *s_lp; /* the rows' logprobs, where asked */
 	struct fp4s_samp_edit *s_edits;
 	int32_t s_edits_cap;
 };
@@ -625,14 +625,10 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	/* When every request sampled this step is plain greedy, only the argmax leaves the backend
 	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
 	int all_greedy = 1, dev = e->dev_sample && nout <= 1024; /* the backend's rows a call */
-	for (int32_t o = 0; o < nout; o++) {
-		const struct fp4s_sampling *p = &e->b_req[e->b_rows[o]]->samp.p;
+	for (int32_t o = 0; o < nout; o++)
 		all_greedy &= pure_greedy(e->b_req[e->b_rows[o]]);
-		dev &= !(p->logprobs && p->logprobs_mode != FP4S_SAMP_LOGPROBS_RAW);
-	}
-	/* Otherwise, unless a request asks for processed logprobs, the backend draws the tokens where
-	 * the logits are (the same tokens as the host's sampler: sampler.h), with the raw logprobs
-	 * asked for; else the logits come here. */
+	/* Otherwise the backend draws the tokens where the logits are (the same tokens and logprobs
+	 * as the host's sampler: sampler.h) when it can; else the logits come here. */
 	int32_t greedy_tok[64];
 	int rc;
 	if (all_greedy && nout <= 64) {

@@ -780,8 +780,6 @@ int fp4s_samp_plan(struct fp4s_sampler *s, struct fp4s_samp_row *row, struct fp4
                    int32_t cap, int32_t *n_edits, struct fp4s_error *err)
 {
 	const struct fp4s_sampling *p = &s->p;
-	if (p->logprobs && p->logprobs_mode != FP4S_SAMP_LOGPROBS_RAW)
-		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "sampler: processed logprobs are computed on the host");
 	int32_t n = 0;
 #define EDIT(tok) (n < cap ? (edits[n] = (struct fp4s_samp_edit){.token = (tok)}, &edits[n++]) : NULL)
 	for (int32_t i = 0; i < p->n_logit_bias; i++) {
@@ -837,7 +835,9 @@ int fp4s_samp_plan(struct fp4s_sampler *s, struct fp4s_samp_row *row, struct fp4
 		.top_k = p->top_k > 0 && p->top_k < s->vocab ? p->top_k : 0,
 		.n_edits = k,
 		.greedy = p->temperature < FP4S_SAMP_GREEDY_EPS,
-		.logprobs = p->logprobs,
+		.logprobs = !p->logprobs                                     ? FP4S_SAMP_ROW_LP_NONE
+		            : p->logprobs_mode == FP4S_SAMP_LOGPROBS_PROCESSED ? FP4S_SAMP_ROW_LP_PROCESSED
+		                                                               : FP4S_SAMP_ROW_LP_RAW,
 		.n_top = p->logprobs ? p->top_logprobs : 0,
 		.slot = -1,
 	};

@@ -166,16 +166,18 @@ int fp4s_samp_is_stop(const struct fp4s_sampler *s, int32_t token);
  * The device applies the edits (one a token: bias, then the min_tokens mask, then the penalties
  * of a token seen in the prompt or the output), then the steps 3-4 above with samp_math.h's
  * arithmetic, and draws with u: the same token fp4s_samp_sample gives for the same state.
- * Raw logprobs (the default mode) are the log-softmax of the row before its edits: the chosen
- * token's, its rank and the top n_top, as fp4s_samp_sample gives them (the sum and the log in
- * double; within ~1e-6). Processed logprobs stay on the host (fp4s_samp_plan says
- * FP4S_EUNSUPPORTED). */
+ * Logprobs are the chosen token's, its rank and the top n_top, as fp4s_samp_sample gives them
+ * (the sums and the logs in double; within ~1e-6): raw (the default mode), the log-softmax of
+ * the row before its edits; processed, of the edited row (greedy) or of the kept tokens' weights
+ * (drawn). */
 struct fp4s_samp_edit {
 	int32_t token;
 	float bias;     /* added when has_bias */
 	uint32_t n_out; /* times generated (frequency and presence penalties when > 0) */
 	uint8_t has_bias, mask, seen, pad; /* seen: in the counts (the repetition penalty applies) */
 };
+
+enum { FP4S_SAMP_ROW_LP_NONE = 0, FP4S_SAMP_ROW_LP_RAW = 1, FP4S_SAMP_ROW_LP_PROCESSED = 2 };
 
 struct fp4s_samp_row {
 	float temperature, top_p, min_p;
@@ -184,7 +186,7 @@ struct fp4s_samp_row {
 	int32_t greedy;        /* temperature < FP4S_SAMP_GREEDY_EPS: argmax, no draw */
 	int32_t n_edits;
 	int32_t edit0; /* where this row's edits start in the batch's array (the caller's) */
-	int32_t logprobs; /* 1: raw logprobs of the chosen token (and n_top alternatives) */
+	int32_t logprobs; /* FP4S_SAMP_ROW_LP_*: logprobs of the chosen token (and n_top alternatives) */
 	int32_t n_top;    /* 0 .. FP4S_SAMP_MAX_TOP_LOGPROBS */
 	int32_t slot;     /* the backend's own (where the row's logprobs go); plan sets -1 */
 	double u;         /* the draw, uniform in [0, 1) */

@@ -43,6 +43,8 @@ struct srv_opts {
 	int demo;                  /* the model is a random-weight demo (mwrite.h) */
 	const char *demo_preset;
 	double drain_s;            /* SIGTERM: how long in-flight requests may run before cancel */
+	int logprobs_processed;    /* --logprobs-mode processed_logprobs (vLLM's flag): logprobs of the
+	                            * distribution sampled from; else raw_logprobs, of the logits */
 };
 
 /* One event of one sequence, copied out of the engine (its text is only valid until the next

@@ -532,6 +532,7 @@ static int parse_request(struct srv *s, struct srv_api_req *a, json_t *root, str
 	}
 	sp->logprobs = a->logprobs;
 	sp->top_logprobs = a->top_logprobs;
+	sp->logprobs_mode = s->o.logprobs_processed ? FP4S_SAMP_LOGPROBS_PROCESSED : FP4S_SAMP_LOGPROBS_RAW;
 	/* logit_bias: {"token id": bias} */
 	if ((v = json_object_get(root, "logit_bias")) && !json_is_null(v)) {
 		if (!json_is_object(v))

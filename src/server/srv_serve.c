@@ -52,6 +52,7 @@
 	X("demo-preset", 0, 1, 275, "NAME  preset for --demo (default tiny-llama3)") \
 	X("backend", 0, 1, 276, "auto|cuda|cpu  compute backend (default: the engine's choice)") \
 	X("drain-timeout", 0, 1, 277, "S    on SIGTERM, how long in-flight requests may finish (default 30)") \
+	X("logprobs-mode", 0, 1, 278, "M    raw_logprobs (default: of the model's logits) or processed_logprobs (of the distribution sampled from)") \
 	X("help", 'h', 0, 'h', "             this text")
 
 static const struct option serve_long[] = {
@@ -139,6 +140,13 @@ static int apply(struct srv_opts *o, int id, const char *name, const char *v, in
 	case 275: o->demo_preset = v; break;
 	case 276: o->backend = v; break;
 	case 277: if (num_arg(name, v, 0, 3600, &d)) return -1; o->drain_s = d; break;
+	case 278:
+		if (strcmp(v, "raw_logprobs") && strcmp(v, "processed_logprobs")) {
+			fprintf(stderr, "fp4serve serve: --logprobs-mode is raw_logprobs or processed_logprobs\n");
+			return -1;
+		}
+		o->logprobs_processed = !strcmp(v, "processed_logprobs");
+		break;
 	case 'h': *help = 1; break;
 	default: return -1;
 	}

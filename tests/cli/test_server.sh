@@ -3,7 +3,7 @@
 # the official openai npm client (if scripts/fetch-server-testdata.sh installed it), every bad
 # input over raw HTTP, a short load run (32 streaming clients, 8 s; the 60 s / 200-client run is
 # scripts/server-load.sh), API key from the environment and from a file, SIGTERM draining a
-# live stream. Needs node (skips with 77 without it) and curl.
+# live stream, --logprobs-mode. Needs node (skips with 77 without it) and curl.
 set -u
 bin=$1
 src=${FP4S_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -97,6 +97,22 @@ echo "$out" | tail -c 300 | grep -q 'timed out' && echo "$out" | tail -c 20 | gr
 	&& ok "--timeout: a long stream ends with an error event and [DONE]" || bad "stream timeout: $(echo "$out" | tail -c 200)"
 kill -TERM "$pid"; wait "$pid" && ok "gpt-oss server: clean exit" || bad "gpt-oss exit"
 grep -qiE "AddressSanitizer|LeakSanitizer|runtime error" "$tmp/oss.log" && { bad "sanitizer report"; cat "$tmp/oss.log"; }
+
+# 4. --logprobs-mode: processed logprobs are of the distribution sampled from, so with top_k 1
+# every token's is log 1 = 0 (raw ones, the default, are the model's log-softmax: below 0)
+lpq='{"prompt":"Once","max_tokens":3,"ignore_eos":true,"temperature":1,"top_k":1,"logprobs":2}'
+lpcheck='let d="";process.stdin.on("data",c=>d+=c).on("end",()=>{const l=JSON.parse(d).choices[0].logprobs;
+const v=l.token_logprobs;process.exit(v.length===3&&v.every(x=>process.argv[1]==="0"?x===0:x<0)&&l.top_logprobs.length===3?0:1)})'
+curl -s -H "Authorization: Bearer $key" -H 'Content-Type: application/json' -d "$lpq" \
+	"http://127.0.0.1:$main_port/v1/completions" | node -e "$lpcheck" neg \
+	&& ok "raw logprobs (default) with top_k 1 are below 0" || bad "raw logprobs"
+start_server "$tmp/lp.log" --logprobs-mode processed_logprobs || exit 1
+curl -s -H 'Content-Type: application/json' -d "$lpq" "http://127.0.0.1:$port/v1/completions" | node -e "$lpcheck" 0 \
+	&& ok "--logprobs-mode processed_logprobs: top_k 1 gives logprob 0" || bad "processed logprobs"
+kill -TERM "$pid"; wait "$pid" && ok "logprobs-mode server: clean exit" || bad "logprobs-mode exit"
+"$bin" serve --demo --port 0 --logprobs-mode logits >"$tmp/lpbad.log" 2>&1 \
+	&& bad "--logprobs-mode logits accepted" || { grep -q "raw_logprobs or processed_logprobs" "$tmp/lpbad.log" \
+	&& ok "--logprobs-mode rejects an unknown mode" || bad "lpbad: $(cat "$tmp/lpbad.log")"; }
 
 # the main server drains too
 kill -TERM "$main_pid"; wait "$main_pid" && ok "main server: clean exit after the tests" || { bad "main server exit"; tail -20 "$tmp/main.log"; }

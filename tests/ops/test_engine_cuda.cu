@@ -55,8 +55,8 @@ static int32_t prompts[NREQ][128];
 static int32_t plen[NREQ];
 
 /* Runs requests [first, first + count) together; returns 0 or -1. sampled: temperature 0.8,
- * top_p 0.9, top_k 40 and penalties, seeded, raw logprobs for the even requests (drawn on the
- * device by default). */
+ * top_p 0.9, top_k 40 and penalties, seeded, logprobs for the even requests (raw, processed for
+ * every other one; drawn on the device by default). */
 static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
@@ -85,6 +85,7 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 		if (sampled) {
 			r.sampling.logprobs = i % 2 == 0;
 			r.sampling.top_logprobs = i % 2 == 0 ? NTOP : 0;
+			r.sampling.logprobs_mode = i % 4 == 2 ? FP4S_SAMP_LOGPROBS_PROCESSED : FP4S_SAMP_LOGPROBS_RAW;
 		}
 		if (fp4s_engine_submit(e, &r, &ids[i], &err)) {
 			fprintf(stderr, "submit: %s\n", err.msg);

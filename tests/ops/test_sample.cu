@@ -8,7 +8,7 @@
 // temperature, min_p, top_k, top_p down to 1e-6), logit bias (a token listed twice), the
 // min_tokens mask and all three penalties over a prompt and the tokens drawn so far; batches of
 // up to 48 rows with different settings each; a row with no finite logit must give -1. Rows with
-// raw logprobs (0 to 20 alternatives) must give the host's rank and alternatives exactly and its
+// raw or processed logprobs (0 to 20 alternatives) must give the host's rank and alternatives exactly and its
 // logprobs within 1e-5 (+1e-6 relative; NaN where the host's are: a NaN logit); batches of up to
 // 150 such rows (the backend launches 64 a time).
 // `test_sample [filter]` runs cases whose name contains filter.
@@ -89,6 +89,7 @@ static void make_params(struct fp4s_sampling *p, int V, int mode)
 	if (mode & 64) {
 		p->logprobs = true;
 		p->top_logprobs = (int32_t)(t_rand_u64() % 21);
+		p->logprobs_mode = t_rand_u64() % 3 ? FP4S_SAMP_LOGPROBS_RAW : FP4S_SAMP_LOGPROBS_PROCESSED;
 	}
 	if (mode & 32) {
 		p->min_tokens = 3;

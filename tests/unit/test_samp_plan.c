@@ -128,7 +128,7 @@ static void test_plan(void)
 		free(want), free(got), free(ed);
 		fp4s_samp_free(&a), fp4s_samp_free(&b);
 	}
-	/* raw logprobs go to the device with the row; processed ones stay on the host */
+	/* logprobs go to the device with the row, raw or processed */
 	for (int mode = 0; mode < 2; mode++) {
 		struct fp4s_sampling p;
 		fp4s_samp_defaults(&p);
@@ -141,11 +141,9 @@ static void test_plan(void)
 		struct fp4s_samp_edit ed[1];
 		int32_t ne = 0;
 		const int rc = fp4s_samp_plan(&s, &row, ed, 1, &ne, &err);
-		if (mode)
-			CHECK(rc == FP4S_EUNSUPPORTED);
-		else
-			CHECK_MSG(rc == 0 && row.logprobs == 1 && row.n_top == 7 && row.slot == -1,
-			          "raw logprobs plan: rc %d logprobs %d n_top %d", rc, row.logprobs, row.n_top);
+		CHECK_MSG(rc == 0 && row.logprobs == (mode ? FP4S_SAMP_ROW_LP_PROCESSED : FP4S_SAMP_ROW_LP_RAW) &&
+		              row.n_top == 7 && row.slot == -1,
+		          "logprobs plan (mode %d): rc %d logprobs %d n_top %d", mode, rc, row.logprobs, row.n_top);
 		fp4s_samp_free(&s);
 	}
 	/* no logprobs: none asked of the device */

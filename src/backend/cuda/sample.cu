@@ -492,9 +492,10 @@ static __device__ float samp_crossing(const float *l, int32_t V, float thr, doub
 	return __uint_as_float(prefix);
 }
 
-/* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite */
+/* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite; *ko the
+ * kept set when the token is drawn */
 static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits,
-                                unsigned long long *samp_wh, samp_shared &sh, samp_grid &g)
+                                samp_keep *ko, unsigned long long *samp_wh, samp_shared &sh, samp_grid &g)
 {
 	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
 	for (int32_t e = g.t0; e < r.n_edits; e += g.T) {
@@ -599,18 +600,21 @@ static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, con
 		mass = above + c * wv;
 	}
 	/* 6. the draw: the kept tokens' mass in id order */
+	*ko = k; /* processed logprobs: the kept set */
 	return samp_find(l, V, k, false, fp4s_samp_point(r.u, mass), sh, g);
 }
 
-/* Raw logprobs' top n (1 <= n <= the finite logits) of the raw row l: the n-th largest logit by a
- * radix select on samp_key, the ties at it taken in id order up to n (samp_find counting them),
- * the n gathered through each block's shared memory and sorted by the writer (value descending,
- * then id: sampler.c's top_n). */
-static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse, fp4s_samp_result *res,
+/* Logprobs' top n: raw, of the logits l (1 <= n <= the finite ones), each l - lse; else of the
+ * weights w in l (1 <= n <= the kept ones: the kept set is a prefix of this order), each
+ * log(w) - lse. The n-th largest by a radix select (on samp_key, or w's bits), the ties at it
+ * taken in id order up to n (samp_find counting them), the n gathered through each block's
+ * shared memory and sorted by the writer (value descending, then id: sampler.c's top_n). */
+static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse, bool raw, fp4s_samp_result *res,
                                 bool writer, unsigned long long *wh, samp_shared &sh, samp_grid &g)
 {
 	unsigned long long above;
-	const float kv = samp_unkey(samp_kth(l, V, n, true, &above, wh, sh, g));
+	const unsigned key = samp_kth(l, V, n, raw, &above, wh, sh, g);
+	const float kv = raw ? samp_unkey(key) : __uint_as_float(key);
 	samp_keep k;
 	k.thr = -FLT_MAX, k.cut = false, k.cut_w = kv, k.cut_id = INT_MAX;
 	const int cut = samp_find(l, V, k, true, (unsigned long long)n - above - 1, sh, g); /* the last tie kept */
@@ -644,17 +648,20 @@ static __device__ void samp_top(const float *l, int32_t V, int32_t n, double lse
 				res->top[j].token = i, res->top[j].logprob = v;
 			}
 		}
-		for (int j = 0; j < m; j++)
-			res->top[j].logprob = (float)((double)res->top[j].logprob - lse);
+		for (int j = 0; j < m; j++) {
+			const double v = (double)res->top[j].logprob;
+			res->top[j].logprob = (float)((raw ? v : log(v)) - lse);
+		}
 		res->n_top = m;
 	}
 	samp_csync(); /* the writer has read every block's share before any exits */
 }
 
-/* A row's raw logprobs, before it samples: its copy into s (which the edits and the pipeline
- * then overwrite), the max (NaN never wins), the sum of exp in double (sampler.c's
- * logsoftmax_result) into sh.lse, and the top n. Kept out of samp_pick's registers: the kernel
- * holds nothing of it across the pipeline but sh.lse. */
+/* A row's log-softmax (raw logprobs before it samples, with its copy into s, which the edits and
+ * the pipeline then overwrite; processed greedy ones after its edits, s NULL): the max (NaN never
+ * wins), the sum of exp in double (sampler.c's logsoftmax_result) into sh.lse, and the top n.
+ * Kept out of samp_pick's registers: the kernel holds nothing of it across the pipeline but
+ * sh.lse. */
 static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32_t V, int32_t n_top,
                                                  fp4s_samp_result *rs, bool writer, unsigned long long *wh,
                                                  samp_shared &sh, samp_grid &g)
@@ -668,7 +675,7 @@ static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32
 #pragma unroll
 		for (int j = 0; j < SAMP_U; j++) {
 			m = v[j] > m ? v[j] : m;
-			if (i0 + j * g.T < V)
+			if (s && i0 + j * g.T < V)
 				s[i0 + j * g.T] = v[j];
 		}
 	}
@@ -690,11 +697,53 @@ static __device__ __noinline__ void samp_lp_head(const float *l, float *s, int32
 	const double lse = (double)m + log(sum);
 	const int32_t n = (int32_t)min((unsigned long long)n_top, fin);
 	if (n > 0)
-		samp_top(l, V, n, lse, rs, writer, wh, sh, g);
+		samp_top(l, V, n, lse, true, rs, writer, wh, sh, g);
 	else if (writer)
 		rs->n_top = 0;
 	if (threadIdx.x == 0)
 		sh.lse = lse; /* read after the pipeline's barriers */
+}
+
+/* Processed logprobs of a drawn token (sampler.c's proc_lp): over the kept set k of the weights
+ * w, the total in double, the chosen token's log(w) - log(total) and rank among the kept, and the
+ * top n of the kept. */
+static __device__ __noinline__ void samp_lp_proc(const float *w, int32_t V, int t, samp_keep k, int32_t n_top,
+                                                 fp4s_samp_result *rs, bool writer, unsigned long long *wh,
+                                                 samp_shared &sh, samp_grid &g)
+{
+	if (threadIdx.x == 0)
+		sh.ntop = 0;
+	double tot = 0.0;
+	unsigned long long cnt = 0;
+	const float wt = t >= 0 ? w[t] : 0.0f;
+	unsigned long long rank = 0;
+	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
+		float v[SAMP_U];
+		samp_load(v, w, i0, g.T, V, 0.0f);
+#pragma unroll
+		for (int j = 0; j < SAMP_U; j++) {
+			const int32_t i = i0 + j * g.T;
+			if (i < V && samp_kept(k, v[j], i)) {
+				tot += (double)v[j];
+				cnt++;
+				rank += v[j] > wt;
+			}
+		}
+	}
+	tot = samp_sum<double>(tot, sh.dred, sh.dpart, g);
+	cnt = samp_sum(cnt, sh, g);
+	rank = samp_sum(rank, sh, g);
+	const double lt = log(tot);
+	const int32_t n = (int32_t)min((unsigned long long)n_top, cnt);
+	if (n > 0 && t >= 0)
+		samp_top(w, V, n, lt, false, rs, writer, wh, sh, g);
+	else if (writer)
+		rs->n_top = 0;
+	if (writer) {
+		rs->token = t;
+		rs->logprob = t >= 0 ? (float)(log((double)wt) - lt) : 0.0f;
+		rs->rank = t >= 0 ? (int32_t)rank + 1 : 0;
+	}
 }
 
 /* After the draw: the chosen token's raw logprob and rank (1 + the logits strictly above it) */
@@ -721,10 +770,12 @@ static __device__ __noinline__ void samp_lp_tail(const float *l, int32_t V, int 
 	}
 }
 
-/* grid: P blocks a row (a cluster of P, or P = 1). A row with logprobs is sampled in its own copy
- * work[slot - slot0] (its edits and the pipeline overwrite what they sample from), and its
+/* grid: P blocks a row (a cluster of P, or P = 1). A row with raw logprobs is sampled in its own
+ * copy work[slot - slot0] (its edits and the pipeline overwrite what they sample from), and its
  * logprobs come from the raw row: max, the sum of exp in double, the top n; after the draw the
- * chosen token's rank. They go to res[slot]; every token to out. */
+ * chosen token's rank. Processed logprobs come after the pipeline, from what it leaves in the
+ * row: the edited logits (greedy) or the weights and the kept set. They go to res[slot]; every
+ * token to out. */
 static __global__ void __launch_bounds__(SAMP_THREADS)
 	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out,
 	            float *work, int32_t slot0, fp4s_samp_result *res)
@@ -739,20 +790,31 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	float *l = logits + (size_t)row * V;
 	const bool writer = g.q == 0 && threadIdx.x == 0;
 	float *s = l; /* what the row samples from */
-	const bool lp = rows[row].logprobs != 0;
-	if (lp) {
+	const int32_t lp = rows[row].logprobs;
+	if (lp == FP4S_SAMP_ROW_LP_RAW) {
 		const int32_t slot = rows[row].slot;
 		s = work + (size_t)(slot - slot0) * V;
 		samp_lp_head(l, s, V, rows[row].n_top, res + slot, writer, samp_wh, sh, g);
 	}
 	const fp4s_samp_row r = rows[row]; /* loaded after the head: none of it held through its call */
-	const int t = samp_pick(s, V, r, edits, samp_wh, sh, g);
+	samp_keep k;
+	const int t = samp_pick(s, V, r, edits, &k, samp_wh, sh, g);
 	if (writer)
 		out[row] = t;
 	if (lp) {
-		/* the row's pointers loaded again, not held through the pipeline's registers */
-		const int32_t slot = *(volatile const int32_t *)&rows[row].slot;
-		samp_lp_tail(logits + (size_t)row * V, V, t, res + slot, writer, sh, g);
+		/* the row's values loaded again, not held through the pipeline's registers */
+		const fp4s_samp_row *rv = rows + row;
+		const int32_t slot = *(volatile const int32_t *)&rv->slot, n_top = *(volatile const int32_t *)&rv->n_top;
+		float *l2 = logits + (size_t)row * V;
+		fp4s_samp_result *rs = res + slot;
+		if (lp == FP4S_SAMP_ROW_LP_RAW) {
+			samp_lp_tail(l2, V, t, rs, writer, sh, g);
+		} else if (*(volatile const int32_t *)&rv->greedy) { /* the edited logits' log-softmax */
+			samp_lp_head(l2, NULL, V, n_top, rs, writer, samp_wh, sh, g);
+			samp_lp_tail(l2, V, t, rs, writer, sh, g);
+		} else {
+			samp_lp_proc(l2, V, t, k, n_top, rs, writer, samp_wh, sh, g);
+		}
 	}
 	samp_csync(); /* no block exits while another may still read its shared memory */
 }
@@ -828,12 +890,13 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 		                      FP4S_SAMP_MAX_VOCAB);
 	if (n_edits < 0 || (n_edits > 0 && !edits))
 		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d edits", n_edits);
-	int32_t nl = 0; /* rows with logprobs */
+	int32_t nl = 0; /* rows with logprobs (raw or processed; only raw ones use their work copy) */
 	for (int32_t i = 0; i < n; i++) {
 		const fp4s_samp_row *r = &rows[i];
 		if (r->edit0 < 0 || r->n_edits < 0 || r->edit0 > n_edits - r->n_edits || r->top_k < 0 ||
 		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)) || r->n_top < 0 ||
-		    r->n_top > FP4S_SAMP_MAX_TOP_LOGPROBS || (r->logprobs && !lp))
+		    r->n_top > FP4S_SAMP_MAX_TOP_LOGPROBS || r->logprobs < FP4S_SAMP_ROW_LP_NONE ||
+		    r->logprobs > FP4S_SAMP_ROW_LP_PROCESSED || (r->logprobs && !lp))
 			return fp4s_error_set(err, FP4S_EINVAL, "sample: row %d is malformed", i);
 		nl += r->logprobs != 0;
 	}
