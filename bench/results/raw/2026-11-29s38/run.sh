@@ -27,7 +27,7 @@ setup() {
 # serve LAB DEVSAMPLE LOADARGS...: 64 streaming clients (512-token prompts, 256 new) on llama3-8b
 serve() { local lab=$1 ds=$2 pid port; shift 2
   FP4S_DEVICE_SAMPLE=$ds $B serve -m /dev/shm/llama3-8b --port 0 --max-model-len 1024 --max-num-seqs 64 \
-    --threads-http 96 > $L/serve-$lab.log 2>&1 &
+    --threads-http 96 ${SARGS:-} > $L/serve-$lab.log 2>&1 &
   pid=$!; port=
   for _ in $(seq 1 300); do
     port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' $L/serve-$lab.log | head -1 | sed 's/.*://')
@@ -106,5 +106,23 @@ w)
   bench l-p9-lp5 $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 --logprobs 5
   bench o-greedy $o -p 0 -n 128 --reps 3
   bench lb-p9 $l -p 128 -n 32 --reps 2 --batch 64 --temp 0.7 --top-p 0.9 ;;
+# Phase p: processed logprobs on the device too (tests now draw both modes), the kernel alone
+# and decode against call w1, then the server with 8 of 64 clients asking logprobs 5 under
+# --logprobs-mode processed_logprobs.
+p)
+  setup
+  $(find $BD -name sample_bench -type f | head -1) > $L/sample_bench.txt 2>&1; ts "sample_bench rc=$?"
+  grep -E "^(128256|201088) +(1|64) +flat|differing" $L/sample_bench.txt >> $S
+  tt test_sample
+  cp $L/t-test_sample.txt $L/t-test_sample-cluster.txt
+  FP4S_SAMPLE_BLOCKS=1 tt test_sample V=32000
+  TT=240 tt test_engine_cuda
+  grep -E "sampled:" $L/t-test_engine_cuda.txt >> $S
+  l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
+  bench l-greedy $l -p 0 -n 128 --reps 3
+  bench l-p9 $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+  bench l-p9-lp5 $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 --logprobs 5
+  bench o-p9 $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+  SARGS="--logprobs-mode processed_logprobs" serve lp8-proc 1 --temperature 0.7 --top-p 0.9 --logprobs 5 --logprobs-clients 8 ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
