@@ -3,7 +3,8 @@
 // gpt-oss, for temperature alone, top_k 40, top_p 0.9 and top_p 0.9 with raw logprobs and 5
 // alternatives, on flat logits (a random model's) and peaked ones (a trained model's).
 //
-// Build: part of the CMake build when nvcc exists (target sample_bench). Run: ./sample_bench
+// Build: part of the CMake build when nvcc exists (target sample_bench). Run: ./sample_bench [ROWS]
+// (ROWS: only the cases of that many rows, 1 or 64). FP4S_SAMPLE_BLOCKS=N: blocks a row.
 //
 // Method: each configuration is first checked against the CPU sampler (the tokens of 8 draws
 // must be equal, as tests/ops/test_sample.cu demands, and the logprobs within 1e-5); then 30 launches, each on a fresh copy of
@@ -31,8 +32,9 @@ static double urand(void)
 }
 static double nrand(void) { return sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	const int only_rows = argc > 1 ? atoi(argv[1]) : 0;
 	static const int vocabs[] = {128256, 151936, 201088};
 	static const int rows_of[] = {1, 64};
 	static const char *setting[] = {"T=1", "top_k=40", "top_p=0.9", "top_p+lp5"};
@@ -44,6 +46,8 @@ int main(void)
 			for (int peaked = 0; peaked < 2; peaked++)
 				for (int si = 0; si < 4; si++) {
 					const int V = vocabs[vi], n = rows_of[ri];
+					if (only_rows && n != only_rows)
+						continue;
 					std::vector<float> lg((size_t)n * V);
 					for (size_t i = 0; i < lg.size(); i++)
 						lg[i] = (float)(2.0 * nrand()) + (peaked && urand() < 0.001 ? 12.0f : 0.0f);

@@ -35,7 +35,7 @@
                   * ~150 dependent trips to L2 */
 #define SAMP_FULL 0xFFFFFFFFu
 static_assert(SAMP_WARPS == 32, "warp 0 reduces the block's warps a lane each");
-#define SAMP_MAX_P 8 /* blocks a row at most (a portable cluster) */
+#define SAMP_MAX_P 16 /* blocks a row at most (a cluster of 16 is non-portable: Hopper has it) */
 #define SAMP_LP_ROWS 64 /* rows with logprobs a launch: each samples in a copy of its row */
 
 /* A row's blocks form a thread block cluster (Hopper and later; one block elsewhere): each block
@@ -819,25 +819,53 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	samp_csync(); /* no block exits while another may still read its shared memory */
 }
 
-/* blocks a row: a cluster of up to 8 where the rows leave SMs idle (Hopper and later);
- * FP4S_SAMPLE_BLOCKS=N sets it (1: one block a row; A/B) */
-static int samp_blocks_for(int32_t n)
+/* The kernel's attributes, once: its dynamic shared memory, and clusters of 16 where the device
+ * runs them (cudaOccupancyMaxPotentialClusterSize says; 8 is the portable size). Returns the
+ * most blocks a row, 1 without clusters. */
+static int samp_setup(cudaError_t *err)
 {
-	static int dev_p = -1, sms = 0, force = 0;
-	if (dev_p < 0) {
-		int dev = 0, major = 0;
+	static int max_p = 0;
+	if (max_p)
+		return max_p;
+	int dev = 0, major = 0;
+	cudaGetDevice(&dev);
+	cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+	*err = cudaFuncSetAttribute(samp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SAMP_DYN_SMEM);
+	if (*err != cudaSuccess)
+		return 0;
+	int p = major >= 9 ? 8 : 1;
+	if (major >= 9 && cudaFuncSetAttribute(samp_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+	                      cudaSuccess) {
+		cudaLaunchConfig_t cfg = {};
+		cfg.gridDim = dim3(SAMP_MAX_P);
+		cfg.blockDim = dim3(SAMP_THREADS);
+		cfg.dynamicSmemBytes = SAMP_DYN_SMEM;
+		int c = 0;
+		if (cudaOccupancyMaxPotentialClusterSize(&c, samp_kernel, &cfg) == cudaSuccess && c >= SAMP_MAX_P)
+			p = SAMP_MAX_P;
+	}
+	cudaGetLastError();
+	return max_p = p;
+}
+
+/* blocks a row: a cluster of up to max_p where the rows leave SMs idle (Hopper and later: 16);
+ * FP4S_SAMPLE_BLOCKS=N sets it (1: one block a row; A/B) */
+static int samp_blocks_for(int32_t n, int max_p)
+{
+	static int sms = 0, force = -1;
+	if (force < 0) {
+		int dev = 0;
 		cudaGetDevice(&dev);
-		cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
 		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-		dev_p = major >= 9 ? SAMP_MAX_P : 1;
 		const char *e = getenv("FP4S_SAMPLE_BLOCKS");
 		force = e ? atoi(e) : 0;
+		force = force == 1 || force == 2 || force == 4 || force == 8 || force == 16 ? force : 0;
 	}
 	int p = force > 0 ? force : 1;
 	if (force <= 0)
-		while (p < dev_p && (int64_t)n * p * 2 <= sms)
+		while (p < max_p && (int64_t)n * p * 2 <= sms)
 			p *= 2;
-	return p == 1 || p == 2 || p == 4 || p == 8 ? (p <= dev_p ? p : dev_p) : 1;
+	return p <= max_p ? p : max_p;
 }
 
 /* dev/sample_bench and the backend op: the kernel alone (rows, edits, out, work and res on the
@@ -846,16 +874,11 @@ cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, con
                                     const struct fp4s_samp_edit *d_edits, int32_t *d_out, float *d_work, int32_t slot0,
                                     struct fp4s_samp_result *d_res, cudaStream_t s)
 {
-	static int smem_set = 0;
-	if (!smem_set) {
-		const cudaError_t e = cudaFuncSetAttribute(samp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-		                                           (int)SAMP_DYN_SMEM);
-		if (e != cudaSuccess)
-			return e;
-		smem_set = 1;
-	}
-	const int p = samp_blocks_for(n);
-	if (p > 1) {
+	cudaError_t e = cudaSuccess;
+	const int max_p = samp_setup(&e);
+	if (!max_p)
+		return e;
+	for (int p = samp_blocks_for(n, max_p); p > 1; p /= 2) {
 		cudaLaunchConfig_t cfg = {};
 		cudaLaunchAttribute at[1];
 		cfg.gridDim = dim3((unsigned)(n * p));
@@ -869,7 +892,7 @@ cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, con
 		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res) ==
 		    cudaSuccess)
 			return cudaSuccess;
-		cudaGetLastError(); /* no such cluster here: one block a row */
+		cudaGetLastError(); /* no such cluster here: a smaller one, at last one block a row */
 	}
 	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res);
 	return cudaGetLastError();
