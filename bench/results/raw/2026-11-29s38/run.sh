@@ -124,5 +124,26 @@ p)
   bench l-p9-lp5 $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9 --logprobs 5
   bench o-p9 $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
   SARGS="--logprobs-mode processed_logprobs" serve lp8-proc 1 --temperature 0.7 --top-p 0.9 --logprobs 5 --logprobs-clients 8 ;;
+# Phase c: clusters of 16 blocks a row (non-portable; the device's limit read at set-up) against 8
+# (FP4S_SAMPLE_BLOCKS=8), the kernel alone for one row, decode sampled; the tests with 16.
+c)
+  setup
+  sb=$(find $BD -name sample_bench -type f | head -1)
+  for v in 8 16; do
+    FP4S_SAMPLE_BLOCKS=$v $sb 1 > $L/sample_bench-$v.txt 2>&1; ts "sample_bench P=$v rc=$?"
+    grep -E "flat|differing" $L/sample_bench-$v.txt >> $S
+  done
+  tt test_sample
+  TT=240 tt test_engine_cuda
+  grep -E "sampled:" $L/t-test_engine_cuda.txt | head -4 >> $S
+  l=/dev/shm/llama3-8b; o=/dev/shm/gpt-oss-20b
+  for rr in 1 2; do
+    for v in 8 16; do
+      FP4S_SAMPLE_BLOCKS=$v bench l-p9-P$v-$rr $l -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+      FP4S_SAMPLE_BLOCKS=$v bench o-p9-P$v-$rr $o -p 0 -n 128 --reps 3 --temp 0.7 --top-p 0.9
+    done
+  done
+  bench l-greedy $l -p 0 -n 128 --reps 3
+  bench o-greedy $o -p 0 -n 128 --reps 3 ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
