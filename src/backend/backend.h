@@ -151,6 +151,11 @@ struct fp4s_backend {
 	int (*sample)(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
 	              const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_samp_result *lp,
 	              struct fp4s_error *err);
+	/* out[i] = the negative log-likelihood of token targets[i] under row i of logits [n, vocab]:
+	 * log(sum exp(l - max)) + max - l[target], the sum in double (perplexity). Host arrays.
+	 * NULL where the logits are on the host anyway (the CPU backend). */
+	int (*token_nll)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
+	                 const int32_t *targets, double *out, struct fp4s_error *err);
 	/* dst[i] = src[rows[i]] for rows of width floats (rows is a host array) */
 	int (*gather_rows)(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
 	                   int64_t width, float *dst, struct fp4s_error *err);

@@ -697,10 +697,14 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 		return fp4s_error_set(err, FP4S_EINVAL, "perplexity context %d must be in [2, %d]", ctx, e->max_ctx);
 	if (ctx > e->max_batch)
 		ctx = e->max_batch; /* one forward per chunk */
-	float *lg = malloc((size_t)ctx * (size_t)e->vocab * sizeof *lg);
+	/* scored where the logits are when the backend can (8 bytes a row come back), else the
+	 * logits come here */
+	const int dev = fp4s_fwd_can_nll(&e->fwd);
+	float *lg = dev ? NULL : malloc((size_t)ctx * (size_t)e->vocab * sizeof *lg);
+	double *nlls = dev ? malloc((size_t)ctx * sizeof *nlls) : NULL;
 	int32_t *rows = malloc((size_t)ctx * sizeof *rows);
-	if (!lg || !rows) {
-		free(lg), free(rows);
+	if ((!dev && !lg) || (dev && !nlls) || !rows) {
+		free(lg), free(nlls), free(rows);
 		return fp4s_error_set(err, FP4S_ENOMEM, "perplexity: out of memory");
 	}
 	/* slot 0's table row, from the pool (the caller runs no requests meanwhile) */
@@ -725,6 +729,16 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 			rows[i] = i;
 		}
 		struct fp4s_batch b = {len, e->b_tok, e->b_pos, e->b_seq, e->table, e->stride};
+		if (dev) {
+			if ((rc = fp4s_fwd_run_nll(&e->fwd, &b, rows, len - 1, tokens + start + 1, nlls, err)))
+				break;
+			for (int32_t i = 0; i + 1 < len; i++) {
+				*nll_sum += nlls[i];
+				*nll_sq_sum += nlls[i] * nlls[i];
+				(*n_scored)++;
+			}
+			continue;
+		}
 		if ((rc = fp4s_fwd_run(&e->fwd, &b, rows, len - 1, lg, err)))
 			break;
 		for (int32_t i = 0; i + 1 < len; i++) {
@@ -743,6 +757,6 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 	}
 	for (int32_t j = 0; j < got; j++)
 		fp4s_kv_pool_release(&e->pool, e->table[j]);
-	free(lg), free(rows);
+	free(lg), free(nlls), free(rows);
 	return rc;
 }

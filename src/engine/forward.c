@@ -591,8 +591,15 @@ struct samp_req {
 	struct fp4s_samp_result *lp;
 };
 
+/* perplexity: the rows' negative log-likelihoods of targets, computed where the logits are */
+struct nll_req {
+	const int32_t *targets;
+	double *out;
+};
+
 static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
-               float *logits, int32_t *tokens, const struct samp_req *sr, struct fp4s_error *err)
+               float *logits, int32_t *tokens, const struct samp_req *sr, const struct nll_req *nr,
+               struct fp4s_error *err)
 {
 	const struct fp4s_config *c = f->cfg;
 	struct fp4s_backend *be = f->be;
@@ -627,6 +634,8 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
 	if (rc || n_out == 0)
 		return rc;
+	if (nr)
+		return be->token_nll(be, f->logits, n_out, c->vocab, nr->targets, nr->out, err);
 	if (tokens && sr)
 		return be->sample(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, tokens, sr->lp, err);
 	if (tokens)
@@ -637,13 +646,13 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                  int32_t n_out, float *logits, struct fp4s_error *err)
 {
-	return run(f, b, out_rows, n_out, logits, NULL, NULL, err);
+	return run(f, b, out_rows, n_out, logits, NULL, NULL, NULL, err);
 }
 
 int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                         int32_t n_out, int32_t *tokens, struct fp4s_error *err)
 {
-	return run(f, b, out_rows, n_out, NULL, tokens, NULL, err);
+	return run(f, b, out_rows, n_out, NULL, tokens, NULL, NULL, err);
 }
 
 int fp4s_fwd_can_sample(const struct fp4s_fwd *f)
@@ -659,5 +668,20 @@ int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 	if (!f->be->sample)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not sample");
 	const struct samp_req sr = {rows, edits, n_edits, lp};
-	return run(f, b, out_rows, n_out, NULL, tokens, &sr, err);
+	return run(f, b, out_rows, n_out, NULL, tokens, &sr, NULL, err);
+}
+
+int fp4s_fwd_can_nll(const struct fp4s_fwd *f)
+{
+	const char *e = getenv("FP4S_DEVICE_SAMPLE");
+	return f->be->token_nll != NULL && !(e && !strcmp(e, "0"));
+}
+
+int fp4s_fwd_run_nll(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+                     const int32_t *targets, double *nll, struct fp4s_error *err)
+{
+	if (!f->be->token_nll)
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not score tokens");
+	const struct nll_req nr = {targets, nll};
+	return run(f, b, out_rows, n_out, NULL, NULL, NULL, &nr, err);
 }

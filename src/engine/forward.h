@@ -80,4 +80,13 @@ int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
                         const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
                         int32_t *tokens, struct fp4s_samp_result *lp, struct fp4s_error *err);
 
+/* 1 when the backend scores tokens where the logits are (backend.h's token_nll) and
+ * FP4S_DEVICE_SAMPLE is not 0: fp4s_fwd_run_nll may be used */
+int fp4s_fwd_can_nll(const struct fp4s_fwd *f);
+
+/* The same, returning for each row asked for the negative log-likelihood of targets[i] (nats;
+ * the log-sum-exp in double) instead of its logits (perplexity). */
+int fp4s_fwd_run_nll(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+                     const int32_t *targets, double *nll, struct fp4s_error *err);
+
 #endif

@@ -203,6 +203,24 @@ static void test_preset(const char *preset, const char *format)
 	static struct outs a, b;
 	for (int i = 0; i < NREQ; i++)
 		CHECK(run(alone, i, 1, &a) == 0);
+	/* perplexity: scored where the logits are and on the host (FP4S_DEVICE_SAMPLE=0), the same
+	 * forward passes: the sums agree to their order */
+	{
+		int32_t toks[300];
+		for (int i = 0; i < 300; i++)
+			toks[i] = 3 + (int32_t)(t_rand_u64() % (uint64_t)(V - 3));
+		double sd = 0, qd = 0, sh = 0, qh = 0;
+		int64_t nd = 0, nh = 0;
+		CHECK(fp4s_engine_score(alone, toks, 300, 128, &sd, &qd, &nd, &err) == 0);
+		setenv("FP4S_DEVICE_SAMPLE", "0", 1);
+		CHECK(fp4s_engine_score(alone, toks, 300, 128, &sh, &qh, &nh, &err) == 0);
+		unsetenv("FP4S_DEVICE_SAMPLE");
+		printf("%s perplexity: %lld tokens, mean nll %.9f on the device, %.9f on the host\n", preset, (long long)nd,
+		       nd ? sd / (double)nd : 0.0, nh ? sh / (double)nh : 0.0);
+		CHECK_MSG(nd > 250 && nh == nd && fabs(sd - sh) <= 1e-6 * fabs(sh) && fabs(qd - qh) <= 1e-6 * fabs(qh),
+		          "%s perplexity: %lld / %lld tokens, nll sum %.9g on the device, %.9g on the host", preset,
+		          (long long)nd, (long long)nh, sd, sh);
+	}
 	const int flips = strstr(preset, "moe") || strstr(preset, "gpt-oss") ? MOE_FLIPS : 0;
 
 	/* 64 in flight, chunked prefill mixed with decode */

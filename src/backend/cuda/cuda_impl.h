@@ -48,6 +48,8 @@ struct cuda_impl {
 	size_t samp_bytes;
 	float *d_samp_work; /* sample.cu: rows with logprobs sample in a copy */
 	size_t samp_work_bytes;
+	void *d_nll, *h_nll; /* nll.cu: a batch's targets and results; their pinned staging */
+	size_t nll_bytes;
 	int32_t sm_count;
 	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
 	void *pf_work;        /* prompt attention's tile list (attention_prefill.cu) */
@@ -104,6 +106,10 @@ int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct f
 void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows, int64_t width, float eps,
                 enum fp4s_norm_kind kind, float *y);
 void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n, int64_t inter, float *out);
+
+/* nll.cu: backend.h's token_nll */
+int cu_token_nll(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab, const int32_t *targets,
+                 double *out, struct fp4s_error *err);
 
 /* sample.cu: backend.h's sample */
 int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
