@@ -145,5 +145,22 @@ c)
   done
   bench l-greedy $l -p 0 -n 128 --reps 3
   bench o-greedy $o -p 0 -n 128 --reps 3 ;;
+# Phase n: perplexity scored on the device (nll.cu) against the host loop (FP4S_DEVICE_SAMPLE=0):
+# test_engine_cuda's check, then `fp4serve perplexity` on llama3-8b over the repository's docs
+# (8 KB for both paths, all of them on the device).
+n)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fs; B=$BD/fp4serve
+  bld $BD $L/build.log fp4serve
+  $B gen --preset llama3-8b --format nvfp4 /dev/shm/llama3-8b > $L/gen-l.log 2>&1 &
+  J=10 bld $BD $L/build-t.log test_engine_cuda
+  wait
+  TT=240 tt test_engine_cuda
+  grep -E "perplexity:" $L/t-test_engine_cuda.txt >> $S
+  cat $R/docs/*.md > /tmp/all.txt; head -c 8192 /tmp/all.txt > /tmp/small.txt
+  for v in "dev-small 1 /tmp/small.txt" "host-small 0 /tmp/small.txt" "dev-all 1 /tmp/all.txt"; do set -- $v
+    FP4S_DEVICE_SAMPLE=$2 $B perplexity -m /dev/shm/llama3-8b -f $3 --ctx 512 > $L/ppl-$1.txt 2>&1
+    ts "perplexity $1 rc=$? $(tr '\n' ' ' < $L/ppl-$1.txt | grep -o 'perplexity: .*' | cut -c1-200)"
+  done ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
