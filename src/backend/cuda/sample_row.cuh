@@ -14,6 +14,7 @@
 
 #include "engine/samp_math.h"
 #include "engine/sampler.h"
+
 #define SAMP_THREADS 1024
 #define SAMP_WARPS (SAMP_THREADS / 32) /* 32: warp 0 reduces the warps' values a lane each */
 #define SAMP_U 8 /* tokens a thread loads at once: a pass is a few rounds of loads in flight, not
@@ -24,8 +25,8 @@ static_assert(SAMP_WARPS == 32, "warp 0 reduces the block's warps a lane each");
 
 /* A row's blocks form a thread block cluster (Hopper and later; one block elsewhere): each block
  * takes every P-th stretch of the row, and the values the pipeline needs whole (max, masses,
- * histograms, the draw's warp sums) are combined through distributed shared memory between two
- * cluster barriers. One block a row is compute bound on its SM (a division and an exp a token,
+ * histograms, the draw's warp sums) are combined through distributed shared memory behind a
+ * cluster barrier (double buffered: samp_shared). One block a row is compute bound on its SM (a division and an exp a token,
  * then the radix passes): 0.4 ms for a 128k vocabulary with top_p, against a 2.2 ms step. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define SAMP_CLUSTER 1
