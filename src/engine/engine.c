@@ -701,9 +701,9 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 	 * logits come here */
 	const int dev = fp4s_fwd_can_nll(&e->fwd);
 	float *lg = dev ? NULL : malloc((size_t)ctx * (size_t)e->vocab * sizeof *lg);
-	double *nlls = dev ? malloc((size_t)ctx * sizeof *nlls) : NULL;
+	double *nlls = malloc((size_t)ctx * sizeof *nlls);
 	int32_t *rows = malloc((size_t)ctx * sizeof *rows);
-	if ((!dev && !lg) || (dev && !nlls) || !rows) {
+	if ((!dev && !lg) || !nlls || !rows) {
 		free(lg), free(nlls), free(rows);
 		return fp4s_error_set(err, FP4S_ENOMEM, "perplexity: out of memory");
 	}
@@ -730,28 +730,24 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
 		}
 		struct fp4s_batch b = {len, e->b_tok, e->b_pos, e->b_seq, e->table, e->stride};
 		if (dev) {
-			if ((rc = fp4s_fwd_run_nll(&e->fwd, &b, rows, len - 1, tokens + start + 1, nlls, err)))
-				break;
-			for (int32_t i = 0; i + 1 < len; i++) {
-				*nll_sum += nlls[i];
-				*nll_sq_sum += nlls[i] * nlls[i];
-				(*n_scored)++;
+			rc = fp4s_fwd_run_nll(&e->fwd, &b, rows, len - 1, tokens + start + 1, nlls, err);
+		} else if (!(rc = fp4s_fwd_run(&e->fwd, &b, rows, len - 1, lg, err))) {
+			for (int32_t i = 0; i + 1 < len; i++) { /* what nll.cu computes */
+				const float *l = lg + (size_t)i * e->vocab;
+				float m = l[0];
+				for (int32_t v = 1; v < e->vocab; v++)
+					m = fmaxf(m, l[v]);
+				double s = 0;
+				for (int32_t v = 0; v < e->vocab; v++)
+					s += exp((double)l[v] - m);
+				nlls[i] = log(s) + m - l[e->b_tok[i + 1]];
 			}
-			continue;
 		}
-		if ((rc = fp4s_fwd_run(&e->fwd, &b, rows, len - 1, lg, err)))
+		if (rc)
 			break;
 		for (int32_t i = 0; i + 1 < len; i++) {
-			const float *l = lg + (size_t)i * e->vocab;
-			float m = l[0];
-			for (int32_t v = 1; v < e->vocab; v++)
-				m = fmaxf(m, l[v]);
-			double s = 0;
-			for (int32_t v = 0; v < e->vocab; v++)
-				s += exp((double)l[v] - m);
-			const double nll = log(s) + m - l[e->b_tok[i + 1]];
-			*nll_sum += nll;
-			*nll_sq_sum += nll * nll;
+			*nll_sum += nlls[i];
+			*nll_sq_sum += nlls[i] * nlls[i];
 			(*n_scored)++;
 		}
 	}

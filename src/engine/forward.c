@@ -655,10 +655,16 @@ int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 	return run(f, b, out_rows, n_out, NULL, tokens, NULL, NULL, err);
 }
 
-int fp4s_fwd_can_sample(const struct fp4s_fwd *f)
+/* FP4S_DEVICE_SAMPLE=0: sampling and scoring on the host (A/B) */
+static int device_sampling_off(void)
 {
 	const char *e = getenv("FP4S_DEVICE_SAMPLE");
-	return f->be->sample != NULL && !(e && !strcmp(e, "0"));
+	return e && !strcmp(e, "0");
+}
+
+int fp4s_fwd_can_sample(const struct fp4s_fwd *f)
+{
+	return f->be->sample != NULL && !device_sampling_off();
 }
 
 int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
@@ -673,8 +679,7 @@ int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 
 int fp4s_fwd_can_nll(const struct fp4s_fwd *f)
 {
-	const char *e = getenv("FP4S_DEVICE_SAMPLE");
-	return f->be->token_nll != NULL && !(e && !strcmp(e, "0"));
+	return f->be->token_nll != NULL && !device_sampling_off();
 }
 
 int fp4s_fwd_run_nll(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,

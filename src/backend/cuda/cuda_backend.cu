@@ -936,7 +936,6 @@ static void cu_destroy(struct fp4s_backend *be)
 		free(c->allocs);
 		cudaFree(c->kc), cudaFree(c->vc), cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
 		cudaFree(c->d_argmax), cudaFree(c->d_samp), cudaFreeHost(c->h_samp), cudaFree(c->d_samp_work);
-		cudaFree(c->d_nll), cudaFreeHost(c->h_nll);
 		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
 		for (int i = 0; i < 2; i++)
 			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);

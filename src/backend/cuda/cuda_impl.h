@@ -44,12 +44,11 @@ struct cuda_impl {
 	} graphs[8];
 	int32_t n_graphs;
 	int32_t *d_argmax;
-	void *d_samp, *h_samp; /* sample.cu: a batch's rows, edits and tokens; their pinned staging */
+	void *d_samp, *h_samp; /* cu_stage_reserve: a host op's device buffer and its pinned staging
+	                        * (sample.cu's rows, edits and tokens; nll.cu's targets and results) */
 	size_t samp_bytes;
 	float *d_samp_work; /* sample.cu: rows with logprobs sample in a copy */
 	size_t samp_work_bytes;
-	void *d_nll, *h_nll; /* nll.cu: a batch's targets and results; their pinned staging */
-	size_t nll_bytes;
 	int32_t sm_count;
 	float *work1, *workn; /* attention partials: one-token steps (fixed: graphs hold it), others */
 	void *pf_work;        /* prompt attention's tile list (attention_prefill.cu) */
@@ -106,6 +105,10 @@ int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct f
 void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows, int64_t width, float eps,
                 enum fp4s_norm_kind kind, float *y);
 void cu_swiglu(struct fp4s_backend *be, const float *gate, const float *up, int64_t n, int64_t inter, float *out);
+
+/* sample.cu: c->d_samp and c->h_samp of at least need bytes each (kept, grown by half again).
+ * For ops that copy up, launch and read back on c->s, synchronously: outside any capture. */
+int cu_stage_reserve(struct cuda_impl *c, size_t need, struct fp4s_error *err);
 
 /* nll.cu: backend.h's token_nll */
 int cu_token_nll(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab, const int32_t *targets,

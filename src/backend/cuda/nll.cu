@@ -62,18 +62,11 @@ int cu_token_nll(struct fp4s_backend *be, const float *logits, int32_t n, int64_
 		if (targets[i] < 0 || targets[i] >= vocab)
 			return fp4s_error_set(err, FP4S_EINVAL, "token_nll: token %d outside the vocabulary [0, %lld)",
 			                      targets[i], (long long)vocab);
-	const size_t need = (size_t)n * (sizeof(double) + sizeof(int32_t));
-	if (need > c->nll_bytes) {
-		cudaFree(c->d_nll), cudaFreeHost(c->h_nll);
-		c->d_nll = c->h_nll = NULL;
-		c->nll_bytes = 0;
-		const size_t cap = need < 65536 ? 65536 : need + need / 2;
-		FP4S_CUDA_TRY(err, cudaMalloc(&c->d_nll, cap));
-		FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_nll, cap));
-		c->nll_bytes = cap;
-	}
+	const int rc = cu_stage_reserve(c, (size_t)n * (sizeof(double) + sizeof(int32_t)), err);
+	if (rc)
+		return rc;
 	/* [n] doubles, then [n] targets */
-	double *d_out = (double *)c->d_nll, *h_out = (double *)c->h_nll;
+	double *d_out = (double *)c->d_samp, *h_out = (double *)c->h_samp;
 	int32_t *d_t = (int32_t *)(d_out + n), *h_t = (int32_t *)(h_out + n);
 	for (int32_t i = 0; i < n; i++)
 		h_t[i] = targets[i];

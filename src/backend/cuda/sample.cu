@@ -437,6 +437,20 @@ cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, con
 	return cudaGetLastError();
 }
 
+int cu_stage_reserve(struct cuda_impl *c, size_t need, struct fp4s_error *err)
+{
+	if (need <= c->samp_bytes)
+		return FP4S_OK;
+	cudaFree(c->d_samp), cudaFreeHost(c->h_samp);
+	c->d_samp = c->h_samp = NULL;
+	c->samp_bytes = 0;
+	const size_t cap = need < 65536 ? 65536 : need + need / 2;
+	FP4S_CUDA_TRY(err, cudaMalloc(&c->d_samp, cap));
+	FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_samp, cap));
+	c->samp_bytes = cap;
+	return FP4S_OK;
+}
+
 /* The backend op (backend.h): rows and edits staged in pinned memory and copied up in one piece
  * with the token slots (and logprob records) behind them, one launch (one per SAMP_LP_ROWS rows
  * with logprobs: each needs a copy of its row), the tokens and records read back. */
@@ -468,17 +482,9 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 			                      edits[i].token);
 	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
 	const size_t ob = ((size_t)n * sizeof(int32_t) + 15) & ~(size_t)15, lb = (size_t)nl * sizeof *lp;
-	const size_t need = rb + eb + ob + lb + 16;
-	if (need > c->samp_bytes) {
-		/* outside any capture: sampling follows the step's graph */
-		cudaFree(c->d_samp), cudaFreeHost(c->h_samp);
-		c->d_samp = c->h_samp = NULL;
-		c->samp_bytes = 0;
-		const size_t cap = need < 65536 ? 65536 : need + need / 2;
-		FP4S_CUDA_TRY(err, cudaMalloc(&c->d_samp, cap));
-		FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_samp, cap));
-		c->samp_bytes = cap;
-	}
+	const int rc = cu_stage_reserve(c, rb + eb + ob + lb + 16, err); /* outside any capture: after the step's graph */
+	if (rc)
+		return rc;
 	const size_t wb = (size_t)(nl < SAMP_LP_ROWS ? nl : SAMP_LP_ROWS) * (size_t)vocab * sizeof(float);
 	if (wb > c->samp_work_bytes) {
 		cudaFree(c->d_samp_work);
