@@ -162,5 +162,15 @@ n)
     FP4S_DEVICE_SAMPLE=$2 $B perplexity -m /dev/shm/llama3-8b -f $3 --ctx 512 > $L/ppl-$1.txt 2>&1
     ts "perplexity $1 rc=$? $(tr '\n' ' ' < $L/ppl-$1.txt | grep -o 'perplexity: .*' | cut -c1-200)"
   done ;;
+# Phase r: the review mend (host code only; the kernels' cubins are byte-identical): the sampler
+# and perplexity ops now share one pinned staging. The engine test (sampling, logprobs,
+# perplexity device against host) and test_sample's 32000 cases.
+r)
+  nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
+  BD=/tmp/fs; B=$BD/fp4serve
+  bld $BD $L/build-t.log test_engine_cuda test_sample
+  TT=120 tt test_engine_cuda
+  grep -E "sampled:|perplexity:" $L/t-test_engine_cuda.txt | head -8 >> $S
+  TT=60 tt test_sample V=32000 ;;
 pack) (cd $OUT && tar -czf run-${TAG:-x}.tgz logs && rm -rf logs) ;;
 esac; done
