@@ -1,0 +1,17 @@
+#!/bin/bash
+# Session 39's device calls: dev/mega_bench (persistent decode step prototype).
+# Phase m: build mega_bench alone, check against the CPU reference, time 48 layers at ctx 128/4096.
+R=$(pwd)
+PH=${1:-m}
+mkdir -p $OUT/log
+case $PH in
+m)
+	nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv > $OUT/log/gpu.txt 2>&1
+	/usr/local/cuda/bin/nvcc -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a -Isrc -I. -std=c++17 \
+		dev/mega_bench.cu -o /tmp/mega_bench -lcuda > $OUT/log/build.txt 2>&1 || { cat $OUT/log/build.txt; exit 1; }
+	timeout 120 /tmp/mega_bench check > $OUT/log/check.txt 2>&1; echo "check rc=$?" >> $OUT/log/check.txt
+	cat $OUT/log/check.txt
+	timeout 200 /tmp/mega_bench time 48 ${CTXS:-128 4096} > $OUT/log/time.txt 2>&1; echo "time rc=$?" >> $OUT/log/time.txt
+	cat $OUT/log/time.txt
+	;;
+esac

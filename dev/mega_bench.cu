@@ -1,0 +1,947 @@
+/* mega_bench.cu: a persistent decode step for qwen3-30b-a3b's geometry, one launch for all 48
+ * layers, to measure what a layer costs when its phases hand over through counters instead of
+ * kernel boundaries (issue #6: the MoE model is bound by six launches' latency chains a layer,
+ * docs/status.md). A prototype in the kernel lab, not an engine path: weights in a layout of its
+ * own, the router in NVFP4 (the model's is BF16), no q/k norm or rotary, a contiguous KV cache.
+ *
+ * One block an SM (a cooperative launch, so all are resident), 8 consumer warps and a producer
+ * warp. Every block runs the same program over the layers and takes its share of each phase by
+ * its index:
+ *   qkv   320 tiles of 16 rows (x = RMSNorm(h)), k and v written into the cache at pos
+ *   attn  NKV x S splits of <= MG_T positions, the last split of a kv head merging
+ *   o     128 tiles, K 4096 in two stages, h2 = h + o
+ *   route 8 tiles on the last 8 blocks (x = RMSNorm(h2)), the logits
+ *   gu    8 slots x 96 tiles of (gate, up) row pairs, SwiGLU out
+ *   down  128 tiles, each the 8 slots' rows in order, h' = h2 + sum_s w_s down_s
+ * A phase's blocks add their task count to a counter of the layer (release); a phase waits for
+ * the counts it needs (acquire), so no phase waits for a launch. The producer copies each task's
+ * weights into a ring of shared memory in program order as soon as a slot is free, across phase
+ * and layer boundaries: the static matrices of the next phases stream while a phase waits. Only
+ * the experts' copies wait, for the router's logits (every block's producer runs the top-k).
+ *
+ * Weight layout (a tile's stage: <= 2048 K of 16 rows), a 128-element step at a time: 1024 code
+ * bytes as [row half h][lane] 16 bytes (lane = 4 g + t: row g + 8 h, chunk t of the step, each
+ * 32-bit word in the device's permuted E2M1 order), then 128 scale bytes as [lane] {row g's two
+ * E4M3, row g + 8's}. A warp's loads of a step are 512 contiguous bytes, conflict-free, and the
+ * step's math is gemv_mma.cuh's gm_step.
+ *
+ * Usage: mega_bench [check | time [layers] [ctx...]]. check runs 2 layers at two contexts against
+ * a CPU reference (every phase's output); time runs the 48-layer step at each context (default
+ * 128 and 4096): median us a step and a layer over 20 launches, GB/s of the bytes a step reads,
+ * and one layer's phase ends (max over blocks, from its start). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/arrive.cuh"
+#include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/gemv_tma.cuh"
+#include "dev_util.h"
+#include "numerics/numerics.h"
+
+#define MG_H 2048
+#define MG_NQ 32
+#define MG_NKV 4
+#define MG_HD 128
+#define MG_QR (MG_NQ * MG_HD)                    /* 4096 */
+#define MG_QKV ((MG_NQ + 2 * MG_NKV) * MG_HD)    /* 5120 */
+#define MG_E 128
+#define MG_K 8
+#define MG_FI 768
+#define MG_STEP 1152           /* 16 rows x 128 K: 1024 code bytes + 128 scale bytes */
+#define MG_STAGE (16 * MG_STEP) /* 16 rows x 2048 K */
+#define MG_DSTAGE (6 * MG_STEP) /* 16 rows x 768 K */
+#define MG_NS 10
+#define MG_W 8
+#define MG_THREADS ((MG_W + 1) * 32)
+#define MG_T 128
+#define MG_QKV_TILES (MG_QKV / 16)
+#define MG_O_TILES (MG_H / 16)
+#define MG_R_TILES (MG_E / 16)
+#define MG_GU_TILES (2 * MG_FI / 16) /* a slot's */
+#define MG_D_TILES (MG_H / 16)
+#define MG_CS_H 4128  /* gm_col_stride(2048 / 32) */
+#define MG_CS_Q 8224  /* gm_col_stride(4096 / 32) */
+#define MG_CS_F 1568  /* gm_col_stride(768 / 32) */
+#define MG_XS (MG_K * 2 * MG_CS_F)
+#define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
+
+enum { C_QKV, C_ATT, C_O, C_R, C_GU, C_D, C_N };
+#define MG_CNT (C_N + MG_NKV) /* counters a layer: the phases', then each kv head's splits */
+
+struct mg_layer {
+	const uint8_t *qkv, *o, *r, *gu, *dn;
+	const float *n1, *n2;
+	__nv_bfloat16 *kc, *vc; /* [NKV][ctx_max][HD] */
+};
+
+struct mg_args {
+	const mg_layer *ly;
+	int L, ctx, ctx_max, S, T;
+	float post, eps;
+	const float *h0;
+	float *h;      /* [L + 1][H]: h[0] = h0 copied by the host */
+	float *h2;     /* [L][H] */
+	float *q;      /* [L][QR] */
+	float *att;    /* [L][QR] */
+	float *part;   /* [L][NKV][S][8][HD + 2] */
+	float *logits; /* [L][E] */
+	float *act;    /* [L][K][FI] */
+	int32_t *sel;  /* [L][K] */
+	unsigned *cnt; /* [L][MG_CNT], zero at launch */
+	unsigned long long *tl; /* [G][C_N + 1] for layer tl_layer (NULL: none) */
+	int tl_layer;
+	size_t gu_stride, dn_stride;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
+{
+	unsigned v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+	return v;
+}
+
+static __device__ __forceinline__ void mg_pub(unsigned *c, unsigned n)
+{
+	asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
+
+/* the consumers wait until *c >= target (thread 0 polls; the barrier orders the others' loads) */
+static __device__ __forceinline__ void mg_cwait(const unsigned *c, unsigned target, int tid)
+{
+	if (tid == 0)
+		while (mg_ld_acq(c) < target)
+			;
+	gt_sync();
+}
+
+static __device__ __forceinline__ uint32_t mg_lds32(uint32_t sa)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(sa));
+	return v;
+}
+
+static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, int tid)
+{
+	if (a.tl && l == a.tl_layer && tid == 0)
+		a.tl[blockIdx.x * (C_N + 1) + ph] = gm_now();
+}
+
+/* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H) */
+static __device__ void mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
+{
+	const int k0 = tid * 8;
+	const float4 a = __ldcg(reinterpret_cast<const float4 *>(v + k0));
+	const float4 b = __ldcg(reinterpret_cast<const float4 *>(v + k0 + 4));
+	const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+	float ss = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		ss += x[i] * x[i];
+	for (int o = 16; o; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if ((tid & 31) == 0)
+		sred[tid >> 5] = ss;
+	gt_sync();
+	float tot = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		tot += sred[w];
+	const float r = 1.0f / sqrtf(tot / (float)MG_H + eps);
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * __ldg(nw + k0 + i));
+	gt_sync();
+}
+
+/* n plain values of v staged into xs at column stride cs */
+static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs, int tid)
+{
+	for (int k = tid; k < n; k += MG_W * 32)
+		gm_st_put(xs, cs, k, __ldcg(v + k));
+}
+
+/* nst stages of a tile from the ring into acc (this lane's MMA accumulator), x staged at xs_sa
+ * (the lane's column picked here), chunk base cb0 + 64 a stage; steps a stage: nsteps */
+static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, uint64_t *full, uint64_t *empty,
+                                               uint32_t ring_sa, uint32_t xs_sa, int cs, int nst, int nsteps,
+                                               int cb0, int warp, int lane)
+{
+	const int g = lane >> 2, t4 = lane & 3;
+	const uint32_t xc[1] = {xs_sa + (uint32_t)((g < 2 ? g : (g & 1)) * cs)};
+	for (int c = 0; c < nst; c++) {
+		gt_wait(&full[pos.i], pos.ph);
+		const uint32_t st = ring_sa + (uint32_t)pos.i * MG_STAGE;
+		for (int s = warp; s < nsteps; s += MG_W) {
+			const uint32_t sb = st + (uint32_t)s * MG_STEP;
+			const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
+			const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
+			gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, cb0 + c * 64 + s * 4 + t4);
+		}
+		__syncwarp();
+		if (lane == 0)
+			gt_arrive(&empty[pos.i]);
+		gt_next(pos, MG_NS);
+	}
+}
+
+/* the tile's 16 row sums (in order over the warps) into red, after the barrier */
+static __device__ __forceinline__ void mg_rows(const float (&acc)[4], float *red, int warp, int lane)
+{
+	if ((lane & 3) == 0) {
+		red[warp * 16 + (lane >> 2)] = acc[0] + acc[1];
+		red[warp * 16 + 8 + (lane >> 2)] = acc[2] + acc[3];
+	}
+	gt_sync();
+}
+
+static __device__ __forceinline__ float mg_rowsum(const float *red, int r)
+{
+	float v = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		v += red[w * 16 + r];
+	return v;
+}
+
+/* one attention split: kv head g, positions [t0, t1), by the 256 consumer threads */
+static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, float *scr, int tid)
+{
+	const int warp = tid >> 5, lane = tid & 31, pos = a.ctx - 1;
+	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T), n = t1 - t0;
+	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_T, *lstat = mstat + 8;
+	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
+	{
+		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
+		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
+	}
+	gt_sync();
+	{ /* scores: warp w takes heads 4 (w >> 2) .. +4, position t0 + 32 (w & 3) + lane */
+		const int tl = 32 * (warp & 3) + lane, h0 = 4 * (warp >> 2);
+		if (tl < n) {
+			const int t = t0 + tl;
+			const uint4 *kr = reinterpret_cast<const uint4 *>(ly.kc + ((size_t)g * a.ctx_max + t) * MG_HD);
+			float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			for (int c = 0; c < MG_HD / 8; c++) {
+				const uint4 kv = t == pos ? __ldcg(kr + c) : __ldg(kr + c);
+				const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv);
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const float2 kf = __bfloat1622float2(k2[e]);
+#pragma unroll
+					for (int h = 0; h < 4; h++)
+						d[h] += qs[(h0 + h) * MG_HD + c * 8 + 2 * e] * kf.x +
+						        qs[(h0 + h) * MG_HD + c * 8 + 2 * e + 1] * kf.y;
+				}
+			}
+#pragma unroll
+			for (int h = 0; h < 4; h++)
+				sc[(h0 + h) * MG_T + tl] = d[h];
+		}
+	}
+	gt_sync();
+	{ /* warp h: the softmax's max, weights and sum over the split */
+		float m = -INFINITY;
+		for (int i = lane; i < n; i += 32)
+			m = fmaxf(m, sc[warp * MG_T + i]);
+		for (int o = 16; o; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+		float sum = 0.0f;
+		for (int i = lane; i < n; i += 32) {
+			const float p = expf(sc[warp * MG_T + i] - m);
+			sc[warp * MG_T + i] = p;
+			sum += p;
+		}
+		for (int o = 16; o; o >>= 1)
+			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+		if (lane == 0)
+			mstat[warp] = m, lstat[warp] = sum;
+	}
+	gt_sync();
+	/* warp h, lane: dims 4 lane .. +4 of sum_t p_t v_t */
+	float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int i = 0; i < n; i++) {
+		const int t = t0 + i;
+		const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
+		const uint2 vv = t == pos ? __ldcg(vr) : __ldg(vr);
+		const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv.x));
+		const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv.y));
+		const float p = sc[warp * MG_T + i];
+		o4[0] += p * v01.x, o4[1] += p * v01.y, o4[2] += p * v23.x, o4[3] += p * v23.y;
+	}
+	float *att = a.att + (size_t)l * MG_QR + (g * 8 + warp) * MG_HD + 4 * lane;
+	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
+	if (a.S == 1) {
+		const float inv = 1.0f / lstat[warp];
+		*reinterpret_cast<float4 *>(att) = make_float4(o4[0] * inv, o4[1] * inv, o4[2] * inv, o4[3] * inv);
+		gt_sync();
+		if (tid == 0)
+			mg_pub(cnt + C_ATT, 1);
+		return;
+	}
+	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + warp) * (MG_HD + 2);
+	*reinterpret_cast<float2 *>(pp + 4 * lane) = make_float2(o4[0], o4[1]);
+	*reinterpret_cast<float2 *>(pp + 4 * lane + 2) = make_float2(o4[2], o4[3]);
+	if (lane == 0)
+		pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
+	gt_sync();
+	int *last = reinterpret_cast<int *>(lstat + 8);
+	if (tid == 0)
+		*last = fp4s_arrive(cnt + C_N + g) == (unsigned)a.S - 1;
+	gt_sync();
+	if (!*last)
+		return;
+	/* the merge: warp h, lane's 4 dims, splits in order */
+	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + warp) * (MG_HD + 2);
+	float M = -INFINITY;
+	for (int j = 0; j < a.S; j++)
+		M = fmaxf(M, __ldcg(p0 + (size_t)j * 8 * (MG_HD + 2) + MG_HD));
+	float Lsum = 0.0f, O[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int j = 0; j < a.S; j++) {
+		const float *pj = p0 + (size_t)j * 8 * (MG_HD + 2);
+		const float f = expf(__ldcg(pj + MG_HD) - M);
+		Lsum += f * __ldcg(pj + MG_HD + 1);
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			O[e] += f * __ldcg(pj + 4 * lane + e);
+	}
+	const float inv = 1.0f / Lsum;
+	*reinterpret_cast<float4 *>(att) = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
+	gt_sync();
+	if (tid == 0)
+		mg_pub(cnt + C_ATT, 1);
+}
+
+/* the producer warp's top-k of layer l: softmax over the 128 logits, the 8 largest (lower index on
+ * ties), weights renormalized over the 8 (Qwen3's norm_topk_prob) */
+static __device__ void mg_topk(const mg_args &a, int l, int *sel, float *selw, int lane)
+{
+	if (lane == 0)
+		while (mg_ld_acq(a.cnt + (size_t)l * MG_CNT + C_R) < MG_R_TILES)
+			;
+	__syncwarp();
+	const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.logits + (size_t)l * MG_E) + lane);
+	float x[4] = {v.x, v.y, v.z, v.w};
+	float m = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+	for (int o = 16; o; o >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+	float tot = 0.0f;
+	for (int k = 0; k < MG_K; k++) {
+		/* this lane's best (lowest index among equals), then the warp's */
+		int bi = 0;
+		for (int i = 1; i < 4; i++)
+			if (x[i] > x[bi])
+				bi = i;
+		float bv = x[bi];
+		int bidx = 4 * lane + bi;
+		for (int o = 16; o; o >>= 1) {
+			const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+			const int oi = __shfl_xor_sync(0xFFFFFFFFu, bidx, o);
+			if (ov > bv || (ov == bv && oi < bidx))
+				bv = ov, bidx = oi;
+		}
+		if (bidx >> 2 == lane)
+			x[bidx & 3] = -INFINITY;
+		const float w = expf(bv - m);
+		tot += w;
+		if (lane == 0)
+			sel[k] = bidx, selw[k] = w;
+	}
+	__syncwarp();
+	if (lane < MG_K)
+		selw[lane] /= tot;
+	if (lane < MG_K && a.sel)
+		a.sel[(size_t)l * MG_K + lane] = sel[lane];
+	__syncwarp();
+}
+
+__global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
+{
+	extern __shared__ __align__(128) uint8_t smem[];
+	uint8_t *ring = smem;
+	uint8_t *xs = ring + MG_NS * MG_STAGE;
+	float *red = reinterpret_cast<float *>(xs + MG_XS); /* [2][8][16] */
+	uint64_t *full = reinterpret_cast<uint64_t *>(red + 2 * MG_W * 16);
+	uint64_t *empty = full + MG_NS;
+	uint64_t *selbar = empty + MG_NS; /* [2] */
+	int *sel = reinterpret_cast<int *>(selbar + 2);       /* [2][8] */
+	float *selw = reinterpret_cast<float *>(sel + 2 * MG_K); /* [2][8] */
+	float *sred = selw + 2 * MG_K;                          /* [8] */
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int b = blockIdx.x, G = gridDim.x;
+	if (tid == 0) {
+		for (int i = 0; i < MG_NS; i++) {
+			gt_init(&full[i], 1);
+			gt_init(&empty[i], MG_W);
+		}
+		gt_init(&selbar[0], 1);
+		gt_init(&selbar[1], 1);
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+	const int rb = G - MG_R_TILES; /* the router's blocks: rb .. G - 1 */
+
+	if (warp == MG_W) { /* the producer */
+		uint64_t pol;
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		gt_pos pp = {0, 0, 0};
+		auto issue = [&](const uint8_t *src, unsigned bytes) {
+			if (lane == 0) {
+				gt_wait(&empty[pp.i], pp.ph ^ 1u);
+				gt_expect(&full[pp.i], bytes);
+				gt_copy_ef(ring + (size_t)pp.i * MG_STAGE, src, bytes, &full[pp.i], pol);
+			}
+			gt_next(pp, MG_NS);
+		};
+		for (int l = 0; l < a.L; l++) {
+			const mg_layer &ly = a.ly[l];
+			for (int j = b; j < MG_QKV_TILES; j += G)
+				issue(ly.qkv + (size_t)j * MG_STAGE, MG_STAGE);
+			if (b < MG_O_TILES) {
+				issue(ly.o + (size_t)(2 * b) * MG_STAGE, MG_STAGE);
+				issue(ly.o + (size_t)(2 * b + 1) * MG_STAGE, MG_STAGE);
+			}
+			if (b >= rb)
+				issue(ly.r + (size_t)(b - rb) * MG_STAGE, MG_STAGE);
+			int *sl = sel + (l & 1) * MG_K;
+			float *sw = selw + (l & 1) * MG_K;
+			mg_topk(a, l, sl, sw, lane);
+			if (lane == 0)
+				gt_arrive(&selbar[l & 1]);
+			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
+				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
+				issue(ly.gu + (size_t)sl[slot] * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
+			}
+			if (b < MG_D_TILES)
+				for (int slot = 0; slot < MG_K; slot++)
+					issue(ly.dn + (size_t)sl[slot] * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
+		}
+		return;
+	}
+
+	/* the consumers */
+	gt_pos pos = {0, 0, 0};
+	const uint32_t ring_sa = gt_sa(ring), xs_sa = gt_sa(xs);
+	int rpar = 0;
+	for (int l = 0; l < a.L; l++) {
+		const mg_layer &ly = a.ly[l];
+		unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
+		const float *h = a.h + (size_t)l * MG_H;
+		float *h2 = a.h2 + (size_t)l * MG_H;
+		if (l > 0)
+			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid);
+		mg_mark(a, l, 0, tid);
+		/* qkv */
+		if (b < MG_QKV_TILES) {
+			mg_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
+			int n = 0;
+			for (int j = b; j < MG_QKV_TILES; j += G, n++) {
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+				float *rd = red + rpar * MG_W * 16;
+				rpar ^= 1;
+				mg_rows(acc[0], rd, warp, lane);
+				if (tid < 16) {
+					const int row = j * 16 + tid;
+					const float y = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+					if (row < MG_QR)
+						a.q[(size_t)l * MG_QR + row] = y;
+					else {
+						const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
+						__nv_bfloat16 *dst = (kv ? ly.vc : ly.kc) +
+						                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD + rr % MG_HD;
+						*dst = __float2bfloat16_rn(y);
+					}
+				}
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_QKV, n);
+		}
+		mg_mark(a, l, 1, tid);
+		/* attention */
+		for (int t = b; t < MG_NKV * a.S; t += G) {
+			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid);
+			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid);
+			gt_sync();
+		}
+		mg_mark(a, l, 2, tid);
+		/* o */
+		if (b < MG_O_TILES) {
+			mg_cwait(cnt + C_ATT, MG_NKV, tid);
+			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
+			gt_sync();
+			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+			mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, 16, 0, warp, lane);
+			float *rd = red + rpar * MG_W * 16;
+			rpar ^= 1;
+			mg_rows(acc[0], rd, warp, lane);
+			if (tid < 16) {
+				const int row = b * 16 + tid;
+				h2[row] = __ldcg(h + row) + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_O, 1);
+		}
+		mg_mark(a, l, 3, tid);
+		/* the router, and x of the experts' gate|up: RMSNorm(h2) */
+		const bool gu = b < MG_K * MG_GU_TILES;
+		if (b >= rb || gu) {
+			mg_cwait(cnt + C_O, MG_O_TILES, tid);
+			mg_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
+		}
+		if (b >= rb) {
+			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+			mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+			float *rd = red + rpar * MG_W * 16;
+			rpar ^= 1;
+			mg_rows(acc[0], rd, warp, lane);
+			if (tid < 16)
+				a.logits[(size_t)l * MG_E + (b - rb) * 16 + tid] = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_R, 1);
+		}
+		mg_mark(a, l, 4, tid);
+		/* the experts' gate|up (their copies wait for the producer's top-k) */
+		if (gu) {
+			int n = 0;
+			for (int j = b; j < MG_K * MG_GU_TILES; j += G, n++) {
+				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+				float *rd = red + rpar * MG_W * 16;
+				rpar ^= 1;
+				mg_rows(acc[0], rd, warp, lane);
+				if (tid < 8) {
+					const float gt = ldexpf(mg_rowsum(rd, 2 * tid), 14) * a.post;
+					const float up = ldexpf(mg_rowsum(rd, 2 * tid + 1), 14) * a.post;
+					a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + tid] = silu_mul(gt, up);
+				}
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_GU, n);
+		}
+		mg_mark(a, l, 5, tid);
+		/* down, the 8 slots of a row tile summed in order */
+		if (b < MG_D_TILES) {
+			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid);
+			gt_wait(&selbar[l & 1], (l >> 1) & 1);
+			for (int slot = 0; slot < MG_K; slot++)
+				mg_stage_plain(a.act + ((size_t)l * MG_K + slot) * MG_FI, MG_FI, xs + slot * 2 * MG_CS_F, MG_CS_F,
+				               tid);
+			gt_sync();
+			const float *sw = selw + (l & 1) * MG_K;
+			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			for (int slot = 0; slot < MG_K; slot++) {
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				mg_tile(acc, pos, full, empty, ring_sa, xs_sa + slot * 2 * MG_CS_F, MG_CS_F, 1, 6, 0, warp, lane);
+				const float c = sw[slot] * 16384.0f * a.post;
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					tot[e] += c * acc[0][e];
+			}
+			float *rd = red + rpar * MG_W * 16;
+			rpar ^= 1;
+			mg_rows(tot, rd, warp, lane);
+			if (tid < 16) {
+				const int row = b * 16 + tid;
+				a.h[(size_t)(l + 1) * MG_H + row] = __ldcg(h2 + row) + mg_rowsum(rd, tid);
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_D, 1);
+		}
+		mg_mark(a, l, 6, tid);
+	}
+}
+#else
+__global__ void mg_kernel(const mg_args a) { (void)a; }
+#endif
+
+/* ---- host ---------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t mg_hash(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return (uint32_t)x;
+}
+
+/* random tiled weights: code bytes random, scale bytes E4M3 in [2^-3, 2^-1) */
+__global__ void mg_fill_w(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		const uint32_t r = mg_hash(seed * 0x9E3779B97F4A7C15ull + i);
+		p[i] = (i % MG_STEP) >= 1024 ? (uint8_t)(0x20 + (r & 15)) : (uint8_t)r;
+	}
+}
+
+__global__ void mg_fill_f(float *p, size_t n, uint64_t seed, float lo, float hi)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = lo + (hi - lo) * (float)(mg_hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) * (1.0f / 16777216.0f);
+}
+
+__global__ void mg_fill_bf(__nv_bfloat16 *p, size_t n, uint64_t seed)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = __float2bfloat16_rn(-1.0f + 2.0f * (float)(mg_hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) *
+		                                       (1.0f / 16777216.0f));
+}
+
+struct mg_model {
+	int L, ctx_max;
+	std::vector<mg_layer> ly;
+	mg_layer *d_ly;
+	size_t qkv_b, o_b, r_b, gu_b, dn_b, kv_b;
+	std::vector<void *> bufs;
+};
+
+static void *mg_alloc(mg_model &m, size_t bytes)
+{
+	void *p;
+	CK(cudaMalloc(&p, bytes));
+	m.bufs.push_back(p);
+	return p;
+}
+
+static void mg_model_make(mg_model &m, int L, int ctx_max)
+{
+	m.L = L, m.ctx_max = ctx_max;
+	m.qkv_b = (size_t)MG_QKV_TILES * MG_STAGE;
+	m.o_b = (size_t)MG_O_TILES * 2 * MG_STAGE;
+	m.r_b = (size_t)MG_R_TILES * MG_STAGE;
+	m.gu_b = (size_t)MG_GU_TILES * MG_STAGE;
+	m.dn_b = (size_t)MG_D_TILES * MG_DSTAGE;
+	m.kv_b = (size_t)MG_NKV * ctx_max * MG_HD;
+	m.ly.resize(L);
+	for (int l = 0; l < L; l++) {
+		mg_layer &y = m.ly[l];
+		uint8_t *w = (uint8_t *)mg_alloc(m, m.qkv_b + m.o_b + m.r_b + MG_E * (m.gu_b + m.dn_b));
+		const size_t nw = m.qkv_b + m.o_b + m.r_b + MG_E * (m.gu_b + m.dn_b);
+		mg_fill_w<<<1024, 256>>>(w, nw, 1000 + l);
+		y.qkv = w, y.o = w + m.qkv_b, y.r = y.o + m.o_b, y.gu = y.r + m.r_b, y.dn = y.gu + MG_E * m.gu_b;
+		float *n = (float *)mg_alloc(m, 2 * MG_H * sizeof(float));
+		mg_fill_f<<<16, 256>>>(n, 2 * MG_H, 2000 + l, 0.8f, 1.2f);
+		y.n1 = n, y.n2 = n + MG_H;
+		__nv_bfloat16 *kv = (__nv_bfloat16 *)mg_alloc(m, 2 * m.kv_b * sizeof(__nv_bfloat16));
+		mg_fill_bf<<<256, 256>>>(kv, 2 * m.kv_b, 3000 + l);
+		y.kc = kv, y.vc = kv + m.kv_b;
+	}
+	CK(cudaGetLastError());
+	CK(cudaMalloc(&m.d_ly, L * sizeof(mg_layer)));
+	CK(cudaMemcpy(m.d_ly, m.ly.data(), L * sizeof(mg_layer), cudaMemcpyHostToDevice));
+	CK(cudaDeviceSynchronize());
+}
+
+struct mg_run {
+	mg_args a;
+	int G;
+	float *d_h0;
+};
+
+static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int G)
+{
+	memset(&r.a, 0, sizeof r.a);
+	mg_args &a = r.a;
+	r.G = G;
+	a.ly = m.d_ly, a.L = L, a.ctx = ctx, a.ctx_max = m.ctx_max, a.T = T, a.S = (ctx + T - 1) / T;
+	a.post = 1.0f / 16.0f, a.eps = 1e-6f;
+	a.gu_stride = m.gu_b, a.dn_stride = m.dn_b;
+	CK(cudaMalloc(&a.h, (size_t)(L + 1) * MG_H * 4));
+	CK(cudaMalloc(&a.h2, (size_t)L * MG_H * 4));
+	CK(cudaMalloc(&a.q, (size_t)L * MG_QR * 4));
+	CK(cudaMalloc(&a.att, (size_t)L * MG_QR * 4));
+	CK(cudaMalloc(&a.part, (size_t)L * MG_NKV * a.S * 8 * (MG_HD + 2) * 4));
+	CK(cudaMalloc(&a.logits, (size_t)L * MG_E * 4));
+	CK(cudaMalloc(&a.act, (size_t)L * MG_K * MG_FI * 4));
+	CK(cudaMalloc(&a.sel, (size_t)L * MG_K * 4));
+	CK(cudaMalloc(&a.cnt, (size_t)L * MG_CNT * 4));
+	CK(cudaMalloc(&a.tl, (size_t)G * (C_N + 1) * 8));
+	a.tl_layer = L / 2;
+	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
+	CK(cudaGetLastError());
+	a.h0 = a.h;
+}
+
+static void mg_launch(mg_run &r, cudaStream_t s)
+{
+	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
+	void *args[] = {(void *)&r.a};
+	CK(cudaLaunchCooperativeKernel((void *)mg_kernel, r.G, MG_THREADS, args, MG_SMEM, s));
+}
+
+/* ---- the CPU reference ---------------------------------------------------------------------- */
+
+/* rows [r0, r1) of a tiled matrix (K columns) decoded to floats (times post) */
+static void mg_decode(const uint8_t *t, int K, int r0, int r1, float post, float *out)
+{
+	const int KS = K < 2048 ? K : 2048, nch = K / KS, SB = KS / 128 * MG_STEP;
+	for (int r = r0; r < r1; r++) {
+		const int tile = r / 16, rr = r % 16, hh = rr / 8, g = rr % 8;
+		for (int k = 0; k < K; k++) {
+			const int c = k / KS, kk = k % KS, s = kk / 128, t4 = (kk % 128) / 32, j = (kk % 32) / 8, i = kk % 8;
+			const uint8_t *base = t + ((size_t)tile * nch + c) * SB + (size_t)s * MG_STEP;
+			uint32_t word;
+			memcpy(&word, base + hh * 512 + (g * 4 + t4) * 16 + j * 4, 4);
+			const uint32_t code = fp4s_e2m1_perm_code(word, i);
+			const uint8_t sc = base[1024 + (g * 4 + t4) * 4 + hh * 2 + (j >= 2)];
+			out[(size_t)(r - r0) * K + k] = fp4s_e2m1_to_f32(code) * fp4s_e4m3_to_f32(sc) * post;
+		}
+	}
+}
+
+static std::vector<uint8_t> mg_get(const void *d, size_t bytes)
+{
+	std::vector<uint8_t> v(bytes);
+	CK(cudaMemcpy(v.data(), d, bytes, cudaMemcpyDeviceToHost));
+	return v;
+}
+
+static std::vector<float> mg_getf(const float *d, size_t n)
+{
+	std::vector<float> v(n);
+	CK(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost));
+	return v;
+}
+
+static void mg_matvec(const std::vector<uint8_t> &t, int N, int K, float post, const float *x, float *y)
+{
+	std::vector<float> w((size_t)16 * K);
+	for (int r0 = 0; r0 < N; r0 += 16) {
+		mg_decode(t.data(), K, r0, r0 + 16, post, w.data());
+		for (int r = 0; r < 16; r++) {
+			double s = 0.0;
+			for (int k = 0; k < K; k++)
+				s += (double)w[(size_t)r * K + k] * x[k];
+			y[r0 + r] = (float)s;
+		}
+	}
+}
+
+static void mg_norm(const float *h, const float *nw, float eps, float *x)
+{
+	double ss = 0.0;
+	for (int k = 0; k < MG_H; k++)
+		ss += (double)h[k] * h[k];
+	const float r = (float)(1.0 / sqrt(ss / MG_H + eps));
+	for (int k = 0; k < MG_H; k++)
+		x[k] = h[k] * r * nw[k];
+}
+
+/* relative L2 error of got against want; prints and returns whether within tol */
+static int mg_cmp(const char *what, int l, const float *got, const float *want, int n, double tol)
+{
+	double e = 0.0, s = 0.0;
+	for (int i = 0; i < n; i++) {
+		const double d = (double)got[i] - want[i];
+		e += d * d;
+		s += (double)want[i] * want[i];
+	}
+	const double rel = sqrt(e / (s > 0 ? s : 1.0));
+	const int ok = rel <= tol && rel == rel;
+	printf("  layer %d %-7s rel L2 %.3e %s\n", l, what, rel, ok ? "ok" : "FAIL");
+	return ok;
+}
+
+static int mg_check(const mg_model &m, int ctx, int T, int G)
+{
+	const int L = 2;
+	mg_run r;
+	mg_run_make(r, m, L, ctx, T, G);
+	printf("check: ctx %d, %d splits of %d a kv head, %d blocks\n", ctx, r.a.S, T, G);
+	/* the cache rows before the launch (the kernel writes position ctx - 1) */
+	std::vector<std::vector<uint8_t>> kc(L), vc(L);
+	for (int l = 0; l < L; l++) {
+		kc[l] = mg_get(m.ly[l].kc, m.kv_b * 2);
+		vc[l] = mg_get(m.ly[l].vc, m.kv_b * 2);
+	}
+	std::vector<float> h = mg_getf(r.a.h, MG_H);
+	mg_launch(r, 0);
+	CK(cudaDeviceSynchronize());
+	const float post = r.a.post;
+	int ok = 1;
+	const std::vector<float> gq = mg_getf(r.a.q, (size_t)L * MG_QR), gatt = mg_getf(r.a.att, (size_t)L * MG_QR);
+	const std::vector<float> gh2 = mg_getf(r.a.h2, (size_t)L * MG_H), gh = mg_getf(r.a.h, (size_t)(L + 1) * MG_H);
+	const std::vector<float> glog = mg_getf(r.a.logits, (size_t)L * MG_E);
+	const std::vector<float> gact = mg_getf(r.a.act, (size_t)L * MG_K * MG_FI);
+	std::vector<int32_t> gsel((size_t)L * MG_K);
+	CK(cudaMemcpy(gsel.data(), r.a.sel, gsel.size() * 4, cudaMemcpyDeviceToHost));
+	for (int l = 0; l < L; l++) {
+		const mg_layer &y = m.ly[l];
+		const std::vector<float> n = mg_getf(y.n1, 2 * MG_H);
+		std::vector<float> x(MG_H), qkv(MG_QKV), att(MG_QR), h2(MG_H), lg(MG_E), hn(MG_H);
+		mg_norm(h.data(), n.data(), r.a.eps, x.data());
+		mg_matvec(mg_get(y.qkv, m.qkv_b), MG_QKV, MG_H, post, x.data(), qkv.data());
+		ok &= mg_cmp("q", l, &gq[(size_t)l * MG_QR], qkv.data(), MG_QR, 1e-4);
+		/* the cache at pos gets bf16(k), bf16(v) */
+		uint16_t *kb = (uint16_t *)kc[l].data(), *vb = (uint16_t *)vc[l].data();
+		for (int g = 0; g < MG_NKV; g++)
+			for (int d = 0; d < MG_HD; d++) {
+				kb[((size_t)g * m.ctx_max + ctx - 1) * MG_HD + d] = fp4s_f32_to_bf16(qkv[MG_QR + g * MG_HD + d]);
+				vb[((size_t)g * m.ctx_max + ctx - 1) * MG_HD + d] =
+				        fp4s_f32_to_bf16(qkv[MG_QR + MG_NKV * MG_HD + g * MG_HD + d]);
+			}
+		for (int hq = 0; hq < MG_NQ; hq++) {
+			const int g = hq / 8;
+			std::vector<double> p(ctx);
+			double mx = -INFINITY;
+			for (int t = 0; t < ctx; t++) {
+				double s = 0.0;
+				for (int d = 0; d < MG_HD; d++)
+					s += (double)qkv[hq * MG_HD + d] * fp4s_bf16_to_f32(kb[((size_t)g * m.ctx_max + t) * MG_HD + d]);
+				p[t] = s / sqrt(128.0);
+				mx = std::max(mx, p[t]);
+			}
+			double sum = 0.0;
+			for (int t = 0; t < ctx; t++)
+				sum += p[t] = exp(p[t] - mx);
+			for (int d = 0; d < MG_HD; d++) {
+				double o = 0.0;
+				for (int t = 0; t < ctx; t++)
+					o += p[t] * fp4s_bf16_to_f32(vb[((size_t)g * m.ctx_max + t) * MG_HD + d]);
+				att[hq * MG_HD + d] = (float)(o / sum);
+			}
+		}
+		ok &= mg_cmp("att", l, &gatt[(size_t)l * MG_QR], att.data(), MG_QR, 1e-4);
+		mg_matvec(mg_get(y.o, m.o_b), MG_H, MG_QR, post, att.data(), h2.data());
+		for (int k = 0; k < MG_H; k++)
+			h2[k] += h[k];
+		ok &= mg_cmp("h2", l, &gh2[(size_t)l * MG_H], h2.data(), MG_H, 1e-4);
+		mg_norm(h2.data(), n.data() + MG_H, r.a.eps, x.data());
+		mg_matvec(mg_get(y.r, m.r_b), MG_E, MG_H, post, x.data(), lg.data());
+		ok &= mg_cmp("logits", l, &glog[(size_t)l * MG_E], lg.data(), MG_E, 1e-4);
+		/* top-k on the CPU's logits */
+		std::vector<int> idx(MG_E);
+		for (int e = 0; e < MG_E; e++)
+			idx[e] = e;
+		std::stable_sort(idx.begin(), idx.end(), [&](int p1, int p2) { return lg[p1] > lg[p2]; });
+		double wsum = 0.0, w[MG_K];
+		for (int k = 0; k < MG_K; k++)
+			wsum += w[k] = exp((double)lg[idx[k]] - lg[idx[0]]);
+		int same = 1;
+		for (int k = 0; k < MG_K; k++)
+			same &= gsel[(size_t)l * MG_K + k] == idx[k];
+		printf("  layer %d experts %s (", l, same ? "equal" : "DIFFER");
+		for (int k = 0; k < MG_K; k++)
+			printf("%d%s", gsel[(size_t)l * MG_K + k], k + 1 < MG_K ? " " : ")\n");
+		ok &= same;
+		for (int k = 0; k < MG_H; k++)
+			hn[k] = h2[k];
+		for (int k = 0; k < MG_K; k++) {
+			const int e = idx[k];
+			std::vector<float> gu(2 * MG_FI), act(MG_FI), dn(MG_H);
+			mg_matvec(mg_get(y.gu + (size_t)e * m.gu_b, m.gu_b), 2 * MG_FI, MG_H, post, x.data(), gu.data());
+			for (int i = 0; i < MG_FI; i++) {
+				const float g = gu[2 * i], u = gu[2 * i + 1];
+				act[i] = g / (1.0f + expf(-g)) * u;
+			}
+			char what[16];
+			snprintf(what, sizeof what, "act%d", k);
+			ok &= mg_cmp(what, l, &gact[((size_t)l * MG_K + k) * MG_FI], act.data(), MG_FI, 1e-4);
+			mg_matvec(mg_get(y.dn + (size_t)e * m.dn_b, m.dn_b), MG_H, MG_FI, post, act.data(), dn.data());
+			for (int i = 0; i < MG_H; i++)
+				hn[i] += (float)(w[k] / wsum) * dn[i];
+		}
+		ok &= mg_cmp("h out", l, &gh[(size_t)(l + 1) * MG_H], hn.data(), MG_H, 1e-4);
+		h = hn;
+	}
+	return ok;
+}
+
+static void mg_time(const mg_model &m, int L, int ctx, int G)
+{
+	mg_run r;
+	mg_run_make(r, m, L, ctx, MG_T, G);
+	cudaStream_t s;
+	CK(cudaStreamCreate(&s));
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	for (int i = 0; i < 3; i++)
+		mg_launch(r, s);
+	std::vector<float> us;
+	for (int i = 0; i < 20; i++) {
+		CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)L * MG_CNT * 4, s));
+		CK(cudaEventRecord(e0, s));
+		void *args[] = {(void *)&r.a};
+		CK(cudaLaunchCooperativeKernel((void *)mg_kernel, r.G, MG_THREADS, args, MG_SMEM, s));
+		CK(cudaEventRecord(e1, s));
+		CK(cudaEventSynchronize(e1));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, e0, e1));
+		us.push_back(ms * 1000.0f);
+	}
+	std::sort(us.begin(), us.end());
+	const double med = us[us.size() / 2];
+	const double bytes = (double)L * (m.qkv_b + m.o_b + m.r_b + MG_K * (m.gu_b + m.dn_b) +
+	                                  2.0 * MG_NKV * ctx * MG_HD * 2);
+	printf("time: %d layers, ctx %d (%d splits): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
+	       "(%.1f MB a step)\n",
+	       L, ctx, r.a.S, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
+	/* one layer's phase ends, max over blocks, from the earliest start */
+	std::vector<unsigned long long> tl((size_t)G * (C_N + 1));
+	CK(cudaMemcpy(tl.data(), r.a.tl, tl.size() * 8, cudaMemcpyDeviceToHost));
+	unsigned long long t0 = ~0ull;
+	for (int b = 0; b < G; b++)
+		t0 = std::min(t0, tl[(size_t)b * (C_N + 1)]);
+	const char *names[C_N + 1] = {"start", "qkv", "attn", "o", "route", "gu", "down"};
+	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
+	for (int p = 0; p <= C_N; p++) {
+		std::vector<double> v;
+		for (int b = 0; b < G; b++)
+			v.push_back((double)(tl[(size_t)b * (C_N + 1) + p] - t0) / 1e3);
+		std::sort(v.begin(), v.end());
+		printf(" %s %.2f/%.2f", names[p], v.back(), v[v.size() / 2]);
+	}
+	printf("\n");
+	CK(cudaStreamDestroy(s));
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "check";
+	int dev, G;
+	CK(cudaGetDevice(&dev));
+	CK(cudaDeviceGetAttribute(&G, cudaDevAttrMultiProcessorCount, dev));
+	CK(cudaFuncSetAttribute(mg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MG_SMEM));
+	int per_sm = 0;
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mg_kernel, MG_THREADS, MG_SMEM));
+	printf("mega_bench: %d SMs, %d block(s) an SM, %d B shared a block\n", G, per_sm, MG_SMEM);
+	if (per_sm < 1)
+		return 1;
+	if (!strcmp(mode, "check")) {
+		mg_model m;
+		mg_model_make(m, 2, 512);
+		int ok = mg_check(m, 40, 16, G);
+		ok &= mg_check(m, 300, MG_T, G);
+		ok &= mg_check(m, 1, MG_T, G);
+		printf("check: %s\n", ok ? "PASS" : "FAIL");
+		return ok ? 0 : 1;
+	}
+	const int L = argc > 2 ? atoi(argv[2]) : 48;
+	mg_model m;
+	mg_model_make(m, L, 4096);
+	if (argc > 3)
+		for (int i = 3; i < argc; i++)
+			mg_time(m, L, atoi(argv[i]), G);
+	else {
+		mg_time(m, L, 128, G);
+		mg_time(m, L, 4096, G);
+	}
+	return 0;
+}
