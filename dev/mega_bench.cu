@@ -73,7 +73,8 @@
 #define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
 
 enum { C_QKV, C_ATT, C_O, C_R, C_GU, C_D, C_N };
-#define MG_CNT (C_N + MG_NKV) /* counters a layer: the phases', then each kv head's splits */
+#define MG_CNT (C_N + MG_NKV)
+#define MG_TL (C_N + 3) /* timeline entries a block: the consumers' 7 marks, the producer's top-k done and last expert copy */ /* counters a layer: the phases', then each kv head's splits */
 
 struct mg_layer {
 	const uint8_t *qkv, *o, *r, *gu, *dn;
@@ -98,6 +99,11 @@ struct mg_args {
 	unsigned long long *tl; /* [G][C_N + 1] for layer tl_layer (NULL: none) */
 	int tl_layer;
 	size_t gu_stride, dn_stride;
+	/* experiments (time mode only, MG_* environment variables): */
+	int csplit;   /* MG_CSPLIT: copies a stage (1: one bulk copy; 2, 4, 8, 16: by step groups) */
+	int exstatic; /* MG_EXSTATIC=1: the producer copies experts (8 l + slot) % 128 before the top-k
+	               * (results wrong: what the routing dependency costs) */
+	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -132,7 +138,7 @@ static __device__ __forceinline__ uint32_t mg_lds32(uint32_t sa)
 static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, int tid)
 {
 	if (a.tl && l == a.tl_layer && tid == 0)
-		a.tl[blockIdx.x * (C_N + 1) + ph] = gm_now();
+		a.tl[blockIdx.x * MG_TL + ph] = gm_now();
 }
 
 /* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H) */
@@ -230,16 +236,24 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			const int t = t0 + tl;
 			const uint4 *kr = reinterpret_cast<const uint4 *>(ly.kc + ((size_t)g * a.ctx_max + t) * MG_HD);
 			float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-			for (int c = 0; c < MG_HD / 8; c++) {
-				const uint4 kv = t == pos ? __ldcg(kr + c) : __ldg(kr + c);
-				const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv);
+			/* the row in two halves of 8 loads each, all in flight before the first is used */
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const float2 kf = __bfloat1622float2(k2[e]);
+			for (int half = 0; half < 2; half++) {
+				uint4 kv[8];
 #pragma unroll
-					for (int h = 0; h < 4; h++)
-						d[h] += qs[(h0 + h) * MG_HD + c * 8 + 2 * e] * kf.x +
-						        qs[(h0 + h) * MG_HD + c * 8 + 2 * e + 1] * kf.y;
+				for (int c = 0; c < 8; c++)
+					kv[c] = t == pos ? __ldcg(kr + half * 8 + c) : __ldg(kr + half * 8 + c);
+#pragma unroll
+				for (int c = 0; c < 8; c++) {
+					const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const float2 kf = __bfloat1622float2(k2[e]);
+						const int dd = (half * 8 + c) * 8 + 2 * e;
+#pragma unroll
+						for (int h = 0; h < 4; h++)
+							d[h] += qs[(h0 + h) * MG_HD + dd] * kf.x + qs[(h0 + h) * MG_HD + dd + 1] * kf.y;
+					}
 				}
 			}
 #pragma unroll
@@ -268,14 +282,23 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	gt_sync();
 	/* warp h, lane: dims 4 lane .. +4 of sum_t p_t v_t */
 	float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int i = 0; i < n; i++) {
-		const int t = t0 + i;
-		const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
-		const uint2 vv = t == pos ? __ldcg(vr) : __ldg(vr);
-		const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv.x));
-		const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv.y));
-		const float p = sc[warp * MG_T + i];
-		o4[0] += p * v01.x, o4[1] += p * v01.y, o4[2] += p * v23.x, o4[3] += p * v23.y;
+	for (int i0 = 0; i0 < n; i0 += 8) {
+		uint2 vv[8]; /* 8 positions' loads in flight at once */
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int t = t0 + min(i0 + u, n - 1);
+			const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
+			vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			if (i0 + u >= n)
+				break;
+			const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].x));
+			const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
+			const float p = sc[warp * MG_T + i0 + u];
+			o4[0] += p * v01.x, o4[1] += p * v01.y, o4[2] += p * v23.x, o4[3] += p * v23.y;
+		}
 	}
 	float *att = a.att + (size_t)l * MG_QR + (g * 8 + warp) * MG_HD + 4 * lane;
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
@@ -397,7 +420,12 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			if (lane == 0) {
 				gt_wait(&empty[pp.i], pp.ph ^ 1u);
 				gt_expect(&full[pp.i], bytes);
-				gt_copy_ef(ring + (size_t)pp.i * MG_STAGE, src, bytes, &full[pp.i], pol);
+				const unsigned steps = bytes / MG_STEP, per = (steps + a.csplit - 1) / a.csplit;
+				for (unsigned s0 = 0; s0 < steps; s0 += per) {
+					const unsigned n = min(per, steps - s0) * MG_STEP;
+					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + s0 * MG_STEP, src + s0 * MG_STEP, n, &full[pp.i],
+					           pol);
+				}
 			}
 			gt_next(pp, MG_NS);
 		};
@@ -413,16 +441,33 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				issue(ly.r + (size_t)(b - rb) * MG_STAGE, MG_STAGE);
 			int *sl = sel + (l & 1) * MG_K;
 			float *sw = selw + (l & 1) * MG_K;
-			mg_topk(a, l, sl, sw, lane);
-			if (lane == 0)
-				gt_arrive(&selbar[l & 1]);
+			const uint8_t *gub = a.expool ? a.ly[0].gu : ly.gu, *dnb = a.expool ? a.ly[0].dn : ly.dn;
+			if (!a.exstatic) {
+				mg_topk(a, l, sl, sw, lane);
+				if (lane == 0)
+					gt_arrive(&selbar[l & 1]);
+				if (a.tl && l == a.tl_layer && lane == 0)
+					a.tl[blockIdx.x * MG_TL + C_N + 1] = gm_now();
+			}
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
 				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
-				issue(ly.gu + (size_t)sl[slot] * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
+				const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
+				issue(gub + (size_t)e * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
 			}
 			if (b < MG_D_TILES)
-				for (int slot = 0; slot < MG_K; slot++)
-					issue(ly.dn + (size_t)sl[slot] * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
+				for (int slot = 0; slot < MG_K; slot++) {
+					const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
+					issue(dnb + (size_t)e * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
+				}
+			if (a.tl && l == a.tl_layer && lane == 0)
+				a.tl[blockIdx.x * MG_TL + C_N + 2] = gm_now();
+			if (a.exstatic) {
+				mg_topk(a, l, sl, sw, lane);
+				if (lane == 0)
+					gt_arrive(&selbar[l & 1]);
+				if (a.tl && l == a.tl_layer && lane == 0)
+					a.tl[blockIdx.x * MG_TL + C_N + 1] = gm_now();
+			}
 		}
 		return;
 	}
@@ -671,7 +716,10 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	CK(cudaMalloc(&a.act, (size_t)L * MG_K * MG_FI * 4));
 	CK(cudaMalloc(&a.sel, (size_t)L * MG_K * 4));
 	CK(cudaMalloc(&a.cnt, (size_t)L * MG_CNT * 4));
-	CK(cudaMalloc(&a.tl, (size_t)G * (C_N + 1) * 8));
+	CK(cudaMalloc(&a.tl, (size_t)G * MG_TL * 8));
+	a.csplit = getenv("MG_CSPLIT") ? atoi(getenv("MG_CSPLIT")) : 1;
+	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
+	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
@@ -788,14 +836,23 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 		mg_norm(h.data(), n.data(), r.a.eps, x.data());
 		mg_matvec(mg_get(y.qkv, m.qkv_b), MG_QKV, MG_H, post, x.data(), qkv.data());
 		ok &= mg_cmp("q", l, &gq[(size_t)l * MG_QR], qkv.data(), MG_QR, 1e-4);
-		/* the cache at pos gets bf16(k), bf16(v) */
+		/* the cache at pos holds the kernel's bf16(k), bf16(v): compared with the reference's k and
+		 * v (to bf16's precision), then the attention reference reads the kernel's rows, so a
+		 * rounding that went the other way is not counted against the attention */
 		uint16_t *kb = (uint16_t *)kc[l].data(), *vb = (uint16_t *)vc[l].data();
-		for (int g = 0; g < MG_NKV; g++)
-			for (int d = 0; d < MG_HD; d++) {
-				kb[((size_t)g * m.ctx_max + ctx - 1) * MG_HD + d] = fp4s_f32_to_bf16(qkv[MG_QR + g * MG_HD + d]);
-				vb[((size_t)g * m.ctx_max + ctx - 1) * MG_HD + d] =
-				        fp4s_f32_to_bf16(qkv[MG_QR + MG_NKV * MG_HD + g * MG_HD + d]);
-			}
+		{
+			const std::vector<uint8_t> ka = mg_get(y.kc, m.kv_b * 2), va = mg_get(y.vc, m.kv_b * 2);
+			std::vector<float> got(2 * MG_NKV * MG_HD);
+			for (int g = 0; g < MG_NKV; g++)
+				for (int d = 0; d < MG_HD; d++) {
+					const size_t at = ((size_t)g * m.ctx_max + ctx - 1) * MG_HD + d;
+					kb[at] = ((const uint16_t *)ka.data())[at];
+					vb[at] = ((const uint16_t *)va.data())[at];
+					got[g * MG_HD + d] = fp4s_bf16_to_f32(kb[at]);
+					got[MG_NKV * MG_HD + g * MG_HD + d] = fp4s_bf16_to_f32(vb[at]);
+				}
+			ok &= mg_cmp("k, v", l, got.data(), &qkv[MG_QR], 2 * MG_NKV * MG_HD, 4e-3);
+		}
 		for (int hq = 0; hq < MG_NQ; hq++) {
 			const int g = hq / 8;
 			std::vector<double> p(ctx);
@@ -866,7 +923,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 static void mg_time(const mg_model &m, int L, int ctx, int G)
 {
 	mg_run r;
-	mg_run_make(r, m, L, ctx, MG_T, G);
+	mg_run_make(r, m, L, ctx, getenv("MG_TT") ? atoi(getenv("MG_TT")) : MG_T, G);
 	cudaStream_t s;
 	CK(cudaStreamCreate(&s));
 	cudaEvent_t e0, e1;
@@ -894,17 +951,17 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	       "(%.1f MB a step)\n",
 	       L, ctx, r.a.S, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
 	/* one layer's phase ends, max over blocks, from the earliest start */
-	std::vector<unsigned long long> tl((size_t)G * (C_N + 1));
+	std::vector<unsigned long long> tl((size_t)G * MG_TL);
 	CK(cudaMemcpy(tl.data(), r.a.tl, tl.size() * 8, cudaMemcpyDeviceToHost));
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
-		t0 = std::min(t0, tl[(size_t)b * (C_N + 1)]);
-	const char *names[C_N + 1] = {"start", "qkv", "attn", "o", "route", "gu", "down"};
+		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
+	const char *names[MG_TL] = {"start", "qkv", "attn", "o", "route", "gu", "down", "topk", "excopied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
-	for (int p = 0; p <= C_N; p++) {
+	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;
 		for (int b = 0; b < G; b++)
-			v.push_back((double)(tl[(size_t)b * (C_N + 1) + p] - t0) / 1e3);
+			v.push_back((double)(long long)(tl[(size_t)b * MG_TL + p] - t0) / 1e3);
 		std::sort(v.begin(), v.end());
 		printf(" %s %.2f/%.2f", names[p], v.back(), v[v.size() / 2]);
 	}
