@@ -74,7 +74,7 @@
 
 enum { C_QKV, C_ATT, C_O, C_R, C_GU, C_D, C_N };
 #define MG_CNT (C_N + MG_NKV)
-#define MG_TL (C_N + 3) /* timeline entries a block: the consumers' 7 marks, the producer's top-k done and last expert copy */ /* counters a layer: the phases', then each kv head's splits */
+#define MG_TL (C_N + 5) /* timeline entries a block: the consumers' 7 marks, the producer's top-k done and last expert copy */ /* counters a layer: the phases', then each kv head's splits */
 
 struct mg_layer {
 	const uint8_t *qkv, *o, *r, *gu, *dn;
@@ -104,6 +104,7 @@ struct mg_args {
 	int exstatic; /* MG_EXSTATIC=1: the producer copies experts (8 l + slot) % 128 before the top-k
 	               * (results wrong: what the routing dependency costs) */
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
+	int poll;     /* MG_POLL: mg_poll's form */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -114,17 +115,38 @@ static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
 	return v;
 }
 
+static __device__ __forceinline__ unsigned mg_ld_rlx(const unsigned *c)
+{
+	unsigned v;
+	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+	return v;
+}
+
+/* waits until *c >= target: acquire loads (poll 0), or relaxed loads and one fence after (1), the
+ * same with a pause between loads (2) */
+static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned target, int poll)
+{
+	if (poll == 0) {
+		while (mg_ld_acq(c) < target)
+			;
+		return;
+	}
+	while (mg_ld_rlx(c) < target)
+		if (poll == 2)
+			__nanosleep(64);
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 static __device__ __forceinline__ void mg_pub(unsigned *c, unsigned n)
 {
 	asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
 }
 
 /* the consumers wait until *c >= target (thread 0 polls; the barrier orders the others' loads) */
-static __device__ __forceinline__ void mg_cwait(const unsigned *c, unsigned target, int tid)
+static __device__ __forceinline__ void mg_cwait(const unsigned *c, unsigned target, int tid, int poll)
 {
 	if (tid == 0)
-		while (mg_ld_acq(c) < target)
-			;
+		mg_poll(c, target, poll);
 	gt_sync();
 }
 
@@ -280,25 +302,60 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			mstat[warp] = m, lstat[warp] = sum;
 	}
 	gt_sync();
-	/* warp h, lane: dims 4 lane .. +4 of sum_t p_t v_t */
-	float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int i0 = 0; i0 < n; i0 += 8) {
-		uint2 vv[8]; /* 8 positions' loads in flight at once */
+	/* warp w: positions w, w + 8, .. (their v loads all in flight), every head's dims 4 lane .. +4;
+	 * then the warps' sums added in a tree through shared memory (warp w + 4 into w, then + 2,
+	 * + 1: the same order every run) */
+	float o8[8][4];
+#pragma unroll
+	for (int h = 0; h < 8; h++)
+		o8[h][0] = o8[h][1] = o8[h][2] = o8[h][3] = 0.0f;
+	for (int i0 = warp; i0 < n; i0 += 8 * 8) {
+		uint2 vv[8];
 #pragma unroll
 		for (int u = 0; u < 8; u++) {
-			const int t = t0 + min(i0 + u, n - 1);
+			const int t = t0 + min(i0 + 8 * u, n - 1);
 			const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
 			vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
 		}
 #pragma unroll
 		for (int u = 0; u < 8; u++) {
-			if (i0 + u >= n)
+			const int i = i0 + 8 * u;
+			if (i >= n)
 				break;
 			const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].x));
 			const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
-			const float p = sc[warp * MG_T + i0 + u];
-			o4[0] += p * v01.x, o4[1] += p * v01.y, o4[2] += p * v23.x, o4[3] += p * v23.y;
+#pragma unroll
+			for (int h = 0; h < 8; h++) {
+				const float p = sc[h * MG_T + i];
+				o8[h][0] += p * v01.x, o8[h][1] += p * v01.y, o8[h][2] += p * v23.x, o8[h][3] += p * v23.y;
+			}
 		}
+	}
+	float4 *tree = reinterpret_cast<float4 *>(lstat + 16); /* [4 warps][8 heads][32 lanes] */
+	for (int half = 4; half >= 1; half >>= 1) {
+		if (warp >= half && warp < 2 * half)
+#pragma unroll
+			for (int h = 0; h < 8; h++)
+				tree[((warp - half) * 8 + h) * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
+		gt_sync();
+		if (warp < half)
+#pragma unroll
+			for (int h = 0; h < 8; h++) {
+				const float4 v = tree[(warp * 8 + h) * 32 + lane];
+				o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
+			}
+		gt_sync();
+	}
+	/* warp 0 holds every head's sums: hand head h to warp h */
+	if (warp == 0)
+#pragma unroll
+		for (int h = 0; h < 8; h++)
+			tree[h * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
+	gt_sync();
+	float o4[4];
+	{
+		const float4 v = tree[warp * 32 + lane];
+		o4[0] = v.x, o4[1] = v.y, o4[2] = v.z, o4[3] = v.w;
 	}
 	float *att = a.att + (size_t)l * MG_QR + (g * 8 + warp) * MG_HD + 4 * lane;
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
@@ -347,9 +404,13 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
  * ties), weights renormalized over the 8 (Qwen3's norm_topk_prob) */
 static __device__ void mg_topk(const mg_args &a, int l, int *sel, float *selw, int lane)
 {
+	const bool mk = a.tl && l == a.tl_layer && lane == 0;
+	if (mk)
+		a.tl[blockIdx.x * MG_TL + C_N + 3] = gm_now();
 	if (lane == 0)
-		while (mg_ld_acq(a.cnt + (size_t)l * MG_CNT + C_R) < MG_R_TILES)
-			;
+		mg_poll(a.cnt + (size_t)l * MG_CNT + C_R, MG_R_TILES, a.poll);
+	if (mk)
+		a.tl[blockIdx.x * MG_TL + C_N + 4] = gm_now();
 	__syncwarp();
 	const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.logits + (size_t)l * MG_E) + lane);
 	float x[4] = {v.x, v.y, v.z, v.w};
@@ -482,7 +543,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		const float *h = a.h + (size_t)l * MG_H;
 		float *h2 = a.h2 + (size_t)l * MG_H;
 		if (l > 0)
-			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid);
+			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid, a.poll);
 		mg_mark(a, l, 0, tid);
 		/* qkv */
 		if (b < MG_QKV_TILES) {
@@ -514,14 +575,14 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, 1, tid);
 		/* attention */
 		for (int t = b; t < MG_NKV * a.S; t += G) {
-			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid);
+			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
 			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid);
 			gt_sync();
 		}
 		mg_mark(a, l, 2, tid);
 		/* o */
 		if (b < MG_O_TILES) {
-			mg_cwait(cnt + C_ATT, MG_NKV, tid);
+			mg_cwait(cnt + C_ATT, MG_NKV, tid, a.poll);
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -541,7 +602,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* the router, and x of the experts' gate|up: RMSNorm(h2) */
 		const bool gu = b < MG_K * MG_GU_TILES;
 		if (b >= rb || gu) {
-			mg_cwait(cnt + C_O, MG_O_TILES, tid);
+			mg_cwait(cnt + C_O, MG_O_TILES, tid, a.poll);
 			mg_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
 		}
 		if (b >= rb) {
@@ -580,7 +641,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, 5, tid);
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
-			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid);
+			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
 			gt_wait(&selbar[l & 1], (l >> 1) & 1);
 			for (int slot = 0; slot < MG_K; slot++)
 				mg_stage_plain(a.act + ((size_t)l * MG_K + slot) * MG_FI, MG_FI, xs + slot * 2 * MG_CS_F, MG_CS_F,
@@ -720,6 +781,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.csplit = getenv("MG_CSPLIT") ? atoi(getenv("MG_CSPLIT")) : 1;
 	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
+	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
@@ -956,7 +1018,7 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start", "qkv", "attn", "o", "route", "gu", "down", "topk", "excopied"};
+	const char *names[MG_TL] = {"start", "qkv", "attn", "o", "route", "gu", "down", "topk", "excopied", "tk-in", "tk-seen"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;
