@@ -22,7 +22,8 @@ v)
 		dev/mega_bench.cu -o /tmp/mega_bench -lcuda > $OUT/log/build.txt 2>&1 || { cat $OUT/log/build.txt; exit 1; }
 	timeout 120 /tmp/mega_bench check > $OUT/log/check.txt 2>&1; echo "check rc=$?" >> $OUT/log/check.txt
 	grep -E "FAIL|DIFFER|check" $OUT/log/check.txt
-	for v in ${VARS:-"" MG_CSPLIT=4 MG_CSPLIT=16 MG_EXSTATIC=1 MG_EXPOOL=1 "MG_EXSTATIC=1 MG_EXPOOL=1" MG_TT=32}; do
+	IFS=';' read -ra VV <<< "${VARS:-;MG_CSPLIT=4;MG_CSPLIT=16;MG_EXSTATIC=1;MG_EXPOOL=1;MG_EXSTATIC=1 MG_EXPOOL=1;MG_TT=32}"
+	for v in "${VV[@]}"; do
 		echo "== $v"
 		env $v timeout 100 /tmp/mega_bench time 48 128 4096 2>&1 | grep -v "^mega_bench"
 	done > $OUT/log/time.txt 2>&1
