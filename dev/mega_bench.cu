@@ -105,6 +105,7 @@ struct mg_args {
 	               * (results wrong: what the routing dependency costs) */
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
+	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -190,11 +191,46 @@ static __device__ void mg_stage_norm(const float *v, const float *nw, float eps,
 	gt_sync();
 }
 
-/* n plain values of v staged into xs at column stride cs */
+/* n plain values of v (n % 4 == 0, n <= 4 * 4 * 256) staged into xs at column stride cs: every
+ * thread's loads issued before the first is used (one L2 round trip, not one a round) */
 static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs, int tid)
 {
-	for (int k = tid; k < n; k += MG_W * 32)
-		gm_st_put(xs, cs, k, __ldcg(v + k));
+	float4 r[4];
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const int i = tid + u * MG_W * 32;
+		if (4 * i < n)
+			r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + i);
+	}
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const int i = tid + u * MG_W * 32;
+		if (4 * i < n) {
+			gm_st_put(xs, cs, 4 * i, r[u].x);
+			gm_st_put(xs, cs, 4 * i + 1, r[u].y);
+			gm_st_put(xs, cs, 4 * i + 2, r[u].z);
+			gm_st_put(xs, cs, 4 * i + 3, r[u].w);
+		}
+	}
+}
+
+/* the down projection's x: the 8 slots' SwiGLU outputs (8 x 768 floats: 6 float4 a thread, all in
+ * flight together), slot s at xs + s * 2 * MG_CS_F */
+static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
+{
+	float4 r[6];
+#pragma unroll
+	for (int u = 0; u < 6; u++)
+		r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid + u * MG_W * 32);
+#pragma unroll
+	for (int u = 0; u < 6; u++) {
+		const int i = 4 * (tid + u * MG_W * 32), slot = i / MG_FI, k = i - slot * MG_FI;
+		uint8_t *x = xs + slot * 2 * MG_CS_F;
+		gm_st_put(x, MG_CS_F, k, r[u].x);
+		gm_st_put(x, MG_CS_F, k + 1, r[u].y);
+		gm_st_put(x, MG_CS_F, k + 2, r[u].z);
+		gm_st_put(x, MG_CS_F, k + 3, r[u].w);
+	}
 }
 
 /* nst stages of a tile from the ring into acc (this lane's MMA accumulator), x staged at xs_sa
@@ -241,10 +277,35 @@ static __device__ __forceinline__ float mg_rowsum(const float *red, int r)
 }
 
 /* one attention split: kv head g, positions [t0, t1), by the 256 consumer threads */
-static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, float *scr, int tid)
+/* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
+ * step, copied through the ring (aring) in stages of up to 64 rows, K's then V's */
+static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
+{
+	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T);
+	return max(0, min(t1, a.ctx - 1) - t0);
+}
+
+static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, float *scr, int tid,
+                              gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
 {
 	const int warp = tid >> 5, lane = tid & 31, pos = a.ctx - 1;
 	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T), n = t1 - t0;
+	/* the ring's K and V stages of this split (aring), all landed long before */
+	const int nk = a.aring ? (mg_attn_m(a, s) + 63) / 64 : 0;
+	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
+	{
+		gt_pos q = rp;
+		for (int c = 0; c < nk; c++) {
+			gt_wait(&full[q.i], q.ph);
+			kst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
+			gt_next(q, MG_NS);
+		}
+		for (int c = 0; c < nk; c++) {
+			gt_wait(&full[q.i], q.ph);
+			vst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
+			gt_next(q, MG_NS);
+		}
+	}
 	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_T, *lstat = mstat + 8;
 	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
 	{
@@ -260,11 +321,14 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 			/* the row in two halves of 8 loads each, all in flight before the first is used */
 #pragma unroll
+			const bool ring = t < pos && a.aring;
+			const uint32_t ks = kst[tl >> 6] + (uint32_t)(tl & 63) * 256;
 			for (int half = 0; half < 2; half++) {
 				uint4 kv[8];
 #pragma unroll
 				for (int c = 0; c < 8; c++)
-					kv[c] = t == pos ? __ldcg(kr + half * 8 + c) : __ldg(kr + half * 8 + c);
+					kv[c] = ring ? gm_lds128(ks + (half * 8 + c) * 16)
+					             : t == pos ? __ldcg(kr + half * 8 + c) : __ldg(kr + half * 8 + c);
 #pragma unroll
 				for (int c = 0; c < 8; c++) {
 					const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
@@ -315,7 +379,15 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		for (int u = 0; u < 8; u++) {
 			const int t = t0 + min(i0 + 8 * u, n - 1);
 			const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
-			vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
+			if (t < pos && a.aring) {
+				const int i = t - t0;
+				uint32_t lo, hi;
+				asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
+				             : "=r"(lo), "=r"(hi)
+				             : "r"(vst[i >> 6] + (uint32_t)(i & 63) * 256 + lane * 8));
+				vv[u] = make_uint2(lo, hi);
+			} else
+				vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
 		}
 #pragma unroll
 		for (int u = 0; u < 8; u++) {
@@ -345,6 +417,12 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 				o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
 			}
 		gt_sync();
+	}
+	/* the K and V stages go back to the producer (every warp is past its reads) */
+	for (int c = 0; c < 2 * nk; c++) {
+		if (lane == 0)
+			gt_arrive(&empty[rp.i]);
+		gt_next(rp, MG_NS);
 	}
 	/* warp 0 holds every head's sums: hand head h to warp h */
 	if (warp == 0)
@@ -419,21 +497,24 @@ static __device__ void mg_topk(const mg_args &a, int l, int *sel, float *selw, i
 		m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
 	float tot = 0.0f;
 	for (int k = 0; k < MG_K; k++) {
-		/* this lane's best (lowest index among equals), then the warp's */
-		int bi = 0;
+		/* this lane's best (lowest index among equals), then the warp's; by selects, as an index
+		 * into x put x in local memory (14 us a top-k: an L2 round trip at each access) */
+		float bv = x[0];
+		int bidx = 4 * lane;
+#pragma unroll
 		for (int i = 1; i < 4; i++)
-			if (x[i] > x[bi])
-				bi = i;
-		float bv = x[bi];
-		int bidx = 4 * lane + bi;
+			if (x[i] > bv)
+				bv = x[i], bidx = 4 * lane + i;
 		for (int o = 16; o; o >>= 1) {
 			const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
 			const int oi = __shfl_xor_sync(0xFFFFFFFFu, bidx, o);
 			if (ov > bv || (ov == bv && oi < bidx))
 				bv = ov, bidx = oi;
 		}
-		if (bidx >> 2 == lane)
-			x[bidx & 3] = -INFINITY;
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			if (bidx == 4 * lane + i)
+				x[i] = -INFINITY;
 		const float w = expf(bv - m);
 		tot += w;
 		if (lane == 0)
@@ -482,6 +563,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				gt_wait(&empty[pp.i], pp.ph ^ 1u);
 				gt_expect(&full[pp.i], bytes);
 				const unsigned steps = bytes / MG_STEP, per = (steps + a.csplit - 1) / a.csplit;
+				if (a.csplit <= 1 || bytes % MG_STEP)
+					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE, src, bytes, &full[pp.i], pol);
+				else
 				for (unsigned s0 = 0; s0 < steps; s0 += per) {
 					const unsigned n = min(per, steps - s0) * MG_STEP;
 					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + s0 * MG_STEP, src + s0 * MG_STEP, n, &full[pp.i],
@@ -494,6 +578,16 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			const mg_layer &ly = a.ly[l];
 			for (int j = b; j < MG_QKV_TILES; j += G)
 				issue(ly.qkv + (size_t)j * MG_STAGE, MG_STAGE);
+			if (a.aring)
+				for (int t = b; t < MG_NKV * a.S; t += G) {
+					const int g = t / a.S, s = t % a.S, m = mg_attn_m(a, s);
+					const __nv_bfloat16 *base[2] = {ly.kc, ly.vc};
+					for (int kv = 0; kv < 2; kv++)
+						for (int c0 = 0; c0 < m; c0 += 64)
+							issue(reinterpret_cast<const uint8_t *>(base[kv] + ((size_t)g * a.ctx_max + s * a.T + c0) *
+							                                                       MG_HD),
+							      (unsigned)min(64, m - c0) * MG_HD * 2);
+				}
 			if (b < MG_O_TILES) {
 				issue(ly.o + (size_t)(2 * b) * MG_STAGE, MG_STAGE);
 				issue(ly.o + (size_t)(2 * b + 1) * MG_STAGE, MG_STAGE);
@@ -576,7 +670,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* attention */
 		for (int t = b; t < MG_NKV * a.S; t += G) {
 			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
-			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid);
+			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid, pos, full, empty, ring_sa);
 			gt_sync();
 		}
 		mg_mark(a, l, 2, tid);
@@ -643,9 +737,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		if (b < MG_D_TILES) {
 			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
 			gt_wait(&selbar[l & 1], (l >> 1) & 1);
-			for (int slot = 0; slot < MG_K; slot++)
-				mg_stage_plain(a.act + ((size_t)l * MG_K + slot) * MG_FI, MG_FI, xs + slot * 2 * MG_CS_F, MG_CS_F,
-				               tid);
+			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
 			gt_sync();
 			const float *sw = selw + (l & 1) * MG_K;
 			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -782,6 +874,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
+	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
