@@ -295,16 +295,20 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
 	{
 		gt_pos q = rp;
-		for (int c = 0; c < nk; c++) {
-			gt_wait(&full[q.i], q.ph);
-			kst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
-			gt_next(q, MG_NS);
-		}
-		for (int c = 0; c < nk; c++) {
-			gt_wait(&full[q.i], q.ph);
-			vst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
-			gt_next(q, MG_NS);
-		}
+#pragma unroll
+		for (int c = 0; c < 2; c++)
+			if (c < nk) {
+				gt_wait(&full[q.i], q.ph);
+				kst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
+				gt_next(q, MG_NS);
+			}
+#pragma unroll
+		for (int c = 0; c < 2; c++)
+			if (c < nk) {
+				gt_wait(&full[q.i], q.ph);
+				vst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
+				gt_next(q, MG_NS);
+			}
 	}
 	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_T, *lstat = mstat + 8;
 	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
@@ -322,7 +326,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			/* the row in two halves of 8 loads each, all in flight before the first is used */
 #pragma unroll
 			const bool ring = t < pos && a.aring;
-			const uint32_t ks = kst[tl >> 6] + (uint32_t)(tl & 63) * 256;
+			const uint32_t ks = ((tl >> 6) ? kst[1] : kst[0]) + (uint32_t)(tl & 63) * 256;
 			for (int half = 0; half < 2; half++) {
 				uint4 kv[8];
 #pragma unroll
@@ -384,7 +388,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 				uint32_t lo, hi;
 				asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
 				             : "=r"(lo), "=r"(hi)
-				             : "r"(vst[i >> 6] + (uint32_t)(i & 63) * 256 + lane * 8));
+				             : "r"(((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 + lane * 8));
 				vv[u] = make_uint2(lo, hi);
 			} else
 				vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
@@ -581,10 +585,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			if (a.aring)
 				for (int t = b; t < MG_NKV * a.S; t += G) {
 					const int g = t / a.S, s = t % a.S, m = mg_attn_m(a, s);
-					const __nv_bfloat16 *base[2] = {ly.kc, ly.vc};
 					for (int kv = 0; kv < 2; kv++)
 						for (int c0 = 0; c0 < m; c0 += 64)
-							issue(reinterpret_cast<const uint8_t *>(base[kv] + ((size_t)g * a.ctx_max + s * a.T + c0) *
+							issue(reinterpret_cast<const uint8_t *>((kv ? ly.vc : ly.kc) + ((size_t)g * a.ctx_max + s * a.T + c0) *
 							                                                       MG_HD),
 							      (unsigned)min(64, m - c0) * MG_HD * 2);
 				}
