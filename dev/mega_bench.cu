@@ -106,6 +106,8 @@ struct mg_args {
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
 	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
+	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
+	               * with NKV x S x hgn <= G / 2) */
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -285,9 +287,12 @@ static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
 	return max(0, min(t1, a.ctx - 1) - t0);
 }
 
-static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, float *scr, int tid,
-                              gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
+static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, int hg, float *scr,
+                              int tid, gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
 {
+	/* head group hg: nh = 8 / hgn of the kv head's 8 query heads, from hq0 (hp a lane in the
+	 * scores) */
+	const int nh = 8 / a.hgn, hq0 = hg * nh, hp = nh / 2;
 	const int warp = tid >> 5, lane = tid & 31, pos = a.ctx - 1;
 	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T), n = t1 - t0;
 	/* the ring's K and V stages of this split (aring), all landed long before */
@@ -317,42 +322,49 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
 	}
 	gt_sync();
-	{ /* scores: warp w takes heads 4 (w >> 2) .. +4, position t0 + 32 (w & 3) + lane */
-		const int tl = 32 * (warp & 3) + lane, h0 = 4 * (warp >> 2);
+	{ /* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane */
+		const int tl = 32 * (warp & 3) + lane, h0 = hp * (warp >> 2);
 		if (tl < n) {
 			const int t = t0 + tl;
 			const uint4 *kr = reinterpret_cast<const uint4 *>(ly.kc + ((size_t)g * a.ctx_max + t) * MG_HD);
 			float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 			/* the row in two halves of 8 loads each, all in flight before the first is used */
-#pragma unroll
 			const bool ring = t < pos && a.aring;
 			const uint32_t ks = ((tl >> 6) ? kst[1] : kst[0]) + (uint32_t)(tl & 63) * 256;
+			/* lane's chunks in a rotated order: 8 lanes' 16-byte reads of 8 rows 256 bytes apart
+			 * would all fall on the same banks */
+			const int rot = lane & 7;
+#pragma unroll
 			for (int half = 0; half < 2; half++) {
 				uint4 kv[8];
 #pragma unroll
-				for (int c = 0; c < 8; c++)
-					kv[c] = ring ? gm_lds128(ks + (half * 8 + c) * 16)
-					             : t == pos ? __ldcg(kr + half * 8 + c) : __ldg(kr + half * 8 + c);
+				for (int c = 0; c < 8; c++) {
+					const int ch = half * 8 + ((c + rot) & 7);
+					kv[c] = ring ? gm_lds128(ks + ch * 16) : t == pos ? __ldcg(kr + ch) : __ldg(kr + ch);
+				}
 #pragma unroll
 				for (int c = 0; c < 8; c++) {
 					const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
 						const float2 kf = __bfloat1622float2(k2[e]);
-						const int dd = (half * 8 + c) * 8 + 2 * e;
+						const int dd = (half * 8 + ((c + rot) & 7)) * 8 + 2 * e;
 #pragma unroll
 						for (int h = 0; h < 4; h++)
-							d[h] += qs[(h0 + h) * MG_HD + dd] * kf.x + qs[(h0 + h) * MG_HD + dd + 1] * kf.y;
+							if (h < hp)
+								d[h] += qs[(hq0 + h0 + h) * MG_HD + dd] * kf.x +
+								        qs[(hq0 + h0 + h) * MG_HD + dd + 1] * kf.y;
 					}
 				}
 			}
 #pragma unroll
 			for (int h = 0; h < 4; h++)
-				sc[(h0 + h) * MG_T + tl] = d[h];
+				if (h < hp)
+					sc[(h0 + h) * MG_T + tl] = d[h];
 		}
 	}
 	gt_sync();
-	{ /* warp h: the softmax's max, weights and sum over the split */
+	if (warp < nh) { /* warp h: the softmax's max, weights and sum over the split */
 		float m = -INFINITY;
 		for (int i = lane; i < n; i += 32)
 			m = fmaxf(m, sc[warp * MG_T + i]);
@@ -402,6 +414,8 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
 #pragma unroll
 			for (int h = 0; h < 8; h++) {
+				if (h >= nh)
+					break;
 				const float p = sc[h * MG_T + i];
 				o8[h][0] += p * v01.x, o8[h][1] += p * v01.y, o8[h][2] += p * v23.x, o8[h][3] += p * v23.y;
 			}
@@ -412,11 +426,14 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		if (warp >= half && warp < 2 * half)
 #pragma unroll
 			for (int h = 0; h < 8; h++)
+				if (h < nh)
 				tree[((warp - half) * 8 + h) * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
 		gt_sync();
 		if (warp < half)
 #pragma unroll
 			for (int h = 0; h < 8; h++) {
+				if (h >= nh)
+					break;
 				const float4 v = tree[(warp * 8 + h) * 32 + lane];
 				o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
 			}
@@ -432,6 +449,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	if (warp == 0)
 #pragma unroll
 		for (int h = 0; h < 8; h++)
+			if (h < nh)
 			tree[h * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
 	gt_sync();
 	float o4[4];
@@ -439,30 +457,38 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		const float4 v = tree[warp * 32 + lane];
 		o4[0] = v.x, o4[1] = v.y, o4[2] = v.z, o4[3] = v.w;
 	}
-	float *att = a.att + (size_t)l * MG_QR + (g * 8 + warp) * MG_HD + 4 * lane;
+	float *att = a.att + (size_t)l * MG_QR + (g * 8 + hq0 + warp) * MG_HD + 4 * lane;
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
 	if (a.S == 1) {
-		const float inv = 1.0f / lstat[warp];
-		*reinterpret_cast<float4 *>(att) = make_float4(o4[0] * inv, o4[1] * inv, o4[2] * inv, o4[3] * inv);
+		if (warp < nh) {
+			const float inv = 1.0f / lstat[warp];
+			*reinterpret_cast<float4 *>(att) = make_float4(o4[0] * inv, o4[1] * inv, o4[2] * inv, o4[3] * inv);
+		}
 		gt_sync();
 		if (tid == 0)
 			mg_pub(cnt + C_ATT, 1);
 		return;
 	}
-	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + warp) * (MG_HD + 2);
-	*reinterpret_cast<float2 *>(pp + 4 * lane) = make_float2(o4[0], o4[1]);
-	*reinterpret_cast<float2 *>(pp + 4 * lane + 2) = make_float2(o4[2], o4[3]);
-	if (lane == 0)
-		pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
+	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + hq0 + warp) * (MG_HD + 2);
+	if (warp < nh) {
+		*reinterpret_cast<float2 *>(pp + 4 * lane) = make_float2(o4[0], o4[1]);
+		*reinterpret_cast<float2 *>(pp + 4 * lane + 2) = make_float2(o4[2], o4[3]);
+		if (lane == 0)
+			pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
+	}
 	gt_sync();
 	int *last = reinterpret_cast<int *>(lstat + 8);
 	if (tid == 0)
-		*last = fp4s_arrive(cnt + C_N + g) == (unsigned)a.S - 1;
+		*last = fp4s_arrive(cnt + C_N + g * 4 + hg) == (unsigned)a.S - 1;
 	gt_sync();
 	if (!*last)
 		return;
+	if (warp >= nh) {
+		gt_sync();
+		return;
+	}
 	/* the merge: warp h, lane's 4 dims, splits in order */
-	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + warp) * (MG_HD + 2);
+	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + hq0 + warp) * (MG_HD + 2);
 	float M = -INFINITY;
 	for (int j = 0; j < a.S; j++)
 		M = fmaxf(M, __ldcg(p0 + (size_t)j * 8 * (MG_HD + 2) + MG_HD));
@@ -583,8 +609,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			for (int j = b; j < MG_QKV_TILES; j += G)
 				issue(ly.qkv + (size_t)j * MG_STAGE, MG_STAGE);
 			if (a.aring)
-				for (int t = b; t < MG_NKV * a.S; t += G) {
-					const int g = t / a.S, s = t % a.S, m = mg_attn_m(a, s);
+				for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
+					const int g = t / a.hgn / a.S, s = t / a.hgn % a.S, m = mg_attn_m(a, s);
 					for (int kv = 0; kv < 2; kv++)
 						for (int c0 = 0; c0 < m; c0 += 64)
 							issue(reinterpret_cast<const uint8_t *>((kv ? ly.vc : ly.kc) + ((size_t)g * a.ctx_max + s * a.T + c0) *
@@ -671,15 +697,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		}
 		mg_mark(a, l, 1, tid);
 		/* attention */
-		for (int t = b; t < MG_NKV * a.S; t += G) {
+		for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
 			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
-			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid, pos, full, empty, ring_sa);
+			const int gs = t / a.hgn;
+			mg_attn(a, ly, l, gs / a.S, gs % a.S, t % a.hgn, reinterpret_cast<float *>(xs), tid, pos, full, empty,
+			        ring_sa);
 			gt_sync();
 		}
 		mg_mark(a, l, 2, tid);
 		/* o */
 		if (b < MG_O_TILES) {
-			mg_cwait(cnt + C_ATT, MG_NKV, tid, a.poll);
+			mg_cwait(cnt + C_ATT, MG_NKV * a.hgn, tid, a.poll);
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -878,6 +906,11 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
+	a.hgn = 1;
+	while (a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
+		a.hgn *= 2;
+	if (getenv("MG_HGN"))
+		a.hgn = atoi(getenv("MG_HGN"));
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
@@ -969,7 +1002,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 	const int L = 2;
 	mg_run r;
 	mg_run_make(r, m, L, ctx, T, G);
-	printf("check: ctx %d, %d splits of %d a kv head, %d blocks\n", ctx, r.a.S, T, G);
+	printf("check: ctx %d, %d splits of %d a kv head, %d head groups, %d blocks\n", ctx, r.a.S, T, r.a.hgn, G);
 	/* the cache rows before the launch (the kernel writes position ctx - 1) */
 	std::vector<std::vector<uint8_t>> kc(L), vc(L);
 	for (int l = 0; l < L; l++) {
@@ -1105,9 +1138,9 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	const double med = us[us.size() / 2];
 	const double bytes = (double)L * (m.qkv_b + m.o_b + m.r_b + MG_K * (m.gu_b + m.dn_b) +
 	                                  2.0 * MG_NKV * ctx * MG_HD * 2);
-	printf("time: %d layers, ctx %d (%d splits): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
+	printf("time: %d layers, ctx %d (%d splits, %d head groups): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
 	       "(%.1f MB a step)\n",
-	       L, ctx, r.a.S, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
+	       L, ctx, r.a.S, r.a.hgn, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
 	/* one layer's phase ends, max over blocks, from the earliest start */
 	std::vector<unsigned long long> tl((size_t)G * MG_TL);
 	CK(cudaMemcpy(tl.data(), r.a.tl, tl.size() * 8, cudaMemcpyDeviceToHost));

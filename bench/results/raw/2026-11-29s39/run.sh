@@ -21,7 +21,8 @@ v)
 	/usr/local/cuda/bin/nvcc -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a -Isrc -I. -std=c++17 \
 		dev/mega_bench.cu -o /tmp/mega_bench -lcuda > $OUT/log/build.txt 2>&1 || { cat $OUT/log/build.txt; exit 1; }
 	timeout 120 /tmp/mega_bench check > $OUT/log/check.txt 2>&1; echo "check rc=$?" >> $OUT/log/check.txt
-	grep -E "FAIL|DIFFER|check" $OUT/log/check.txt
+	MG_HGN=1 timeout 120 /tmp/mega_bench check > $OUT/log/check1.txt 2>&1; echo "check (one head group) rc=$?" >> $OUT/log/check1.txt
+	grep -E "FAIL|DIFFER|check" $OUT/log/check.txt $OUT/log/check1.txt
 	IFS=';' read -ra VV <<< "${VARS:-;MG_CSPLIT=4;MG_CSPLIT=16;MG_EXSTATIC=1;MG_EXPOOL=1;MG_EXSTATIC=1 MG_EXPOOL=1;MG_TT=32}"
 	for v in "${VV[@]}"; do
 		echo "== $v"
