@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <algorithm>
 #include <vector>
@@ -110,6 +111,8 @@ struct mg_args {
 	               * with NKV x S x hgn <= G / 2) */
 };
 
+__device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
 {
@@ -125,14 +128,64 @@ static __device__ __forceinline__ unsigned mg_ld_rlx(const unsigned *c)
 	return v;
 }
 
+/* hang diagnostics: a wait that lasts over a second records (what, aux, value) in host-mapped
+ * memory at [block][warp], which the host prints when the launch does not finish */
+static __device__ __noinline__ void mg_stuck(int what, unsigned aux, unsigned v)
+{
+	if (!mg_dg)
+		return;
+	volatile int *d = mg_dg + 4 * (blockIdx.x * (MG_W + 1) + (threadIdx.x >> 5));
+	d[1] = (int)aux, d[2] = (int)v, d[3] = threadIdx.x & 31;
+	__threadfence_system();
+	d[0] = what;
+	__threadfence_system();
+}
+
+/* mbarrier wait with the diagnostics */
+static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int what, unsigned aux)
+{
+	uint32_t ok;
+	unsigned long long t0 = 0;
+	for (unsigned it = 0;; it++) {
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+		             "selp.u32 %0, 1, 0, p;\n\t}"
+		             : "=r"(ok)
+		             : "r"(gt_sa(b)), "r"(parity)
+		             : "memory");
+		if (ok)
+			return;
+		if ((it & 1023) == 0) {
+			const unsigned long long t = gm_now();
+			if (!t0)
+				t0 = t;
+			else if (t - t0 > 1000000000ull && t0 != ~0ull) {
+				mg_stuck(what, aux, parity);
+				t0 = ~0ull;
+			}
+		}
+	}
+}
+
 /* waits until *c >= target: acquire loads (poll 0), or relaxed loads and one fence after (1), the
  * same with a pause between loads (2) */
 static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned target, int poll)
 {
 	if (poll == 0) {
-		while (mg_ld_acq(c) < target)
-			;
-		return;
+		unsigned long long t0 = 0;
+		for (unsigned it = 0;; it++) {
+			const unsigned v = mg_ld_acq(c);
+			if (v >= target)
+				return;
+			if ((it & 1023) == 0) {
+				const unsigned long long t = gm_now();
+				if (!t0)
+					t0 = t;
+				else if (t - t0 > 1000000000ull && t0 != ~0ull) {
+					mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
+					t0 = ~0ull;
+				}
+			}
+		}
 	}
 	while (mg_ld_rlx(c) < target)
 		if (poll == 2)
@@ -244,7 +297,7 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
 	const int g = lane >> 2, t4 = lane & 3;
 	const uint32_t xc[1] = {xs_sa + (uint32_t)((g < 2 ? g : (g & 1)) * cs)};
 	for (int c = 0; c < nst; c++) {
-		gt_wait(&full[pos.i], pos.ph);
+		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * MG_STAGE;
 		for (int s = warp; s < nsteps; s += MG_W) {
 			const uint32_t sb = st + (uint32_t)s * MG_STEP;
@@ -303,14 +356,14 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 #pragma unroll
 		for (int c = 0; c < 2; c++)
 			if (c < nk) {
-				gt_wait(&full[q.i], q.ph);
+				mg_wbar(&full[q.i], q.ph, 2, q.n);
 				kst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
 				gt_next(q, MG_NS);
 			}
 #pragma unroll
 		for (int c = 0; c < 2; c++)
 			if (c < nk) {
-				gt_wait(&full[q.i], q.ph);
+				mg_wbar(&full[q.i], q.ph, 2, q.n);
 				vst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
 				gt_next(q, MG_NS);
 			}
@@ -590,7 +643,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		gt_pos pp = {0, 0, 0};
 		auto issue = [&](const uint8_t *src, unsigned bytes) {
 			if (lane == 0) {
-				gt_wait(&empty[pp.i], pp.ph ^ 1u);
+				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
 				gt_expect(&full[pp.i], bytes);
 				const unsigned steps = bytes / MG_STEP, per = (steps + a.csplit - 1) / a.csplit;
 				if (a.csplit <= 1 || bytes % MG_STEP)
@@ -767,7 +820,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
 			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
-			gt_wait(&selbar[l & 1], (l >> 1) & 1);
+			mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
 			gt_sync();
 			const float *sw = selw + (l & 1) * MG_K;
@@ -917,6 +970,41 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.h0 = a.h;
 }
 
+static int *mg_dg_host;
+static unsigned mg_cnt_lo; /* the counters' address, low 32 bits, for the dump */
+static int mg_G;
+
+/* waits for the stream up to 20 s; then prints every recorded wait and ends the program */
+static void mg_finish(cudaStream_t s)
+{
+	for (int i = 0; i < 20000; i++) {
+		const cudaError_t e = cudaStreamQuery(s);
+		if (e == cudaSuccess)
+			return;
+		if (e != cudaErrorNotReady)
+			CK(e);
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	printf("HANG: the launch did not finish in 20 s; waits over 1 s:\n");
+	for (int b = 0; b < mg_G; b++)
+		for (int w = 0; w <= MG_W; w++) {
+			const volatile int *d = mg_dg_host + 4 * (b * (MG_W + 1) + w);
+			if (!d[0])
+				continue;
+			if (d[0] == 100) {
+				const unsigned off = ((unsigned)d[1] - mg_cnt_lo) / 4;
+				printf("  block %d warp %d lane %d: counter layer %u index %u at %u of %u\n", b, w, d[3],
+				       off / MG_CNT, off % MG_CNT, (unsigned)d[2] >> 16, (unsigned)d[2] & 0xFFFF);
+			} else
+				printf("  block %d warp %d lane %d: barrier kind %d (1 full/tile, 2 full/attn, 3 empty/producer, "
+				       "4 selbar) n %d parity %d\n",
+				       b, w, d[3], d[0], d[1], d[2]);
+		}
+	fflush(stdout);
+	exit(2);
+}
+
 static void mg_launch(mg_run &r, cudaStream_t s)
 {
 	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
@@ -1010,7 +1098,9 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 		vc[l] = mg_get(m.ly[l].vc, m.kv_b * 2);
 	}
 	std::vector<float> h = mg_getf(r.a.h, MG_H);
+	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	mg_launch(r, 0);
+	mg_finish(0);
 	CK(cudaDeviceSynchronize());
 	const float post = r.a.post;
 	int ok = 1;
@@ -1120,8 +1210,11 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	cudaEvent_t e0, e1;
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
-	for (int i = 0; i < 3; i++)
+	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
+	for (int i = 0; i < 3; i++) {
 		mg_launch(r, s);
+		mg_finish(s);
+	}
 	std::vector<float> us;
 	for (int i = 0; i < 20; i++) {
 		CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)L * MG_CNT * 4, s));
@@ -1129,6 +1222,7 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 		void *args[] = {(void *)&r.a};
 		CK(cudaLaunchCooperativeKernel((void *)mg_kernel, r.G, MG_THREADS, args, MG_SMEM, s));
 		CK(cudaEventRecord(e1, s));
+		mg_finish(s);
 		CK(cudaEventSynchronize(e1));
 		float ms;
 		CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -1172,6 +1266,16 @@ int main(int argc, char **argv)
 	printf("mega_bench: %d SMs, %d block(s) an SM, %d B shared a block\n", G, per_sm, MG_SMEM);
 	if (per_sm < 1)
 		return 1;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	mg_G = G;
+	{
+		const size_t bytes = (size_t)G * (MG_W + 1) * 4 * sizeof(int);
+		CK(cudaHostAlloc((void **)&mg_dg_host, bytes, cudaHostAllocMapped));
+		memset(mg_dg_host, 0, bytes);
+		int *dp;
+		CK(cudaHostGetDevicePointer((void **)&dp, mg_dg_host, 0));
+		CK(cudaMemcpyToSymbol(mg_dg, &dp, sizeof dp));
+	}
 	if (!strcmp(mode, "check")) {
 		mg_model m;
 		mg_model_make(m, 2, 512);

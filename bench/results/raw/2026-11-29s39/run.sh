@@ -31,3 +31,18 @@ v)
 	cat $OUT/log/time.txt
 	;;
 esac
+case $PH in
+h)
+	# the hang of call v4 (head groups): the default check and one timed context under the watchdog
+	/usr/local/cuda/bin/nvcc -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a -Isrc -I. -std=c++17 \
+		dev/mega_bench.cu -o /tmp/mega_bench -lcuda > $OUT/log/build.txt 2>&1 || { cat $OUT/log/build.txt; exit 1; }
+	timeout 60 /tmp/mega_bench check > $OUT/log/check.txt 2>&1; echo "check rc=$?" >> $OUT/log/check.txt
+	grep -E "FAIL|DIFFER|check|HANG|block" $OUT/log/check.txt | head -40
+	IFS=';' read -ra VV <<< "${VARS:-MG_HGN=1}"
+	for v in "${VV[@]}"; do
+		echo "== $v"
+		env $v timeout 60 /tmp/mega_bench time 48 128 2>&1 | grep -v "^mega_bench" | head -40
+	done > $OUT/log/time.txt 2>&1
+	cat $OUT/log/time.txt
+	;;
+esac
