@@ -986,20 +986,23 @@ static void mg_finish(cudaStream_t s)
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
 	}
-	printf("HANG: the launch did not finish in 20 s; waits over 1 s:\n");
+	printf("HANG: the launch did not finish in 20 s; each block's last wait over 1 s (consumer warp 0, "
+	       "then the producer):\n");
 	for (int b = 0; b < mg_G; b++)
-		for (int w = 0; w <= MG_W; w++) {
+		for (int w = 0; w <= MG_W; w += MG_W) {
 			const volatile int *d = mg_dg_host + 4 * (b * (MG_W + 1) + w);
-			if (!d[0])
+			if (!d[0]) {
+				printf("  block %d %s: none\n", b, w ? "producer" : "consumers");
 				continue;
+			}
 			if (d[0] == 100) {
 				const unsigned off = ((unsigned)d[1] - mg_cnt_lo) / 4;
-				printf("  block %d warp %d lane %d: counter layer %u index %u at %u of %u\n", b, w, d[3],
+				printf("  block %d %s: counter layer %u index %u at %u of %u\n", b, w ? "producer" : "consumers",
 				       off / MG_CNT, off % MG_CNT, (unsigned)d[2] >> 16, (unsigned)d[2] & 0xFFFF);
 			} else
-				printf("  block %d warp %d lane %d: barrier kind %d (1 full/tile, 2 full/attn, 3 empty/producer, "
-				       "4 selbar) n %d parity %d\n",
-				       b, w, d[3], d[0], d[1], d[2]);
+				printf("  block %d %s: barrier kind %d (1 full/tile, 2 full/attn, 3 empty, 4 selbar) n %d "
+				       "parity %d\n",
+				       b, w ? "producer" : "consumers", d[0], d[1], d[2]);
 		}
 	fflush(stdout);
 	exit(2);

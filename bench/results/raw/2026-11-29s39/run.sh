@@ -37,7 +37,7 @@ h)
 	/usr/local/cuda/bin/nvcc -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a -Isrc -I. -std=c++17 \
 		dev/mega_bench.cu -o /tmp/mega_bench -lcuda > $OUT/log/build.txt 2>&1 || { cat $OUT/log/build.txt; exit 1; }
 	timeout 60 /tmp/mega_bench check > $OUT/log/check.txt 2>&1; echo "check rc=$?" >> $OUT/log/check.txt
-	grep -E "FAIL|DIFFER|check|HANG|block" $OUT/log/check.txt | head -40
+	grep -E "FAIL|DIFFER|check|HANG" $OUT/log/check.txt; grep block $OUT/log/check.txt | sort -k3 | uniq -c -f2 | head -30
 	IFS=';' read -ra VV <<< "${VARS:-MG_HGN=1}"
 	for v in "${VV[@]}"; do
 		echo "== $v"
