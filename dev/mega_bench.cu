@@ -74,8 +74,9 @@
 #define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
 
 enum { C_QKV, C_ATT, C_O, C_R, C_GU, C_D, C_N };
-#define MG_CNT (C_N + MG_NKV)
-#define MG_TL (C_N + 5) /* timeline entries a block: the consumers' 7 marks, the producer's top-k done and last expert copy */ /* counters a layer: the phases', then each kv head's splits */
+#define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
+#define MG_TL (C_N + 5) /* timeline entries a block: the consumers' 7 marks, the producer's top-k, last
+                         * expert copy, top-k entry and count seen */
 
 struct mg_layer {
 	const uint8_t *qkv, *o, *r, *gu, *dn;
@@ -107,11 +108,16 @@ struct mg_args {
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
 	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
-	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: with one
-	               * split a head, the most with NKV x hgn <= G / 4) */
+	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
+	               * with NKV x S x hgn <= G / 4) */
 };
 
 __device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
+/* the split merges' records (host-mapped): per (layer, kv head * 4 + head group) MG_DS ints: each
+ * split's counter value + 1 at its arrival [0, 64), the merging block's warps at entry [64, 72),
+ * published [72], the merging block + 1 [73] */
+#define MG_DS 80 /* [74] the published counter's offset from a.cnt, [75] its value before the add */
+__device__ int *mg_ds;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
@@ -531,11 +537,18 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	gt_sync();
 	int *last = reinterpret_cast<int *>(lstat + 8);
-	if (tid == 0)
-		*last = fp4s_arrive(cnt + C_N + g * 4 + hg) == (unsigned)a.S - 1;
+	volatile int *rec = mg_ds ? mg_ds + ((size_t)l * 16 + g * 4 + hg) * MG_DS : NULL;
+	if (tid == 0) {
+		const unsigned old = fp4s_arrive(cnt + C_N + g * 4 + hg);
+		*last = old == (unsigned)a.S - 1;
+		if (rec && s < 64)
+			rec[s] = (int)old + 1;
+	}
 	gt_sync();
 	if (!*last)
 		return;
+	if (rec && lane == 0)
+		rec[64 + warp] = 1;
 	if (warp >= nh) {
 		gt_sync();
 		return;
@@ -557,8 +570,15 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	const float inv = 1.0f / Lsum;
 	*reinterpret_cast<float4 *>(att) = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
 	gt_sync();
-	if (tid == 0)
-		mg_pub(cnt + C_ATT, 1);
+	if (tid == 0) {
+		if (rec) {
+			unsigned old;
+			asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + C_ATT) : "memory");
+			rec[74] = (int)(cnt + C_ATT - a.cnt), rec[75] = (int)old;
+			rec[72] = 1, rec[73] = blockIdx.x + 1;
+		} else
+			mg_pub(cnt + C_ATT, 1);
+	}
 }
 
 /* the producer warp's top-k of layer l: softmax over the 128 logits, the 8 largest (lower index on
@@ -959,10 +979,8 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
-	/* head groups only without a merge (S == 1): with S > 1 and head groups the check's first
-	 * launch hangs in its second layer (the attention count stops at 13 of 16), not found yet */
 	a.hgn = 1;
-	while (a.S == 1 && a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
+	while (a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
 		a.hgn *= 2;
 	if (getenv("MG_HGN"))
 		a.hgn = atoi(getenv("MG_HGN"));
@@ -972,7 +990,8 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.h0 = a.h;
 }
 
-static int *mg_dg_host;
+static int *mg_dg_host, *mg_ds_host;
+static int mg_L, mg_S, mg_hgn;
 static unsigned mg_cnt_lo; /* the counters' address, low 32 bits, for the dump */
 static int mg_G;
 
@@ -987,6 +1006,10 @@ static void mg_finish(cudaStream_t s)
 			CK(e);
 		struct timespec ts = {0, 1000000};
 		nanosleep(&ts, NULL);
+	}
+	if (!mg_dg_host) {
+		printf("HANG: the launch did not finish in 20 s (MG_DIAG=1 says where)\n");
+		exit(2);
 	}
 	printf("HANG: the launch did not finish in 20 s; each block's last wait over 1 s (consumer warp 0, "
 	       "then the producer):\n");
@@ -1006,12 +1029,38 @@ static void mg_finish(cudaStream_t s)
 				       "parity %d\n",
 				       b, w ? "producer" : "consumers", d[0], d[1], d[2]);
 		}
+	printf("split merges (layer, kv head, head group): published where, or arrivals, the largest "
+	       "value seen, the merging warps:\n");
+	for (int l = 0; l < mg_L; l++)
+		for (int gh = 0; gh < 16; gh++) {
+			if ((gh & 3) >= mg_hgn || mg_S < 2)
+				continue;
+			const volatile int *r = mg_ds_host + ((size_t)l * 16 + gh) * MG_DS;
+			if (r[72]) {
+				printf("  layer %d head %d group %d: published by block %d to counter %d (layer %d index %d), "
+				       "value before %d\n",
+				       l, gh / 4, gh & 3, r[73] - 1, r[74], r[74] / MG_CNT, r[74] % MG_CNT, r[75]);
+				continue;
+			}
+			int n = 0, mx = 0;
+			for (int i = 0; i < mg_S && i < 64; i++)
+				if (r[i])
+					n++, mx = r[i] > mx ? r[i] : mx;
+			printf("  layer %d head %d group %d: %d of %d arrivals, largest %d (S %d), warps in merge:", l, gh / 4,
+			       gh & 3, n, mg_S, mx, mg_S);
+			for (int w = 0; w < MG_W; w++)
+				printf(" %d", r[64 + w]);
+			printf("\n");
+		}
 	fflush(stdout);
 	exit(2);
 }
 
 static void mg_launch(mg_run &r, cudaStream_t s)
 {
+	if (mg_ds_host)
+		memset(mg_ds_host, 0, (size_t)48 * 16 * MG_DS * sizeof(int));
+	mg_L = r.a.L, mg_S = r.a.S, mg_hgn = r.a.hgn;
 	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
 	void *args[] = {(void *)&r.a};
 	CK(cudaLaunchCooperativeKernel((void *)mg_kernel, r.G, MG_THREADS, args, MG_SMEM, s));
@@ -1222,6 +1271,8 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	}
 	std::vector<float> us;
 	for (int i = 0; i < 20; i++) {
+		if (mg_ds_host)
+			memset(mg_ds_host, 0, (size_t)48 * 16 * MG_DS * sizeof(int));
 		CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)L * MG_CNT * 4, s));
 		CK(cudaEventRecord(e0, s));
 		void *args[] = {(void *)&r.a};
@@ -1273,13 +1324,20 @@ int main(int argc, char **argv)
 		return 1;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	mg_G = G;
-	{
+	/* the hang diagnostics: on for check, for time with MG_DIAG=1 (host-mapped stores and an
+	 * atom a merge) */
+	if (!strcmp(mode, "check") || (getenv("MG_DIAG") && atoi(getenv("MG_DIAG")))) {
 		const size_t bytes = (size_t)G * (MG_W + 1) * 4 * sizeof(int);
 		CK(cudaHostAlloc((void **)&mg_dg_host, bytes, cudaHostAllocMapped));
 		memset(mg_dg_host, 0, bytes);
 		int *dp;
 		CK(cudaHostGetDevicePointer((void **)&dp, mg_dg_host, 0));
 		CK(cudaMemcpyToSymbol(mg_dg, &dp, sizeof dp));
+		const size_t dsb = (size_t)48 * 16 * MG_DS * sizeof(int);
+		CK(cudaHostAlloc((void **)&mg_ds_host, dsb, cudaHostAllocMapped));
+		memset(mg_ds_host, 0, dsb);
+		CK(cudaHostGetDevicePointer((void **)&dp, mg_ds_host, 0));
+		CK(cudaMemcpyToSymbol(mg_ds, &dp, sizeof dp));
 	}
 	if (!strcmp(mode, "check")) {
 		mg_model m;
