@@ -338,6 +338,54 @@ static __device__ __forceinline__ float mg_rowsum(const float *red, int r)
 }
 
 /* one attention split: kv head g, positions [t0, t1), by the 256 consumer threads */
+/* the attention's scores for HP local heads a lane (qs: the group's first head), position t0 +
+ * 32 (warp & 3) + lane; K rows before pos from the ring stages ks0 / ks1 (aring) */
+template <int HP>
+static __device__ __forceinline__ void mg_scores(const float *qs, float *sc, const __nv_bfloat16 *kc, int t0, int n,
+                                                 int pos, bool aring, uint32_t ks0, uint32_t ks1, int warp, int lane)
+{
+	const int tl = 32 * (warp & 3) + lane, h0 = HP * (warp >> 2);
+	if (tl >= n)
+		return;
+	const int t = t0 + tl;
+	const uint4 *kr = reinterpret_cast<const uint4 *>(kc + (size_t)t * MG_HD);
+	float d[HP];
+#pragma unroll
+	for (int h = 0; h < HP; h++)
+		d[h] = 0.0f;
+	const bool ring = t < pos && aring;
+	const uint32_t ks = ((tl >> 6) ? ks1 : ks0) + (uint32_t)(tl & 63) * 256;
+	/* lane's chunks in a rotated order: 8 lanes' 16-byte reads of 8 rows 256 bytes apart would
+	 * all fall on the same banks */
+	const int rot = lane & 7;
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		uint4 kv[8];
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const int ch = half * 8 + ((c + rot) & 7);
+			kv[c] = ring ? gm_lds128(ks + ch * 16) : t == pos ? __ldcg(kr + ch) : __ldg(kr + ch);
+		}
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
+			const int d0 = (half * 8 + ((c + rot) & 7)) * 8;
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const float2 kf = __bfloat1622float2(k2[e]);
+#pragma unroll
+				for (int h = 0; h < HP; h++) {
+					const float2 q = *reinterpret_cast<const float2 *>(qs + (h0 + h) * MG_HD + d0 + 2 * e);
+					d[h] += q.x * kf.x + q.y * kf.y;
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int h = 0; h < HP; h++)
+		sc[(h0 + h) * MG_T + tl] = d[h];
+}
+
 /* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
  * step, copied through the ring (aring) in stages of up to 64 rows, K's then V's */
 static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
@@ -381,46 +429,18 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
 	}
 	gt_sync();
-	{ /* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane */
-		const int tl = 32 * (warp & 3) + lane, h0 = hp * (warp >> 2);
-		if (tl < n) {
-			const int t = t0 + tl;
-			const uint4 *kr = reinterpret_cast<const uint4 *>(ly.kc + ((size_t)g * a.ctx_max + t) * MG_HD);
-			float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-			/* the row in two halves of 8 loads each, all in flight before the first is used */
-			const bool ring = t < pos && a.aring;
-			const uint32_t ks = ((tl >> 6) ? kst[1] : kst[0]) + (uint32_t)(tl & 63) * 256;
-			/* lane's chunks in a rotated order: 8 lanes' 16-byte reads of 8 rows 256 bytes apart
-			 * would all fall on the same banks */
-			const int rot = lane & 7;
-#pragma unroll
-			for (int half = 0; half < 2; half++) {
-				uint4 kv[8];
-#pragma unroll
-				for (int c = 0; c < 8; c++) {
-					const int ch = half * 8 + ((c + rot) & 7);
-					kv[c] = ring ? gm_lds128(ks + ch * 16) : t == pos ? __ldcg(kr + ch) : __ldg(kr + ch);
-				}
-#pragma unroll
-				for (int c = 0; c < 8; c++) {
-					const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
-#pragma unroll
-					for (int e = 0; e < 4; e++) {
-						const float2 kf = __bfloat1622float2(k2[e]);
-						const int dd = (half * 8 + ((c + rot) & 7)) * 8 + 2 * e;
-#pragma unroll
-						for (int h = 0; h < 4; h++)
-							if (h < hp)
-								d[h] += qs[(hq0 + h0 + h) * MG_HD + dd] * kf.x +
-								        qs[(hq0 + h0 + h) * MG_HD + dd + 1] * kf.y;
-					}
-				}
-			}
-#pragma unroll
-			for (int h = 0; h < 4; h++)
-				if (h < hp)
-					sc[(h0 + h) * MG_T + tl] = d[h];
-		}
+	/* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane (hp
+	 * compiled in: a run-time head count's guards cost the depth-4096 attention ~3 us) */
+	{
+		const uint32_t ks0 = kst[0], ks1 = kst[1];
+		const __nv_bfloat16 *kc = ly.kc + (size_t)g * a.ctx_max * MG_HD;
+		const bool aring = a.aring;
+		if (hp == 4)
+			mg_scores<4>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+		else if (hp == 2)
+			mg_scores<2>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+		else
+			mg_scores<1>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
 	}
 	gt_sync();
 	if (warp < nh) { /* warp h: the softmax's max, weights and sum over the split */
@@ -553,19 +573,43 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		gt_sync();
 		return;
 	}
-	/* the merge: warp h, lane's 4 dims, splits in order */
+	/* the merge: warp h. The splits' (max, sum) pairs a lane each (S <= 64), then the lane's 4
+	 * dims of the S partials, 8 splits' loads in flight at a time, summed in split order */
 	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + hq0 + warp) * (MG_HD + 2);
-	float M = -INFINITY;
-	for (int j = 0; j < a.S; j++)
-		M = fmaxf(M, __ldcg(p0 + (size_t)j * 8 * (MG_HD + 2) + MG_HD));
-	float Lsum = 0.0f, O[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int j = 0; j < a.S; j++) {
-		const float *pj = p0 + (size_t)j * 8 * (MG_HD + 2);
-		const float f = expf(__ldcg(pj + MG_HD) - M);
-		Lsum += f * __ldcg(pj + MG_HD + 1);
+	const size_t ps = (size_t)8 * (MG_HD + 2);
+	float mj[2], lj[2];
 #pragma unroll
-		for (int e = 0; e < 4; e++)
-			O[e] += f * __ldcg(pj + 4 * lane + e);
+	for (int u = 0; u < 2; u++) {
+		const int j = lane + 32 * u;
+		mj[u] = j < a.S ? __ldcg(p0 + j * ps + MG_HD) : -INFINITY;
+		lj[u] = j < a.S ? __ldcg(p0 + j * ps + MG_HD + 1) : 0.0f;
+	}
+	float M = fmaxf(mj[0], mj[1]);
+	for (int o = 16; o; o >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
+	float f[2], Lsum = 0.0f, O[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		f[u] = lane + 32 * u < a.S ? expf(mj[u] - M) : 0.0f;
+		Lsum += f[u] * lj[u];
+	}
+	for (int o = 16; o; o >>= 1)
+		Lsum += __shfl_xor_sync(0xFFFFFFFFu, Lsum, o);
+	for (int j0 = 0; j0 < a.S; j0 += 8) {
+		float2 va[8], vb[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const float *pj = p0 + min(j0 + u, a.S - 1) * ps + 4 * lane;
+			va[u] = __ldcg(reinterpret_cast<const float2 *>(pj));
+			vb[u] = __ldcg(reinterpret_cast<const float2 *>(pj + 2));
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int j = j0 + u;
+			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
+			if (j < a.S)
+				O[0] += fj * va[u].x, O[1] += fj * va[u].y, O[2] += fj * vb[u].x, O[3] += fj * vb[u].y;
+		}
 	}
 	const float inv = 1.0f / Lsum;
 	*reinterpret_cast<float4 *>(att) = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
@@ -594,14 +638,15 @@ static __device__ void mg_topk(const mg_args &a, int l, int *sel, float *selw, i
 		a.tl[blockIdx.x * MG_TL + C_N + 4] = gm_now();
 	__syncwarp();
 	const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.logits + (size_t)l * MG_E) + lane);
+	/* a round: the lane's best (lowest index among equals), then the warp's by shuffles. By
+	 * selects: an array indexed at run time went to local memory (14 us a top-k). A form with
+	 * order keys, one redux and a ballot a round measured 4.6 us against these 3.3 (call 12). */
 	float x[4] = {v.x, v.y, v.z, v.w};
 	float m = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
 	for (int o = 16; o; o >>= 1)
 		m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
 	float tot = 0.0f;
 	for (int k = 0; k < MG_K; k++) {
-		/* this lane's best (lowest index among equals), then the warp's; by selects, as an index
-		 * into x put x in local memory (14 us a top-k: an L2 round trip at each access) */
 		float bv = x[0];
 		int bidx = 4 * lane;
 #pragma unroll
