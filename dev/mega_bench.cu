@@ -108,11 +108,13 @@ struct mg_args {
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
 	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
+	int dwarp;    /* MG_DWARP (default 1): the down's 8 slots a warp each, in one round */
 	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
 	               * with NKV x S x hgn <= G / 4) */
 };
 
 __device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
+__device__ unsigned mg_hint; /* MG_HINT: try_wait's suspend-time hint in ns (0: none) */
 /* the split merges' records (host-mapped): per (layer, kv head * 4 + head group) MG_DS ints: each
  * split's counter value + 1 at its arrival [0, 64), the merging block's warps at entry [64, 72),
  * published [72], the merging block + 1 [73] */
@@ -153,11 +155,18 @@ static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int
 	uint32_t ok;
 	unsigned long long t0 = 0;
 	for (unsigned it = 0;; it++) {
-		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-		             "selp.u32 %0, 1, 0, p;\n\t}"
-		             : "=r"(ok)
-		             : "r"(gt_sa(b)), "r"(parity)
-		             : "memory");
+		if (mg_hint)
+			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
+			             "selp.u32 %0, 1, 0, p;\n\t}"
+			             : "=r"(ok)
+			             : "r"(gt_sa(b)), "r"(parity), "r"(mg_hint)
+			             : "memory");
+		else
+			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			             "selp.u32 %0, 1, 0, p;\n\t}"
+			             : "=r"(ok)
+			             : "r"(gt_sa(b)), "r"(parity)
+			             : "memory");
 		if (ok)
 			return;
 		if ((it & 1023) == 0) {
@@ -890,6 +899,35 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			gt_sync();
 			const float *sw = selw + (l & 1) * MG_K;
 			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			if (a.dwarp) {
+				/* warp w takes slot w's stage whole (its 6 steps), then hands every slot's stage
+				 * back (a stage is free once all 8 warps arrived, its reader among them): one
+				 * round instead of 8 rounds of one step a warp */
+				gt_pos q = pos;
+				gt_next_n(q, MG_NS, warp);
+				mg_wbar(&full[q.i], q.ph, 1, q.n);
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				const int g8 = lane >> 2, t4 = lane & 3;
+				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)((g8 < 2 ? g8 : (g8 & 1)) * MG_CS_F)};
+				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE;
+#pragma unroll 2
+				for (int s6 = 0; s6 < 6; s6++) {
+					const uint32_t sb = st + (uint32_t)s6 * MG_STEP;
+					const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
+					const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
+					gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, s6 * 4 + t4);
+				}
+				const float c = sw[warp] * 16384.0f * a.post;
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					tot[e] = c * acc[0][e];
+				__syncwarp();
+				for (int slot = 0; slot < MG_K; slot++) {
+					if (lane == 0)
+						gt_arrive(&empty[pos.i]);
+					gt_next(pos, MG_NS);
+				}
+			} else
 			for (int slot = 0; slot < MG_K; slot++) {
 				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 				mg_tile(acc, pos, full, empty, ring_sa, xs_sa + slot * 2 * MG_CS_F, MG_CS_F, 1, 6, 0, warp, lane);
@@ -1024,6 +1062,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
+	a.dwarp = getenv("MG_DWARP") ? atoi(getenv("MG_DWARP")) : 1;
 	a.hgn = 1;
 	while (a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
 		a.hgn *= 2;
@@ -1369,6 +1408,10 @@ int main(int argc, char **argv)
 		return 1;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	mg_G = G;
+	{
+		const unsigned hint = getenv("MG_HINT") ? (unsigned)atoi(getenv("MG_HINT")) : 0u;
+		CK(cudaMemcpyToSymbol(mg_hint, &hint, sizeof hint));
+	}
 	/* the hang diagnostics: on for check, for time with MG_DIAG=1 (host-mapped stores and an
 	 * atom a merge) */
 	if (!strcmp(mode, "check") || (getenv("MG_DIAG") && atoi(getenv("MG_DIAG")))) {
