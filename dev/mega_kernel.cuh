@@ -1,0 +1,619 @@
+/* mega_kernel.cuh: dev/mega_bench.cu's persistent decode step: the attention split (K and V
+ * rows before pos through the ring, the last split of a kv head merging), the producer's top-k
+ * and the kernel (mega_step.cuh describes the design). */
+#ifndef FP4S_MEGA_KERNEL_CUH
+#define FP4S_MEGA_KERNEL_CUH
+
+#include "mega_step.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* the attention's scores for HP local heads a lane (qs: the group's first head), position t0 +
+ * 32 (warp & 3) + lane; K rows before pos from the ring stages ks0 / ks1 (aring) */
+template <int HP>
+static __device__ __forceinline__ void mg_scores(const float *qs, float *sc, const __nv_bfloat16 *kc, int t0, int n,
+                                                 int pos, bool aring, uint32_t ks0, uint32_t ks1, int warp, int lane)
+{
+	const int tl = 32 * (warp & 3) + lane, h0 = HP * (warp >> 2);
+	if (tl >= n)
+		return;
+	const int t = t0 + tl;
+	const uint4 *kr = reinterpret_cast<const uint4 *>(kc + (size_t)t * MG_HD);
+	float d[HP];
+#pragma unroll
+	for (int h = 0; h < HP; h++)
+		d[h] = 0.0f;
+	const bool ring = t < pos && aring;
+	const uint32_t ks = ((tl >> 6) ? ks1 : ks0) + (uint32_t)(tl & 63) * 256;
+	/* lane's chunks in a rotated order: 8 lanes' 16-byte reads of 8 rows 256 bytes apart would
+	 * all fall on the same banks */
+	const int rot = lane & 7;
+#pragma unroll
+	for (int half = 0; half < 2; half++) {
+		uint4 kv[8];
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const int ch = half * 8 + ((c + rot) & 7);
+			kv[c] = ring ? gm_lds128(ks + ch * 16) : t == pos ? __ldcg(kr + ch) : __ldg(kr + ch);
+		}
+#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
+			const int d0 = (half * 8 + ((c + rot) & 7)) * 8;
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const float2 kf = __bfloat1622float2(k2[e]);
+#pragma unroll
+				for (int h = 0; h < HP; h++) {
+					const float2 q = *reinterpret_cast<const float2 *>(qs + (h0 + h) * MG_HD + d0 + 2 * e);
+					d[h] += q.x * kf.x + q.y * kf.y;
+				}
+			}
+		}
+	}
+#pragma unroll
+	for (int h = 0; h < HP; h++)
+		sc[(h0 + h) * MG_T + tl] = d[h];
+}
+
+/* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
+ * step, copied through the ring (aring) in stages of up to 64 rows, K's then V's */
+static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
+{
+	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T);
+	return max(0, min(t1, a.ctx - 1) - t0);
+}
+
+/* one attention split: kv head g, head group hg, positions [s T, min(ctx, (s + 1) T)), by the
+ * 256 consumer threads */
+static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, int hg, float *scr,
+                              int tid, gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
+{
+	/* head group hg: nh = 8 / hgn of the kv head's 8 query heads, from hq0 (hp a lane in the
+	 * scores) */
+	const int nh = 8 / a.hgn, hq0 = hg * nh, hp = nh / 2;
+	const int warp = tid >> 5, lane = tid & 31, pos = a.ctx - 1;
+	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T), n = t1 - t0;
+	/* the ring's K and V stages of this split (aring), all landed long before */
+	const int nk = a.aring ? (mg_attn_m(a, s) + 63) / 64 : 0;
+	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
+	{
+		gt_pos q = rp;
+#pragma unroll
+		for (int c = 0; c < 2; c++)
+			if (c < nk) {
+				mg_wbar(&full[q.i], q.ph, 2, q.n);
+				kst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
+				gt_next(q, MG_NS);
+			}
+#pragma unroll
+		for (int c = 0; c < 2; c++)
+			if (c < nk) {
+				mg_wbar(&full[q.i], q.ph, 2, q.n);
+				vst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
+				gt_next(q, MG_NS);
+			}
+	}
+	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_T, *lstat = mstat + 8;
+	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
+	{
+		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
+		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
+	}
+	gt_sync();
+	/* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane (hp
+	 * compiled in: a run-time head count's guards cost the depth-4096 attention ~3 us) */
+	{
+		const uint32_t ks0 = kst[0], ks1 = kst[1];
+		const __nv_bfloat16 *kc = ly.kc + (size_t)g * a.ctx_max * MG_HD;
+		const bool aring = a.aring;
+		if (hp == 4)
+			mg_scores<4>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+		else if (hp == 2)
+			mg_scores<2>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+		else
+			mg_scores<1>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+	}
+	gt_sync();
+	if (warp < nh) { /* warp h: the softmax's max, weights and sum over the split */
+		float m = -INFINITY;
+		for (int i = lane; i < n; i += 32)
+			m = fmaxf(m, sc[warp * MG_T + i]);
+		for (int o = 16; o; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+		float sum = 0.0f;
+		for (int i = lane; i < n; i += 32) {
+			const float p = expf(sc[warp * MG_T + i] - m);
+			sc[warp * MG_T + i] = p;
+			sum += p;
+		}
+		for (int o = 16; o; o >>= 1)
+			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+		if (lane == 0)
+			mstat[warp] = m, lstat[warp] = sum;
+	}
+	gt_sync();
+	/* warp w: positions w, w + 8, .. (their v loads all in flight), every head's dims 4 lane .. +4;
+	 * then the warps' sums added in a tree through shared memory (warp w + 4 into w, then + 2,
+	 * + 1: the same order every run) */
+	float o8[8][4];
+#pragma unroll
+	for (int h = 0; h < 8; h++)
+		o8[h][0] = o8[h][1] = o8[h][2] = o8[h][3] = 0.0f;
+	for (int i0 = warp; i0 < n; i0 += 8 * 8) {
+		uint2 vv[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int t = t0 + min(i0 + 8 * u, n - 1);
+			const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
+			if (t < pos && a.aring) {
+				const int i = t - t0;
+				uint32_t lo, hi;
+				asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
+				             : "=r"(lo), "=r"(hi)
+				             : "r"(((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 + lane * 8));
+				vv[u] = make_uint2(lo, hi);
+			} else
+				vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int i = i0 + 8 * u;
+			if (i >= n)
+				break;
+			const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].x));
+			const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
+#pragma unroll
+			for (int h = 0; h < 8; h++) {
+				if (h >= nh)
+					break;
+				const float p = sc[h * MG_T + i];
+				o8[h][0] += p * v01.x, o8[h][1] += p * v01.y, o8[h][2] += p * v23.x, o8[h][3] += p * v23.y;
+			}
+		}
+	}
+	float4 *tree = reinterpret_cast<float4 *>(lstat + 16); /* [4 warps][8 heads][32 lanes] */
+	for (int half = 4; half >= 1; half >>= 1) {
+		if (warp >= half && warp < 2 * half)
+#pragma unroll
+			for (int h = 0; h < 8; h++)
+				if (h < nh)
+				tree[((warp - half) * 8 + h) * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
+		gt_sync();
+		if (warp < half)
+#pragma unroll
+			for (int h = 0; h < 8; h++) {
+				if (h >= nh)
+					break;
+				const float4 v = tree[(warp * 8 + h) * 32 + lane];
+				o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
+			}
+		gt_sync();
+	}
+	/* the K and V stages go back to the producer (every warp is past its reads) */
+	for (int c = 0; c < 2 * nk; c++) {
+		if (lane == 0)
+			gt_arrive(&empty[rp.i]);
+		gt_next(rp, MG_NS);
+	}
+	/* warp 0 holds every head's sums: hand head h to warp h */
+	if (warp == 0)
+#pragma unroll
+		for (int h = 0; h < 8; h++)
+			if (h < nh)
+			tree[h * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
+	gt_sync();
+	float o4[4];
+	{
+		const float4 v = tree[warp * 32 + lane];
+		o4[0] = v.x, o4[1] = v.y, o4[2] = v.z, o4[3] = v.w;
+	}
+	float *att = a.att + (size_t)l * MG_QR + (g * 8 + hq0 + warp) * MG_HD + 4 * lane;
+	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
+	if (a.S == 1) {
+		if (warp < nh) {
+			const float inv = 1.0f / lstat[warp];
+			*reinterpret_cast<float4 *>(att) = make_float4(o4[0] * inv, o4[1] * inv, o4[2] * inv, o4[3] * inv);
+		}
+		gt_sync();
+		if (tid == 0)
+			mg_pub(cnt + C_ATT, 1);
+		return;
+	}
+	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + hq0 + warp) * (MG_HD + 2);
+	if (warp < nh) {
+		*reinterpret_cast<float2 *>(pp + 4 * lane) = make_float2(o4[0], o4[1]);
+		*reinterpret_cast<float2 *>(pp + 4 * lane + 2) = make_float2(o4[2], o4[3]);
+		if (lane == 0)
+			pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
+	}
+	gt_sync();
+	int *last = reinterpret_cast<int *>(lstat + 8);
+	volatile int *rec = mg_ds ? mg_ds + ((size_t)l * 16 + g * 4 + hg) * MG_DS : NULL;
+	if (tid == 0) {
+		const unsigned old = fp4s_arrive(cnt + C_N + g * 4 + hg);
+		*last = old == (unsigned)a.S - 1;
+		if (rec && s < 64)
+			rec[s] = (int)old + 1;
+	}
+	gt_sync();
+	if (!*last)
+		return;
+	if (rec && lane == 0)
+		rec[64 + warp] = 1;
+	if (warp >= nh) {
+		gt_sync();
+		return;
+	}
+	/* the merge: warp h. The splits' (max, sum) pairs a lane each (S <= 64), then the lane's 4
+	 * dims of the S partials, 8 splits' loads in flight at a time, summed in split order */
+	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + hq0 + warp) * (MG_HD + 2);
+	const size_t ps = (size_t)8 * (MG_HD + 2);
+	float mj[2], lj[2];
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		const int j = lane + 32 * u;
+		mj[u] = j < a.S ? __ldcg(p0 + j * ps + MG_HD) : -INFINITY;
+		lj[u] = j < a.S ? __ldcg(p0 + j * ps + MG_HD + 1) : 0.0f;
+	}
+	float M = fmaxf(mj[0], mj[1]);
+	for (int o = 16; o; o >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
+	float f[2], Lsum = 0.0f, O[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		f[u] = lane + 32 * u < a.S ? expf(mj[u] - M) : 0.0f;
+		Lsum += f[u] * lj[u];
+	}
+	for (int o = 16; o; o >>= 1)
+		Lsum += __shfl_xor_sync(0xFFFFFFFFu, Lsum, o);
+	for (int j0 = 0; j0 < a.S; j0 += 8) {
+		float2 va[8], vb[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const float *pj = p0 + min(j0 + u, a.S - 1) * ps + 4 * lane;
+			va[u] = __ldcg(reinterpret_cast<const float2 *>(pj));
+			vb[u] = __ldcg(reinterpret_cast<const float2 *>(pj + 2));
+		}
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int j = j0 + u;
+			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
+			if (j < a.S)
+				O[0] += fj * va[u].x, O[1] += fj * va[u].y, O[2] += fj * vb[u].x, O[3] += fj * vb[u].y;
+		}
+	}
+	const float inv = 1.0f / Lsum;
+	*reinterpret_cast<float4 *>(att) = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
+	gt_sync();
+	if (tid == 0) {
+		if (rec) {
+			unsigned old;
+			asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + C_ATT) : "memory");
+			rec[74] = (int)(cnt + C_ATT - a.cnt), rec[75] = (int)old;
+			rec[72] = 1, rec[73] = blockIdx.x + 1;
+		} else
+			mg_pub(cnt + C_ATT, 1);
+	}
+}
+
+/* the producer warp's top-k of layer l: softmax over the 128 logits, the 8 largest (lower index on
+ * ties), weights renormalized over the 8 (Qwen3's norm_topk_prob) */
+static __device__ void mg_topk(const mg_args &a, int l, int *sel, float *selw, int lane)
+{
+	const bool mk = a.tl && l == a.tl_layer && lane == 0;
+	if (mk)
+		a.tl[blockIdx.x * MG_TL + C_N + 3] = gm_now();
+	if (lane == 0)
+		mg_poll(a.cnt + (size_t)l * MG_CNT + C_R, MG_R_TILES, a.poll);
+	if (mk)
+		a.tl[blockIdx.x * MG_TL + C_N + 4] = gm_now();
+	__syncwarp();
+	const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.logits + (size_t)l * MG_E) + lane);
+	/* a round: the lane's best (lowest index among equals), then the warp's by shuffles. By
+	 * selects: an array indexed at run time went to local memory (14 us a top-k). A form with
+	 * order keys, one redux and a ballot a round measured 4.6 us against these 3.3 (call 12). */
+	float x[4] = {v.x, v.y, v.z, v.w};
+	float m = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+	for (int o = 16; o; o >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+	float tot = 0.0f;
+	for (int k = 0; k < MG_K; k++) {
+		float bv = x[0];
+		int bidx = 4 * lane;
+#pragma unroll
+		for (int i = 1; i < 4; i++)
+			if (x[i] > bv)
+				bv = x[i], bidx = 4 * lane + i;
+		for (int o = 16; o; o >>= 1) {
+			const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+			const int oi = __shfl_xor_sync(0xFFFFFFFFu, bidx, o);
+			if (ov > bv || (ov == bv && oi < bidx))
+				bv = ov, bidx = oi;
+		}
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			if (bidx == 4 * lane + i)
+				x[i] = -INFINITY;
+		const float w = expf(bv - m);
+		tot += w;
+		if (lane == 0)
+			sel[k] = bidx, selw[k] = w;
+	}
+	__syncwarp();
+	if (lane < MG_K)
+		selw[lane] /= tot;
+	if (lane < MG_K && a.sel)
+		a.sel[(size_t)l * MG_K + lane] = sel[lane];
+	__syncwarp();
+}
+
+__global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
+{
+	extern __shared__ __align__(128) uint8_t smem[];
+	uint8_t *ring = smem;
+	uint8_t *xs = ring + MG_NS * MG_STAGE;
+	float *red = reinterpret_cast<float *>(xs + MG_XS); /* [2][8][16] */
+	uint64_t *full = reinterpret_cast<uint64_t *>(red + 2 * MG_W * 16);
+	uint64_t *empty = full + MG_NS;
+	uint64_t *selbar = empty + MG_NS; /* [2] */
+	int *sel = reinterpret_cast<int *>(selbar + 2);       /* [2][8] */
+	float *selw = reinterpret_cast<float *>(sel + 2 * MG_K); /* [2][8] */
+	float *sred = selw + 2 * MG_K;                          /* [8] */
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int b = blockIdx.x, G = gridDim.x;
+	if (tid == 0) {
+		for (int i = 0; i < MG_NS; i++) {
+			gt_init(&full[i], 1);
+			gt_init(&empty[i], MG_W);
+		}
+		gt_init(&selbar[0], 1);
+		gt_init(&selbar[1], 1);
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+	const int rb = G - MG_R_TILES; /* the router's blocks: rb .. G - 1 */
+
+	if (warp == MG_W) { /* the producer */
+		uint64_t pol;
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		gt_pos pp = {0, 0, 0};
+		auto issue = [&](const uint8_t *src, unsigned bytes) {
+			if (lane == 0) {
+				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
+				gt_expect(&full[pp.i], bytes);
+				const unsigned steps = bytes / MG_STEP, per = (steps + a.csplit - 1) / a.csplit;
+				if (a.csplit <= 1 || bytes % MG_STEP)
+					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE, src, bytes, &full[pp.i], pol);
+				else
+				for (unsigned s0 = 0; s0 < steps; s0 += per) {
+					const unsigned n = min(per, steps - s0) * MG_STEP;
+					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + s0 * MG_STEP, src + s0 * MG_STEP, n, &full[pp.i],
+					           pol);
+				}
+			}
+			gt_next(pp, MG_NS);
+		};
+		for (int l = 0; l < a.L; l++) {
+			const mg_layer &ly = a.ly[l];
+			for (int j = b; j < MG_QKV_TILES; j += G)
+				issue(ly.qkv + (size_t)j * MG_STAGE, MG_STAGE);
+			if (a.aring)
+				for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
+					const int g = t / a.hgn / a.S, s = t / a.hgn % a.S, m = mg_attn_m(a, s);
+					for (int kv = 0; kv < 2; kv++)
+						for (int c0 = 0; c0 < m; c0 += 64)
+							issue(reinterpret_cast<const uint8_t *>((kv ? ly.vc : ly.kc) + ((size_t)g * a.ctx_max + s * a.T + c0) *
+							                                                       MG_HD),
+							      (unsigned)min(64, m - c0) * MG_HD * 2);
+				}
+			if (b < MG_O_TILES) {
+				issue(ly.o + (size_t)(2 * b) * MG_STAGE, MG_STAGE);
+				issue(ly.o + (size_t)(2 * b + 1) * MG_STAGE, MG_STAGE);
+			}
+			if (b >= rb)
+				issue(ly.r + (size_t)(b - rb) * MG_STAGE, MG_STAGE);
+			int *sl = sel + (l & 1) * MG_K;
+			float *sw = selw + (l & 1) * MG_K;
+			const uint8_t *gub = a.expool ? a.ly[0].gu : ly.gu, *dnb = a.expool ? a.ly[0].dn : ly.dn;
+			if (!a.exstatic) {
+				mg_topk(a, l, sl, sw, lane);
+				if (lane == 0)
+					gt_arrive(&selbar[l & 1]);
+				if (a.tl && l == a.tl_layer && lane == 0)
+					a.tl[blockIdx.x * MG_TL + C_N + 1] = gm_now();
+			}
+			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
+				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
+				const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
+				issue(gub + (size_t)e * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
+			}
+			if (b < MG_D_TILES)
+				for (int slot = 0; slot < MG_K; slot++) {
+					const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
+					issue(dnb + (size_t)e * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
+				}
+			if (a.tl && l == a.tl_layer && lane == 0)
+				a.tl[blockIdx.x * MG_TL + C_N + 2] = gm_now();
+			if (a.exstatic) {
+				mg_topk(a, l, sl, sw, lane);
+				if (lane == 0)
+					gt_arrive(&selbar[l & 1]);
+				if (a.tl && l == a.tl_layer && lane == 0)
+					a.tl[blockIdx.x * MG_TL + C_N + 1] = gm_now();
+			}
+		}
+		return;
+	}
+
+	/* the consumers */
+	gt_pos pos = {0, 0, 0};
+	const uint32_t ring_sa = gt_sa(ring), xs_sa = gt_sa(xs);
+	int rpar = 0;
+	for (int l = 0; l < a.L; l++) {
+		const mg_layer &ly = a.ly[l];
+		unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
+		const float *h = a.h + (size_t)l * MG_H;
+		float *h2 = a.h2 + (size_t)l * MG_H;
+		if (l > 0)
+			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid, a.poll);
+		mg_mark(a, l, 0, tid);
+		/* qkv */
+		if (b < MG_QKV_TILES) {
+			mg_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
+			int n = 0;
+			for (int j = b; j < MG_QKV_TILES; j += G, n++) {
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+				float *rd = red + rpar * MG_W * 16;
+				rpar ^= 1;
+				mg_rows(acc[0], rd, warp, lane);
+				if (tid < 16) {
+					const int row = j * 16 + tid;
+					const float y = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+					if (row < MG_QR)
+						a.q[(size_t)l * MG_QR + row] = y;
+					else {
+						const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
+						__nv_bfloat16 *dst = (kv ? ly.vc : ly.kc) +
+						                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD + rr % MG_HD;
+						*dst = __float2bfloat16_rn(y);
+					}
+				}
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_QKV, n);
+		}
+		mg_mark(a, l, 1, tid);
+		/* attention */
+		for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
+			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
+			const int gs = t / a.hgn;
+			mg_attn(a, ly, l, gs / a.S, gs % a.S, t % a.hgn, reinterpret_cast<float *>(xs), tid, pos, full, empty,
+			        ring_sa);
+			gt_sync();
+		}
+		mg_mark(a, l, 2, tid);
+		/* o */
+		if (b < MG_O_TILES) {
+			mg_cwait(cnt + C_ATT, MG_NKV * a.hgn, tid, a.poll);
+			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
+			gt_sync();
+			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+			mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, 16, 0, warp, lane);
+			float *rd = red + rpar * MG_W * 16;
+			rpar ^= 1;
+			mg_rows(acc[0], rd, warp, lane);
+			if (tid < 16) {
+				const int row = b * 16 + tid;
+				h2[row] = __ldcg(h + row) + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_O, 1);
+		}
+		mg_mark(a, l, 3, tid);
+		/* the router, and x of the experts' gate|up: RMSNorm(h2) */
+		const bool gu = b < MG_K * MG_GU_TILES;
+		if (b >= rb || gu) {
+			mg_cwait(cnt + C_O, MG_O_TILES, tid, a.poll);
+			mg_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
+		}
+		if (b >= rb) {
+			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+			mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+			float *rd = red + rpar * MG_W * 16;
+			rpar ^= 1;
+			mg_rows(acc[0], rd, warp, lane);
+			if (tid < 16)
+				a.logits[(size_t)l * MG_E + (b - rb) * 16 + tid] = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_R, 1);
+		}
+		mg_mark(a, l, 4, tid);
+		/* the experts' gate|up (their copies wait for the producer's top-k) */
+		if (gu) {
+			int n = 0;
+			for (int j = b; j < MG_K * MG_GU_TILES; j += G, n++) {
+				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+				float *rd = red + rpar * MG_W * 16;
+				rpar ^= 1;
+				mg_rows(acc[0], rd, warp, lane);
+				if (tid < 8) {
+					const float gt = ldexpf(mg_rowsum(rd, 2 * tid), 14) * a.post;
+					const float up = ldexpf(mg_rowsum(rd, 2 * tid + 1), 14) * a.post;
+					a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + tid] = silu_mul(gt, up);
+				}
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_GU, n);
+		}
+		mg_mark(a, l, 5, tid);
+		/* down, the 8 slots of a row tile summed in order */
+		if (b < MG_D_TILES) {
+			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
+			mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
+			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
+			gt_sync();
+			const float *sw = selw + (l & 1) * MG_K;
+			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			if (a.dwarp) {
+				/* warp w takes slot w's stage whole (its 6 steps), then hands every slot's stage
+				 * back (a stage is free once all 8 warps arrived, its reader among them): one
+				 * round instead of 8 rounds of one step a warp */
+				gt_pos q = pos;
+				gt_next_n(q, MG_NS, warp);
+				mg_wbar(&full[q.i], q.ph, 1, q.n);
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				const int g8 = lane >> 2, t4 = lane & 3;
+				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)((g8 < 2 ? g8 : (g8 & 1)) * MG_CS_F)};
+				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE;
+#pragma unroll 2
+				for (int s6 = 0; s6 < 6; s6++) {
+					const uint32_t sb = st + (uint32_t)s6 * MG_STEP;
+					const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
+					const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
+					gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, s6 * 4 + t4);
+				}
+				const float c = sw[warp] * 16384.0f * a.post;
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					tot[e] = c * acc[0][e];
+				__syncwarp();
+				for (int slot = 0; slot < MG_K; slot++) {
+					if (lane == 0)
+						gt_arrive(&empty[pos.i]);
+					gt_next(pos, MG_NS);
+				}
+			} else
+			for (int slot = 0; slot < MG_K; slot++) {
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+				mg_tile(acc, pos, full, empty, ring_sa, xs_sa + slot * 2 * MG_CS_F, MG_CS_F, 1, 6, 0, warp, lane);
+				const float c = sw[slot] * 16384.0f * a.post;
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					tot[e] += c * acc[0][e];
+			}
+			float *rd = red + rpar * MG_W * 16;
+			rpar ^= 1;
+			mg_rows(tot, rd, warp, lane);
+			if (tid < 16) {
+				const int row = b * 16 + tid;
+				a.h[(size_t)(l + 1) * MG_H + row] = __ldcg(h2 + row) + mg_rowsum(rd, tid);
+			}
+			gt_sync();
+			if (tid == 0)
+				mg_pub(cnt + C_D, 1);
+		}
+		mg_mark(a, l, 6, tid);
+	}
+}
+#else
+__global__ void mg_kernel(const mg_args a) { (void)a; }
+#endif
+
+#endif

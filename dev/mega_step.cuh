@@ -1,0 +1,350 @@
+/* mega_step.cuh: what dev/mega_bench.cu's persistent decode step is built from: the geometry
+ * (qwen3-30b-a3b), the argument block, the counters between phases, the hang diagnostics, staging
+ * and the tile loop (mega_kernel.cuh: the attention, the top-k and the kernel).
+ *
+ * Why: qwen3-30b-a3b's decode is bound by the latency chains of six launches a layer, not by its
+ * bytes (issue #6, docs/status.md). The step runs all 48 layers in one launch, so a layer's
+ * phases hand over through counters instead of kernel boundaries. A prototype in the kernel lab,
+ * not an engine path: weights in a layout of its own, the router in NVFP4 (the model's is BF16),
+ * no q/k norm or rotary, a contiguous KV cache.
+ *
+ * One block an SM (a cooperative launch, so all are resident), 8 consumer warps and a producer
+ * warp. Every block runs the same program over the layers and takes its share of each phase by
+ * its index:
+ *   qkv   320 tiles of 16 rows (x = RMSNorm(h)), k and v written into the cache at pos
+ *   attn  NKV x S splits of <= MG_T positions, the last split of a kv head merging
+ *   o     128 tiles, K 4096 in two stages, h2 = h + o
+ *   route 8 tiles on the last 8 blocks (x = RMSNorm(h2)), the logits
+ *   gu    8 slots x 96 tiles of (gate, up) row pairs, SwiGLU out
+ *   down  128 tiles, each the 8 slots' rows in order, h' = h2 + sum_s w_s down_s
+ * A phase's blocks add their task count to a counter of the layer (release); a phase waits for
+ * the counts it needs (acquire), so no phase waits for a launch. The producer copies each task's
+ * weights into a ring of shared memory in program order as soon as a slot is free, across phase
+ * and layer boundaries: the static matrices of the next phases stream while a phase waits. Only
+ * the experts' copies wait, for the router's logits (every block's producer runs the top-k).
+ *
+ * Weight layout (a tile's stage: <= 2048 K of 16 rows), a 128-element step at a time: 1024 code
+ * bytes as [row half h][lane] 16 bytes (lane = 4 g + t: row g + 8 h, chunk t of the step, each
+ * 32-bit word in the device's permuted E2M1 order), then 128 scale bytes as [lane] {row g's two
+ * E4M3, row g + 8's}. A warp's loads of a step are 512 contiguous bytes, conflict-free, and the
+ * step's math is gemv_mma.cuh's gm_step.
+ */
+#ifndef FP4S_MEGA_STEP_CUH
+#define FP4S_MEGA_STEP_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/arrive.cuh"
+#include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/gemv_tma.cuh"
+#include "dev_util.h"
+#include "numerics/numerics.h"
+
+#define MG_H 2048
+#define MG_NQ 32
+#define MG_NKV 4
+#define MG_HD 128
+#define MG_QR (MG_NQ * MG_HD)                    /* 4096 */
+#define MG_QKV ((MG_NQ + 2 * MG_NKV) * MG_HD)    /* 5120 */
+#define MG_E 128
+#define MG_K 8
+#define MG_FI 768
+#define MG_STEP 1152           /* 16 rows x 128 K: 1024 code bytes + 128 scale bytes */
+#define MG_STAGE (16 * MG_STEP) /* 16 rows x 2048 K */
+#define MG_DSTAGE (6 * MG_STEP) /* 16 rows x 768 K */
+#define MG_NS 10
+#define MG_W 8
+#define MG_THREADS ((MG_W + 1) * 32)
+#define MG_T 128
+#define MG_QKV_TILES (MG_QKV / 16)
+#define MG_O_TILES (MG_H / 16)
+#define MG_R_TILES (MG_E / 16)
+#define MG_GU_TILES (2 * MG_FI / 16) /* a slot's */
+#define MG_D_TILES (MG_H / 16)
+#define MG_CS_H 4128  /* gm_col_stride(2048 / 32) */
+#define MG_CS_Q 8224  /* gm_col_stride(4096 / 32) */
+#define MG_CS_F 1568  /* gm_col_stride(768 / 32) */
+#define MG_XS (MG_K * 2 * MG_CS_F)
+#define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
+
+enum { C_QKV, C_ATT, C_O, C_R, C_GU, C_D, C_N };
+#define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
+#define MG_TL (C_N + 5) /* timeline entries a block: the consumers' 7 marks, the producer's top-k, last
+                         * expert copy, top-k entry and count seen */
+
+struct mg_layer {
+	const uint8_t *qkv, *o, *r, *gu, *dn;
+	const float *n1, *n2;
+	__nv_bfloat16 *kc, *vc; /* [NKV][ctx_max][HD] */
+};
+
+struct mg_args {
+	const mg_layer *ly;
+	int L, ctx, ctx_max, S, T;
+	float post, eps;
+	const float *h0;
+	float *h;      /* [L + 1][H]: h[0] = h0 copied by the host */
+	float *h2;     /* [L][H] */
+	float *q;      /* [L][QR] */
+	float *att;    /* [L][QR] */
+	float *part;   /* [L][NKV][S][8][HD + 2] */
+	float *logits; /* [L][E] */
+	float *act;    /* [L][K][FI] */
+	int32_t *sel;  /* [L][K] */
+	unsigned *cnt; /* [L][MG_CNT], zero at launch */
+	unsigned long long *tl; /* [G][C_N + 1] for layer tl_layer (NULL: none) */
+	int tl_layer;
+	size_t gu_stride, dn_stride;
+	/* experiments (time mode only, MG_* environment variables): */
+	int csplit;   /* MG_CSPLIT: copies a stage (1: one bulk copy; 2, 4, 8, 16: by step groups) */
+	int exstatic; /* MG_EXSTATIC=1: the producer copies experts (8 l + slot) % 128 before the top-k
+	               * (results wrong: what the routing dependency costs) */
+	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
+	int poll;     /* MG_POLL: mg_poll's form */
+	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
+	int dwarp;    /* MG_DWARP (default 1): the down's 8 slots a warp each, in one round */
+	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
+	               * with NKV x S x hgn <= G / 4) */
+};
+
+__device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
+__device__ unsigned mg_hint; /* MG_HINT: try_wait's suspend-time hint in ns (0: none) */
+/* the split merges' records (host-mapped): per (layer, kv head * 4 + head group) MG_DS ints: each
+ * split's counter value + 1 at its arrival [0, 64), the merging block's warps at entry [64, 72),
+ * published [72], the merging block + 1 [73] */
+#define MG_DS 80 /* [74] the published counter's offset from a.cnt, [75] its value before the add */
+__device__ int *mg_ds;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
+{
+	unsigned v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+	return v;
+}
+
+static __device__ __forceinline__ unsigned mg_ld_rlx(const unsigned *c)
+{
+	unsigned v;
+	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+	return v;
+}
+
+/* hang diagnostics: a wait that lasts over a second records (what, aux, value) in host-mapped
+ * memory at [block][warp], which the host prints when the launch does not finish */
+static __device__ __noinline__ void mg_stuck(int what, unsigned aux, unsigned v)
+{
+	if (!mg_dg)
+		return;
+	volatile int *d = mg_dg + 4 * (blockIdx.x * (MG_W + 1) + (threadIdx.x >> 5));
+	d[1] = (int)aux, d[2] = (int)v, d[3] = threadIdx.x & 31;
+	__threadfence_system();
+	d[0] = what;
+	__threadfence_system();
+}
+
+/* mbarrier wait with the diagnostics */
+static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int what, unsigned aux)
+{
+	uint32_t ok;
+	unsigned long long t0 = 0;
+	for (unsigned it = 0;; it++) {
+		if (mg_hint)
+			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
+			             "selp.u32 %0, 1, 0, p;\n\t}"
+			             : "=r"(ok)
+			             : "r"(gt_sa(b)), "r"(parity), "r"(mg_hint)
+			             : "memory");
+		else
+			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			             "selp.u32 %0, 1, 0, p;\n\t}"
+			             : "=r"(ok)
+			             : "r"(gt_sa(b)), "r"(parity)
+			             : "memory");
+		if (ok)
+			return;
+		if ((it & 1023) == 0) {
+			const unsigned long long t = gm_now();
+			if (!t0)
+				t0 = t;
+			else if (t - t0 > 1000000000ull && t0 != ~0ull) {
+				mg_stuck(what, aux, parity);
+				t0 = ~0ull;
+			}
+		}
+	}
+}
+
+/* waits until *c >= target: acquire loads (poll 0), or relaxed loads and one fence after (1), the
+ * same with a pause between loads (2) */
+static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned target, int poll)
+{
+	if (poll == 0) {
+		unsigned long long t0 = 0;
+		for (unsigned it = 0;; it++) {
+			const unsigned v = mg_ld_acq(c);
+			if (v >= target)
+				return;
+			if ((it & 1023) == 0) {
+				const unsigned long long t = gm_now();
+				if (!t0)
+					t0 = t;
+				else if (t - t0 > 1000000000ull && t0 != ~0ull) {
+					mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
+					t0 = ~0ull;
+				}
+			}
+		}
+	}
+	while (mg_ld_rlx(c) < target)
+		if (poll == 2)
+			__nanosleep(64);
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+static __device__ __forceinline__ void mg_pub(unsigned *c, unsigned n)
+{
+	asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
+
+/* the consumers wait until *c >= target (thread 0 polls; the barrier orders the others' loads) */
+static __device__ __forceinline__ void mg_cwait(const unsigned *c, unsigned target, int tid, int poll)
+{
+	if (tid == 0)
+		mg_poll(c, target, poll);
+	gt_sync();
+}
+
+static __device__ __forceinline__ uint32_t mg_lds32(uint32_t sa)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(sa));
+	return v;
+}
+
+static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, int tid)
+{
+	if (a.tl && l == a.tl_layer && tid == 0)
+		a.tl[blockIdx.x * MG_TL + ph] = gm_now();
+}
+
+/* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H) */
+static __device__ void mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
+{
+	const int k0 = tid * 8;
+	const float4 a = __ldcg(reinterpret_cast<const float4 *>(v + k0));
+	const float4 b = __ldcg(reinterpret_cast<const float4 *>(v + k0 + 4));
+	const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+	float ss = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		ss += x[i] * x[i];
+	for (int o = 16; o; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if ((tid & 31) == 0)
+		sred[tid >> 5] = ss;
+	gt_sync();
+	float tot = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		tot += sred[w];
+	const float r = 1.0f / sqrtf(tot / (float)MG_H + eps);
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * __ldg(nw + k0 + i));
+	gt_sync();
+}
+
+/* n plain values of v (n % 4 == 0, n <= 4 * 4 * 256) staged into xs at column stride cs: every
+ * thread's loads issued before the first is used (one L2 round trip, not one a round) */
+static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs, int tid)
+{
+	float4 r[4];
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const int i = tid + u * MG_W * 32;
+		if (4 * i < n)
+			r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + i);
+	}
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const int i = tid + u * MG_W * 32;
+		if (4 * i < n) {
+			gm_st_put(xs, cs, 4 * i, r[u].x);
+			gm_st_put(xs, cs, 4 * i + 1, r[u].y);
+			gm_st_put(xs, cs, 4 * i + 2, r[u].z);
+			gm_st_put(xs, cs, 4 * i + 3, r[u].w);
+		}
+	}
+}
+
+/* the down projection's x: the 8 slots' SwiGLU outputs (8 x 768 floats: 6 float4 a thread, all in
+ * flight together), slot s at xs + s * 2 * MG_CS_F */
+static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
+{
+	float4 r[6];
+#pragma unroll
+	for (int u = 0; u < 6; u++)
+		r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid + u * MG_W * 32);
+#pragma unroll
+	for (int u = 0; u < 6; u++) {
+		const int i = 4 * (tid + u * MG_W * 32), slot = i / MG_FI, k = i - slot * MG_FI;
+		uint8_t *x = xs + slot * 2 * MG_CS_F;
+		gm_st_put(x, MG_CS_F, k, r[u].x);
+		gm_st_put(x, MG_CS_F, k + 1, r[u].y);
+		gm_st_put(x, MG_CS_F, k + 2, r[u].z);
+		gm_st_put(x, MG_CS_F, k + 3, r[u].w);
+	}
+}
+
+/* nst stages of a tile from the ring into acc (this lane's MMA accumulator), x staged at xs_sa
+ * (the lane's column picked here), chunk base cb0 + 64 a stage; steps a stage: nsteps */
+static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, uint64_t *full, uint64_t *empty,
+                                               uint32_t ring_sa, uint32_t xs_sa, int cs, int nst, int nsteps,
+                                               int cb0, int warp, int lane)
+{
+	const int g = lane >> 2, t4 = lane & 3;
+	const uint32_t xc[1] = {xs_sa + (uint32_t)((g < 2 ? g : (g & 1)) * cs)};
+	for (int c = 0; c < nst; c++) {
+		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
+		const uint32_t st = ring_sa + (uint32_t)pos.i * MG_STAGE;
+		for (int s = warp; s < nsteps; s += MG_W) {
+			const uint32_t sb = st + (uint32_t)s * MG_STEP;
+			const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
+			const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
+			gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, cb0 + c * 64 + s * 4 + t4);
+		}
+		__syncwarp();
+		if (lane == 0)
+			gt_arrive(&empty[pos.i]);
+		gt_next(pos, MG_NS);
+	}
+}
+
+/* the tile's 16 row sums (in order over the warps) into red, after the barrier */
+static __device__ __forceinline__ void mg_rows(const float (&acc)[4], float *red, int warp, int lane)
+{
+	if ((lane & 3) == 0) {
+		red[warp * 16 + (lane >> 2)] = acc[0] + acc[1];
+		red[warp * 16 + 8 + (lane >> 2)] = acc[2] + acc[3];
+	}
+	gt_sync();
+}
+
+static __device__ __forceinline__ float mg_rowsum(const float *red, int r)
+{
+	float v = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		v += red[w * 16 + r];
+	return v;
+}
+
+#endif
+
+#endif
