@@ -466,10 +466,6 @@ int main(int argc, char **argv)
 		return 1;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	mg_G = G;
-	{
-		const unsigned hint = getenv("MG_HINT") ? (unsigned)atoi(getenv("MG_HINT")) : 0u;
-		CK(cudaMemcpyToSymbol(mg_hint, &hint, sizeof hint));
-	}
 	/* the hang diagnostics: on for check, for time with MG_DIAG=1 (host-mapped stores and an
 	 * atom a merge) */
 	if (!strcmp(mode, "check") || (getenv("MG_DIAG") && atoi(getenv("MG_DIAG")))) {

@@ -113,7 +113,6 @@ struct mg_args {
 };
 
 __device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
-__device__ unsigned mg_hint; /* MG_HINT: try_wait's suspend-time hint in ns (0: none) */
 /* the split merges' records (host-mapped): per (layer, kv head * 4 + head group) MG_DS ints: each
  * split's counter value + 1 at its arrival [0, 64), the merging block's warps at entry [64, 72),
  * published [72], the merging block + 1 [73] */
@@ -154,18 +153,11 @@ static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int
 	uint32_t ok;
 	unsigned long long t0 = 0;
 	for (unsigned it = 0;; it++) {
-		if (mg_hint)
-			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
-			             "selp.u32 %0, 1, 0, p;\n\t}"
-			             : "=r"(ok)
-			             : "r"(gt_sa(b)), "r"(parity), "r"(mg_hint)
-			             : "memory");
-		else
-			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-			             "selp.u32 %0, 1, 0, p;\n\t}"
-			             : "=r"(ok)
-			             : "r"(gt_sa(b)), "r"(parity)
-			             : "memory");
+		asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+		             "selp.u32 %0, 1, 0, p;\n\t}"
+		             : "=r"(ok)
+		             : "r"(gt_sa(b)), "r"(parity)
+		             : "memory");
 		if (ok)
 			return;
 		if ((it & 1023) == 0) {
