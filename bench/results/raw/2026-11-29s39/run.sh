@@ -46,3 +46,7 @@ h)
 	cat $OUT/log/time.txt
 	;;
 esac
+# Calls 9-16 ran their commands inline (see the session's results file), each: nvcc as in phase m,
+# then `mega_bench check` (MG_HGN=4 for calls 9-10, the hang's records) and/or `mega_bench time
+# 48 128 4096` with the variants named there. Call 15 built ecbc6dd's dev/mega_bench.cu (copied to
+# the ignored .gpu/old/) beside HEAD's, to compare both on one machine.
