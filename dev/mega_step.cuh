@@ -97,10 +97,10 @@ struct mg_args {
 	float *act;    /* [L][K][FI] */
 	int32_t *sel;  /* [L][K] */
 	unsigned *cnt; /* [L][MG_CNT], zero at launch */
-	unsigned long long *tl; /* [G][C_N + 1] for layer tl_layer (NULL: none) */
+	unsigned long long *tl; /* [G][MG_TL] marks of layer tl_layer (NULL: none) */
 	int tl_layer;
 	size_t gu_stride, dn_stride;
-	/* experiments (time mode only, MG_* environment variables): */
+	/* switches for experiments (MG_* environment variables, read for check and time alike): */
 	int csplit;   /* MG_CSPLIT: copies a stage (1: one bulk copy; 2, 4, 8, 16: by step groups) */
 	int exstatic; /* MG_EXSTATIC=1: the producer copies experts (8 l + slot) % 128 before the top-k
 	               * (results wrong: what the routing dependency costs) */
