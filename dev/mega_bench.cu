@@ -94,7 +94,6 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 struct mg_run {
 	mg_args a;
 	int G;
-	float *d_h0;
 };
 
 static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int G)
@@ -129,9 +128,10 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
-	a.h0 = a.h;
 }
 
+#define MG_DS_LAYERS 48 /* the merge records cover this many layers (time's layers are capped to it) */
+#define MG_DS_BYTES ((size_t)MG_DS_LAYERS * 16 * MG_DS * sizeof(int))
 static int *mg_dg_host, *mg_ds_host;
 static int mg_L, mg_S, mg_hgn;
 static unsigned mg_cnt_lo; /* the counters' address, low 32 bits, for the dump */
@@ -198,12 +198,17 @@ static void mg_finish(cudaStream_t s)
 	exit(2);
 }
 
-static void mg_launch(mg_run &r, cudaStream_t s)
+/* one step: the records and counters cleared, then the launch (e0, when given, recorded between
+ * the two so that it times the kernel alone) */
+static void mg_launch(mg_run &r, cudaStream_t s, cudaEvent_t e0 = NULL)
 {
 	if (mg_ds_host)
-		memset(mg_ds_host, 0, (size_t)48 * 16 * MG_DS * sizeof(int));
+		memset(mg_ds_host, 0, MG_DS_BYTES);
 	mg_L = r.a.L, mg_S = r.a.S, mg_hgn = r.a.hgn;
+	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
+	if (e0)
+		CK(cudaEventRecord(e0, s));
 	void *args[] = {(void *)&r.a};
 	CK(cudaLaunchCooperativeKernel((void *)mg_kernel, r.G, MG_THREADS, args, MG_SMEM, s));
 }
@@ -294,7 +299,6 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 		vc[l] = mg_get(m.ly[l].vc, m.kv_b * 2);
 	}
 	std::vector<float> h = mg_getf(r.a.h, MG_H);
-	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	mg_launch(r, 0);
 	mg_finish(0);
 	CK(cudaDeviceSynchronize());
@@ -406,19 +410,13 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	cudaEvent_t e0, e1;
 	CK(cudaEventCreate(&e0));
 	CK(cudaEventCreate(&e1));
-	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	for (int i = 0; i < 3; i++) {
 		mg_launch(r, s);
 		mg_finish(s);
 	}
 	std::vector<float> us;
 	for (int i = 0; i < 20; i++) {
-		if (mg_ds_host)
-			memset(mg_ds_host, 0, (size_t)48 * 16 * MG_DS * sizeof(int));
-		CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)L * MG_CNT * 4, s));
-		CK(cudaEventRecord(e0, s));
-		void *args[] = {(void *)&r.a};
-		CK(cudaLaunchCooperativeKernel((void *)mg_kernel, r.G, MG_THREADS, args, MG_SMEM, s));
+		mg_launch(r, s, e0);
 		CK(cudaEventRecord(e1, s));
 		mg_finish(s);
 		CK(cudaEventSynchronize(e1));
@@ -475,7 +473,7 @@ int main(int argc, char **argv)
 		int *dp;
 		CK(cudaHostGetDevicePointer((void **)&dp, mg_dg_host, 0));
 		CK(cudaMemcpyToSymbol(mg_dg, &dp, sizeof dp));
-		const size_t dsb = (size_t)48 * 16 * MG_DS * sizeof(int);
+		const size_t dsb = MG_DS_BYTES;
 		CK(cudaHostAlloc((void **)&mg_ds_host, dsb, cudaHostAllocMapped));
 		memset(mg_ds_host, 0, dsb);
 		CK(cudaHostGetDevicePointer((void **)&dp, mg_ds_host, 0));
@@ -490,7 +488,8 @@ int main(int argc, char **argv)
 		printf("check: %s\n", ok ? "PASS" : "FAIL");
 		return ok ? 0 : 1;
 	}
-	const int L = argc > 2 ? atoi(argv[2]) : 48;
+	/* 1..48: the model's layers, and what the merge records cover */
+	const int L = argc > 2 ? std::min(std::max(atoi(argv[2]), 1), MG_DS_LAYERS) : MG_DS_LAYERS;
 	mg_model m;
 	mg_model_make(m, L, 4096);
 	if (argc > 3)

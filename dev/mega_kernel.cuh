@@ -214,9 +214,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			const float inv = 1.0f / lstat[warp];
 			*reinterpret_cast<float4 *>(att) = make_float4(o4[0] * inv, o4[1] * inv, o4[2] * inv, o4[3] * inv);
 		}
-		gt_sync();
-		if (tid == 0)
-			mg_pub(cnt + C_ATT, 1);
+		mg_cpub(cnt + C_ATT, 1, tid);
 		return;
 	}
 	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + hq0 + warp) * (MG_HD + 2);
@@ -462,11 +460,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
 			int n = 0;
 			for (int j = b; j < MG_QKV_TILES; j += G, n++) {
-				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-				mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
-				float *rd = red + rpar * MG_W * 16;
-				rpar ^= 1;
-				mg_rows(acc[0], rd, warp, lane);
+				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
 				if (tid < 16) {
 					const int row = j * 16 + tid;
 					const float y = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
@@ -480,9 +474,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 					}
 				}
 			}
-			gt_sync();
-			if (tid == 0)
-				mg_pub(cnt + C_QKV, n);
+			mg_cpub(cnt + C_QKV, n, tid);
 		}
 		mg_mark(a, l, 1, tid);
 		/* attention */
@@ -499,18 +491,12 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_cwait(cnt + C_ATT, MG_NKV * a.hgn, tid, a.poll);
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
 			gt_sync();
-			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-			mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, 16, 0, warp, lane);
-			float *rd = red + rpar * MG_W * 16;
-			rpar ^= 1;
-			mg_rows(acc[0], rd, warp, lane);
+			const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, red, rpar, warp, lane);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
 				h2[row] = __ldcg(h + row) + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
 			}
-			gt_sync();
-			if (tid == 0)
-				mg_pub(cnt + C_O, 1);
+			mg_cpub(cnt + C_O, 1, tid);
 		}
 		mg_mark(a, l, 3, tid);
 		/* the router, and x of the experts' gate|up: RMSNorm(h2) */
@@ -520,16 +506,10 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
 		}
 		if (b >= rb) {
-			float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-			mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
-			float *rd = red + rpar * MG_W * 16;
-			rpar ^= 1;
-			mg_rows(acc[0], rd, warp, lane);
+			const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
 			if (tid < 16)
 				a.logits[(size_t)l * MG_E + (b - rb) * 16 + tid] = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
-			gt_sync();
-			if (tid == 0)
-				mg_pub(cnt + C_R, 1);
+			mg_cpub(cnt + C_R, 1, tid);
 		}
 		mg_mark(a, l, 4, tid);
 		/* the experts' gate|up (their copies wait for the producer's top-k) */
@@ -537,20 +517,14 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			int n = 0;
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G, n++) {
 				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
-				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-				mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
-				float *rd = red + rpar * MG_W * 16;
-				rpar ^= 1;
-				mg_rows(acc[0], rd, warp, lane);
+				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
 				if (tid < 8) {
 					const float gt = ldexpf(mg_rowsum(rd, 2 * tid), 14) * a.post;
 					const float up = ldexpf(mg_rowsum(rd, 2 * tid + 1), 14) * a.post;
 					a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + tid] = silu_mul(gt, up);
 				}
 			}
-			gt_sync();
-			if (tid == 0)
-				mg_pub(cnt + C_GU, n);
+			mg_cpub(cnt + C_GU, n, tid);
 		}
 		mg_mark(a, l, 5, tid);
 		/* down, the 8 slots of a row tile summed in order */
@@ -598,16 +572,13 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				for (int e = 0; e < 4; e++)
 					tot[e] += c * acc[0][e];
 			}
-			float *rd = red + rpar * MG_W * 16;
-			rpar ^= 1;
+			float *rd = mg_red_next(red, rpar);
 			mg_rows(tot, rd, warp, lane);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
 				a.h[(size_t)(l + 1) * MG_H + row] = __ldcg(h2 + row) + mg_rowsum(rd, tid);
 			}
-			gt_sync();
-			if (tid == 0)
-				mg_pub(cnt + C_D, 1);
+			mg_cpub(cnt + C_D, 1, tid);
 		}
 		mg_mark(a, l, 6, tid);
 	}

@@ -87,8 +87,8 @@ struct mg_args {
 	const mg_layer *ly;
 	int L, ctx, ctx_max, S, T;
 	float post, eps;
-	const float *h0;
-	float *h;      /* [L + 1][H]: h[0] = h0 copied by the host */
+	const float *h0; /* unused (removing it moves the kernel's parameter offsets: left for a device run) */
+	float *h;      /* [L + 1][H]: h[0] the input, filled by the host */
 	float *h2;     /* [L][H] */
 	float *q;      /* [L][QR] */
 	float *att;    /* [L][QR] */
@@ -147,6 +147,24 @@ static __device__ __noinline__ void mg_stuck(int what, unsigned aux, unsigned v)
 	__threadfence_system();
 }
 
+/* whether a wait at its it-th try has just passed a second (once a wait; t0 starts at 0): the
+ * clock is read every 1024 tries */
+static __device__ __forceinline__ bool mg_overdue(unsigned it, unsigned long long &t0)
+{
+	if ((it & 1023) != 0)
+		return false;
+	const unsigned long long t = gm_now();
+	if (!t0) {
+		t0 = t;
+		return false;
+	}
+	if (t - t0 > 1000000000ull && t0 != ~0ull) {
+		t0 = ~0ull;
+		return true;
+	}
+	return false;
+}
+
 /* mbarrier wait with the diagnostics */
 static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int what, unsigned aux)
 {
@@ -160,15 +178,8 @@ static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int
 		             : "memory");
 		if (ok)
 			return;
-		if ((it & 1023) == 0) {
-			const unsigned long long t = gm_now();
-			if (!t0)
-				t0 = t;
-			else if (t - t0 > 1000000000ull && t0 != ~0ull) {
-				mg_stuck(what, aux, parity);
-				t0 = ~0ull;
-			}
-		}
+		if (mg_overdue(it, t0))
+			mg_stuck(what, aux, parity);
 	}
 }
 
@@ -182,15 +193,8 @@ static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned targe
 			const unsigned v = mg_ld_acq(c);
 			if (v >= target)
 				return;
-			if ((it & 1023) == 0) {
-				const unsigned long long t = gm_now();
-				if (!t0)
-					t0 = t;
-				else if (t - t0 > 1000000000ull && t0 != ~0ull) {
-					mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
-					t0 = ~0ull;
-				}
-			}
+			if (mg_overdue(it, t0))
+				mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
 		}
 	}
 	while (mg_ld_rlx(c) < target)
@@ -202,6 +206,15 @@ static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned targe
 static __device__ __forceinline__ void mg_pub(unsigned *c, unsigned n)
 {
 	asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
+
+/* the consumers' outputs written, thread 0 adds n to *c for them (the barrier orders the others'
+ * writes before its release) */
+static __device__ __forceinline__ void mg_cpub(unsigned *c, unsigned n, int tid)
+{
+	gt_sync();
+	if (tid == 0)
+		mg_pub(c, n);
 }
 
 /* the consumers wait until *c >= target (thread 0 polls; the barrier orders the others' loads) */
@@ -335,6 +348,28 @@ static __device__ __forceinline__ float mg_rowsum(const float *red, int r)
 	for (int w = 0; w < MG_W; w++)
 		v += red[w * 16 + r];
 	return v;
+}
+
+/* the next of the two row-sum buffers in red (alternated: a tile's epilogue may still read one
+ * while the warps write the next tile's sums) */
+static __device__ __forceinline__ float *mg_red_next(float *red, int &rpar)
+{
+	float *rd = red + rpar * MG_W * 16;
+	rpar ^= 1;
+	return rd;
+}
+
+/* a tile of nst stages of 16 steps with x staged at xs_sa (column stride cs): its 16 row sums,
+ * in order over the warps, in the returned buffer (mg_rowsum reads them) */
+static __device__ __forceinline__ const float *mg_tile_rows(gt_pos &pos, uint64_t *full, uint64_t *empty,
+                                                            uint32_t ring_sa, uint32_t xs_sa, int cs, int nst,
+                                                            float *red, int &rpar, int warp, int lane)
+{
+	float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+	mg_tile(acc, pos, full, empty, ring_sa, xs_sa, cs, nst, 16, 0, warp, lane);
+	float *rd = mg_red_next(red, rpar);
+	mg_rows(acc[0], rd, warp, lane);
+	return rd;
 }
 
 #endif
