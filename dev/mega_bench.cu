@@ -39,18 +39,19 @@ __global__ void mg_fill_f(float *p, size_t n, uint64_t seed, float lo, float hi)
 		p[i] = lo + (hi - lo) * (float)(mg_hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) * (1.0f / 16777216.0f);
 }
 
-__global__ void mg_fill_bf(__nv_bfloat16 *p, size_t n, uint64_t seed)
+/* bf16 values in [-a, a) */
+__global__ void mg_fill_bf(__nv_bfloat16 *p, size_t n, uint64_t seed, float a)
 {
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		p[i] = __float2bfloat16_rn(-1.0f + 2.0f * (float)(mg_hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) *
-		                                       (1.0f / 16777216.0f));
+		p[i] = __float2bfloat16_rn(a * (-1.0f + 2.0f * (float)(mg_hash(seed * 0x9E3779B97F4A7C15ull + i) >> 8) *
+		                                            (1.0f / 16777216.0f)));
 }
 
 struct mg_model {
 	int L, ctx_max;
 	std::vector<mg_layer> ly;
 	mg_layer *d_ly;
-	size_t qkv_b, o_b, r_b, gu_b, dn_b, kv_b;
+	size_t qkv_b, o_b, rt_b, gu_b, dn_b, kv_b;
 	std::vector<void *> bufs;
 };
 
@@ -67,22 +68,27 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 	m.L = L, m.ctx_max = ctx_max;
 	m.qkv_b = (size_t)MG_QKV_TILES * MG_STAGE;
 	m.o_b = (size_t)MG_O_TILES * 2 * MG_STAGE;
-	m.r_b = (size_t)MG_R_TILES * MG_STAGE;
+	m.rt_b = (size_t)MG_E * MG_H * 2;
 	m.gu_b = (size_t)MG_GU_TILES * MG_STAGE;
 	m.dn_b = (size_t)MG_D_TILES * MG_DSTAGE;
 	m.kv_b = (size_t)MG_NKV * ctx_max * MG_HD;
 	m.ly.resize(L);
 	for (int l = 0; l < L; l++) {
 		mg_layer &y = m.ly[l];
-		uint8_t *w = (uint8_t *)mg_alloc(m, m.qkv_b + m.o_b + m.r_b + MG_E * (m.gu_b + m.dn_b));
-		const size_t nw = m.qkv_b + m.o_b + m.r_b + MG_E * (m.gu_b + m.dn_b);
+		const size_t nw = m.qkv_b + m.o_b + MG_E * (m.gu_b + m.dn_b);
+		uint8_t *w = (uint8_t *)mg_alloc(m, nw);
 		mg_fill_w<<<1024, 256>>>(w, nw, 1000 + l);
-		y.qkv = w, y.o = w + m.qkv_b, y.r = y.o + m.o_b, y.gu = y.r + m.r_b, y.dn = y.gu + MG_E * m.gu_b;
+		y.qkv = w, y.o = w + m.qkv_b, y.gu = y.o + m.o_b, y.dn = y.gu + MG_E * m.gu_b;
+		/* the router: logits of a few units, as trained routers' (a spread that makes the
+		 * top-k's weights matter in the check) */
+		__nv_bfloat16 *rt = (__nv_bfloat16 *)mg_alloc(m, m.rt_b);
+		mg_fill_bf<<<256, 256>>>(rt, m.rt_b / 2, 4000 + l, 0.05f);
+		y.rt = rt;
 		float *n = (float *)mg_alloc(m, 2 * MG_H * sizeof(float));
 		mg_fill_f<<<16, 256>>>(n, 2 * MG_H, 2000 + l, 0.8f, 1.2f);
 		y.n1 = n, y.n2 = n + MG_H;
 		__nv_bfloat16 *kv = (__nv_bfloat16 *)mg_alloc(m, 2 * m.kv_b * sizeof(__nv_bfloat16));
-		mg_fill_bf<<<256, 256>>>(kv, 2 * m.kv_b, 3000 + l);
+		mg_fill_bf<<<256, 256>>>(kv, 2 * m.kv_b, 3000 + l, 1.0f);
 		y.kc = kv, y.vc = kv + m.kv_b;
 	}
 	CK(cudaGetLastError());
@@ -109,6 +115,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	CK(cudaMalloc(&a.q, (size_t)L * MG_QR * 4));
 	CK(cudaMalloc(&a.att, (size_t)L * MG_QR * 4));
 	CK(cudaMalloc(&a.part, (size_t)L * MG_NKV * a.S * 8 * (MG_HD + 2) * 4));
+	CK(cudaMalloc(&a.rpart, (size_t)L * MG_O_TILES * MG_E * 4));
 	CK(cudaMalloc(&a.logits, (size_t)L * MG_E * 4));
 	CK(cudaMalloc(&a.act, (size_t)L * MG_K * MG_FI * 4));
 	CK(cudaMalloc(&a.sel, (size_t)L * MG_K * 4));
@@ -120,6 +127,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
 	a.dwarp = getenv("MG_DWARP") ? atoi(getenv("MG_DWARP")) : 1;
+	a.pf = getenv("MG_PF") ? atoi(getenv("MG_PF")) : 0;
 	a.hgn = 1;
 	while (a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
 		a.hgn *= 2;
@@ -361,7 +369,16 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			h2[k] += h[k];
 		ok &= mg_cmp("h2", l, &gh2[(size_t)l * MG_H], h2.data(), MG_H, 1e-4);
 		mg_norm(h2.data(), n.data() + MG_H, r.a.eps, x.data());
-		mg_matvec(mg_get(y.r, m.r_b), MG_E, MG_H, post, x.data(), lg.data());
+		{
+			const std::vector<uint8_t> rb = mg_get(y.rt, m.rt_b);
+			const uint16_t *rw = (const uint16_t *)rb.data();
+			for (int e = 0; e < MG_E; e++) {
+				double s = 0.0;
+				for (int k = 0; k < MG_H; k++)
+					s += (double)fp4s_bf16_to_f32(rw[((size_t)(k / 16) * MG_E + e) * 16 + k % 16]) * x[k];
+				lg[e] = (float)s;
+			}
+		}
 		ok &= mg_cmp("logits", l, &glog[(size_t)l * MG_E], lg.data(), MG_E, 1e-4);
 		/* top-k on the CPU's logits */
 		std::vector<int> idx(MG_E);
@@ -426,7 +443,7 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	}
 	std::sort(us.begin(), us.end());
 	const double med = us[us.size() / 2];
-	const double bytes = (double)L * (m.qkv_b + m.o_b + m.r_b + MG_K * (m.gu_b + m.dn_b) +
+	const double bytes = (double)L * (m.qkv_b + m.o_b + m.rt_b + MG_K * (m.gu_b + m.dn_b) +
 	                                  2.0 * MG_NKV * ctx * MG_HD * 2);
 	printf("time: %d layers, ctx %d (%d splits, %d head groups): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
 	       "(%.1f MB a step)\n",
@@ -437,7 +454,7 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start", "qkv", "attn", "o", "route", "gu", "down", "topk", "excopied", "tk-in", "tk-seen"};
+	const char *names[MG_TL] = {"start", "qkv", "attn", "o", "o-seen", "topk", "gu", "down", "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;

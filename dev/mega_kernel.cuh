@@ -294,55 +294,98 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 }
 
-/* the producer warp's top-k of layer l: softmax over the 128 logits, the 8 largest (lower index on
- * ties), weights renormalized over the 8 (Qwen3's norm_topk_prob) */
-static __device__ void mg_topk(const mg_args &a, int l, int *sel, float *selw, int lane)
+/* the route, by every block's consumers once the o tiles are all in: x = RMSNorm(h2) staged for
+ * the gate|up, the router's logits as the sum of the 128 o tiles' parts, and the top-k. Thread t
+ * sums logit t % 128 over half of the parts (all its loads in flight with the norm's), in tile
+ * order: every block gets the same bits, so all choose the same experts. Each part is
+ * sum_r W[e][r] n2[r] h2[r] over the tile's rows, so the logits are 1 / rms times the sum; the
+ * order does not depend on that factor and the weights take it in the softmax. The top-k by
+ * ranks: thread e counts the logits above its own (lower index first on ties, as a stable sort),
+ * and the 8 of rank < 8 write themselves to sel. Softmax over the 8 (Qwen3's norm_topk_prob: the
+ * full softmax's denominator cancels). scr: 2 E + 16 floats. */
+static __device__ void mg_route(const mg_args &a, int l, const float *h2, const float *nw, uint8_t *xs, float *sred,
+                                float *scr, int *sel, float *selw, int tid)
 {
-	const bool mk = a.tl && l == a.tl_layer && lane == 0;
-	if (mk)
-		a.tl[blockIdx.x * MG_TL + C_N + 3] = gm_now();
-	if (lane == 0)
-		mg_poll(a.cnt + (size_t)l * MG_CNT + C_R, MG_R_TILES, a.poll);
-	if (mk)
-		a.tl[blockIdx.x * MG_TL + C_N + 4] = gm_now();
-	__syncwarp();
-	const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.logits + (size_t)l * MG_E) + lane);
-	/* a round: the lane's best (lowest index among equals), then the warp's by shuffles. By
-	 * selects: an array indexed at run time went to local memory (14 us a top-k). A form with
-	 * order keys, one redux and a ballot a round measured 4.6 us against these 3.3 (call 12). */
-	float x[4] = {v.x, v.y, v.z, v.w};
-	float m = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
-	for (int o = 16; o; o >>= 1)
-		m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-	float tot = 0.0f;
-	for (int k = 0; k < MG_K; k++) {
-		float bv = x[0];
-		int bidx = 4 * lane;
+	const int e = tid & (MG_E - 1), hb = tid >> 7;
+	const float *rp = a.rpart + ((size_t)l * MG_O_TILES + hb * (MG_O_TILES / 2)) * MG_E + e;
+	float pv[MG_O_TILES / 2];
 #pragma unroll
-		for (int i = 1; i < 4; i++)
-			if (x[i] > bv)
-				bv = x[i], bidx = 4 * lane + i;
-		for (int o = 16; o; o >>= 1) {
-			const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
-			const int oi = __shfl_xor_sync(0xFFFFFFFFu, bidx, o);
-			if (ov > bv || (ov == bv && oi < bidx))
-				bv = ov, bidx = oi;
+	for (int u = 0; u < MG_O_TILES / 2; u++)
+		pv[u] = __ldcg(rp + (size_t)u * MG_E);
+	const float r = mg_stage_norm(h2, nw, a.eps, xs, sred, tid);
+	float sum = 0.0f;
+#pragma unroll
+	for (int u = 0; u < MG_O_TILES / 2; u++)
+		sum += pv[u];
+	float *lg = scr, *hi = scr + MG_E, *sv = scr + 2 * MG_E;
+	if (hb)
+		hi[e] = sum;
+	gt_sync();
+	if (tid < MG_E)
+		lg[e] = sum + hi[e];
+	gt_sync();
+	if (tid < MG_E) {
+		const float x = lg[e];
+		int rank = 0;
+#pragma unroll 8
+		for (int j = 0; j < MG_E; j += 4) {
+			const float4 v = *reinterpret_cast<const float4 *>(lg + j);
+			rank += (v.x > x || (v.x == x && j < e)) + (v.y > x || (v.y == x && j + 1 < e)) +
+			        (v.z > x || (v.z == x && j + 2 < e)) + (v.w > x || (v.w == x && j + 3 < e));
 		}
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			if (bidx == 4 * lane + i)
-				x[i] = -INFINITY;
-		const float w = expf(bv - m);
-		tot += w;
-		if (lane == 0)
-			sel[k] = bidx, selw[k] = w;
+		if (rank < MG_K)
+			sel[rank] = e, sv[rank] = x;
+		if (blockIdx.x == 0)
+			a.logits[(size_t)l * MG_E + e] = x * r;
 	}
-	__syncwarp();
-	if (lane < MG_K)
-		selw[lane] /= tot;
-	if (lane < MG_K && a.sel)
-		a.sel[(size_t)l * MG_K + lane] = sel[lane];
-	__syncwarp();
+	gt_sync();
+	if (tid < 32) {
+		const float w = tid < MG_K ? expf((sv[tid] - sv[0]) * r) : 0.0f;
+		float tot = w;
+		for (int o = 4; o; o >>= 1)
+			tot += __shfl_xor_sync(0xFFFFFFFFu, tot, o);
+		if (tid < MG_K) {
+			selw[tid] = w / tot;
+			if (blockIdx.x == 0)
+				a.sel[(size_t)l * MG_K + tid] = sel[tid];
+		}
+	}
+	gt_sync();
+}
+
+/* the producer's L2 prefetches once layer l's experts are known (a.pf, a mask): 1 this block's
+ * share of the experts' gate|up and down, 2 its share of layer l + 1's qkv and o, 4 of layer
+ * l + 1's K / V rows. The ring's copies of them then find them in L2: DRAM sees them all at once,
+ * not as the ring's slots free up. */
+static __device__ void mg_prefetch(const mg_args &a, int l, const int *sl, int b, int G)
+{
+	const mg_layer &ly = a.ly[l];
+	if (a.pf & 1) {
+		for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
+			const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
+			gm_l2_prefetch(ly.gu + (size_t)sl[slot] * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
+		}
+		if (b < MG_D_TILES)
+			for (int slot = 0; slot < MG_K; slot++)
+				gm_l2_prefetch(ly.dn + (size_t)sl[slot] * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
+	}
+	if (l + 1 >= a.L)
+		return;
+	const mg_layer &ny = a.ly[l + 1];
+	if (a.pf & 2) {
+		for (int j = b; j < MG_QKV_TILES; j += G)
+			gm_l2_prefetch(ny.qkv + (size_t)j * MG_STAGE, MG_STAGE);
+		if (b < MG_O_TILES)
+			gm_l2_prefetch(ny.o + (size_t)(2 * b) * MG_STAGE, 2 * MG_STAGE);
+	}
+	if (a.pf & 4)
+		for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
+			const int g = t / a.hgn / a.S, s = t / a.hgn % a.S, m = mg_attn_m(a, s);
+			if (m > 0)
+				for (int kv = 0; kv < 2; kv++)
+					gm_l2_prefetch((kv ? ny.vc : ny.kc) + ((size_t)g * a.ctx_max + s * a.T) * MG_HD,
+					               (unsigned)m * MG_HD * 2);
+		}
 }
 
 __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
@@ -369,7 +412,6 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	}
 	__syncthreads();
-	const int rb = G - MG_R_TILES; /* the router's blocks: rb .. G - 1 */
 
 	if (warp == MG_W) { /* the producer */
 		uint64_t pol;
@@ -407,18 +449,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			if (b < MG_O_TILES) {
 				issue(ly.o + (size_t)(2 * b) * MG_STAGE, MG_STAGE);
 				issue(ly.o + (size_t)(2 * b + 1) * MG_STAGE, MG_STAGE);
+				issue(reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)b * MG_RT_BYTES, MG_RT_BYTES);
 			}
-			if (b >= rb)
-				issue(ly.r + (size_t)(b - rb) * MG_STAGE, MG_STAGE);
-			int *sl = sel + (l & 1) * MG_K;
-			float *sw = selw + (l & 1) * MG_K;
+			const int *sl = sel + (l & 1) * MG_K;
 			const uint8_t *gub = a.expool ? a.ly[0].gu : ly.gu, *dnb = a.expool ? a.ly[0].dn : ly.dn;
 			if (!a.exstatic) {
-				mg_topk(a, l, sl, sw, lane);
-				if (lane == 0)
-					gt_arrive(&selbar[l & 1]);
+				/* the consumers' top-k */
+				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 				if (a.tl && l == a.tl_layer && lane == 0)
-					a.tl[blockIdx.x * MG_TL + C_N + 1] = gm_now();
+					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
+				if (a.pf && lane == 0)
+					mg_prefetch(a, l, sl, b, G);
 			}
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
 				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
@@ -431,13 +472,11 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 					issue(dnb + (size_t)e * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
 				}
 			if (a.tl && l == a.tl_layer && lane == 0)
-				a.tl[blockIdx.x * MG_TL + C_N + 2] = gm_now();
+				a.tl[blockIdx.x * MG_TL + T_PCOPIED] = gm_now();
 			if (a.exstatic) {
-				mg_topk(a, l, sl, sw, lane);
-				if (lane == 0)
-					gt_arrive(&selbar[l & 1]);
+				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 				if (a.tl && l == a.tl_layer && lane == 0)
-					a.tl[blockIdx.x * MG_TL + C_N + 1] = gm_now();
+					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
 			}
 		}
 		return;
@@ -454,7 +493,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		float *h2 = a.h2 + (size_t)l * MG_H;
 		if (l > 0)
 			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid, a.poll);
-		mg_mark(a, l, 0, tid);
+		mg_mark(a, l, T_START, tid);
 		/* qkv */
 		if (b < MG_QKV_TILES) {
 			mg_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
@@ -476,7 +515,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			}
 			mg_cpub(cnt + C_QKV, n, tid);
 		}
-		mg_mark(a, l, 1, tid);
+		mg_mark(a, l, T_QKV, tid);
 		/* attention */
 		for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
 			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
@@ -485,35 +524,57 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			        ring_sa);
 			gt_sync();
 		}
-		mg_mark(a, l, 2, tid);
+		mg_mark(a, l, T_ATT, tid);
 		/* o */
 		if (b < MG_O_TILES) {
 			mg_cwait(cnt + C_ATT, MG_NKV * a.hgn, tid, a.poll);
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, red, rpar, warp, lane);
+			/* the tile's part of the router's logits: n2 h2 of its 16 rows (hs, past the staged
+			 * attention) times its 16 columns of the router (the ring's third stage, [E][16] BF16:
+			 * thread t reads expert t / 2's half t % 2, 16 contiguous bytes) */
+			float *hs = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
-				h2[row] = __ldcg(h + row) + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+				const float y = __ldcg(h + row) + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+				h2[row] = y;
+				hs[tid] = y * __ldg(ly.n2 + row);
 			}
+			gt_sync();
+			mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
+			{
+				const uint4 wv = gm_lds128(ring_sa + (uint32_t)pos.i * MG_STAGE + tid * 16);
+				const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+				const float *hh = hs + 8 * (tid & 1);
+				float p = 0.0f;
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const float2 wf = __bfloat1622float2(w2[i]);
+					p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
+				}
+				p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
+				if (!(tid & 1))
+					a.rpart[((size_t)l * MG_O_TILES + b) * MG_E + (tid >> 1)] = p;
+			}
+			__syncwarp();
+			if (lane == 0)
+				gt_arrive(&empty[pos.i]);
+			gt_next(pos, MG_NS);
 			mg_cpub(cnt + C_O, 1, tid);
 		}
-		mg_mark(a, l, 3, tid);
-		/* the router, and x of the experts' gate|up: RMSNorm(h2) */
-		const bool gu = b < MG_K * MG_GU_TILES;
-		if (b >= rb || gu) {
-			mg_cwait(cnt + C_O, MG_O_TILES, tid, a.poll);
-			mg_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
-		}
-		if (b >= rb) {
-			const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
-			if (tid < 16)
-				a.logits[(size_t)l * MG_E + (b - rb) * 16 + tid] = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
-			mg_cpub(cnt + C_R, 1, tid);
-		}
-		mg_mark(a, l, 4, tid);
-		/* the experts' gate|up (their copies wait for the producer's top-k) */
-		if (gu) {
+		mg_mark(a, l, T_O, tid);
+		/* the route: x of the experts' gate|up = RMSNorm(h2), the logits and the top-k (every
+		 * block; its producer waits on selbar for the experts' copies) */
+		mg_cwait(cnt + C_O, MG_O_TILES, tid, a.poll);
+		mg_mark(a, l, T_OSEEN, tid);
+		mg_route(a, l, h2, ly.n2, xs, sred, reinterpret_cast<float *>(xs + 2 * MG_CS_H), sel + (l & 1) * MG_K,
+		         selw + (l & 1) * MG_K, tid);
+		if (tid == 0)
+			gt_arrive(&selbar[l & 1]);
+		mg_mark(a, l, T_TOPK, tid);
+		/* the experts' gate|up (their copies wait for the top-k) */
+		if (b < MG_K * MG_GU_TILES) {
 			int n = 0;
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G, n++) {
 				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
@@ -526,11 +587,10 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			}
 			mg_cpub(cnt + C_GU, n, tid);
 		}
-		mg_mark(a, l, 5, tid);
+		mg_mark(a, l, T_GU, tid);
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
 			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
-			mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
 			gt_sync();
 			const float *sw = selw + (l & 1) * MG_K;
@@ -580,7 +640,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			}
 			mg_cpub(cnt + C_D, 1, tid);
 		}
-		mg_mark(a, l, 6, tid);
+		mg_mark(a, l, T_D, tid);
 	}
 }
 #else

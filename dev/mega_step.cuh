@@ -5,23 +5,25 @@
  * Why: qwen3-30b-a3b's decode is bound by the latency chains of six launches a layer, not by its
  * bytes (issue #6, docs/status.md). The step runs all 48 layers in one launch, so a layer's
  * phases hand over through counters instead of kernel boundaries. A prototype in the kernel lab,
- * not an engine path: weights in a layout of its own, the router in NVFP4 (the model's is BF16),
- * no q/k norm or rotary, a contiguous KV cache.
+ * not an engine path: weights in a layout of its own, no q/k norm or rotary, a contiguous KV cache.
  *
  * One block an SM (a cooperative launch, so all are resident), 8 consumer warps and a producer
  * warp. Every block runs the same program over the layers and takes its share of each phase by
  * its index:
  *   qkv   320 tiles of 16 rows (x = RMSNorm(h)), k and v written into the cache at pos
  *   attn  NKV x S splits of <= MG_T positions, the last split of a kv head merging
- *   o     128 tiles, K 4096 in two stages, h2 = h + o
- *   route 8 tiles on the last 8 blocks (x = RMSNorm(h2)), the logits
+ *   o     128 tiles, K 4096 in two stages, h2 = h + o; then the tile's part of the router's logits
+ *         (BF16, as the model has it): its 16 columns of the router times n2 * h2 of its 16 rows
+ *   route every block, once the o tiles are in: x = RMSNorm(h2), the logits as the sum of the
+ *         128 parts (scaled by the norm's 1 / rms, the same for all), the top-k
  *   gu    8 slots x 96 tiles of (gate, up) row pairs, SwiGLU out
  *   down  128 tiles, each the 8 slots' rows in order, h' = h2 + sum_s w_s down_s
  * A phase's blocks add their task count to a counter of the layer (release); a phase waits for
  * the counts it needs (acquire), so no phase waits for a launch. The producer copies each task's
  * weights into a ring of shared memory in program order as soon as a slot is free, across phase
  * and layer boundaries: the static matrices of the next phases stream while a phase waits. Only
- * the experts' copies wait, for the router's logits (every block's producer runs the top-k).
+ * the experts' copies wait, for the top-k (every block's consumers run it from the o tiles' parts:
+ * no router phase between the o and the top-k).
  *
  * Weight layout (a tile's stage: <= 2048 K of 16 rows), a 128-element step at a time: 1024 code
  * bytes as [row half h][lane] 16 bytes (lane = 4 g + t: row g + 8 h, chunk t of the step, each
@@ -63,7 +65,7 @@
 #define MG_T 128
 #define MG_QKV_TILES (MG_QKV / 16)
 #define MG_O_TILES (MG_H / 16)
-#define MG_R_TILES (MG_E / 16)
+#define MG_RT_BYTES (MG_E * 16 * 2) /* an o tile's router columns: [E][16] BF16 */
 #define MG_GU_TILES (2 * MG_FI / 16) /* a slot's */
 #define MG_D_TILES (MG_H / 16)
 #define MG_CS_H 4128  /* gm_col_stride(2048 / 32) */
@@ -72,13 +74,15 @@
 #define MG_XS (MG_K * 2 * MG_CS_F)
 #define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
 
-enum { C_QKV, C_ATT, C_O, C_R, C_GU, C_D, C_N };
+enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 #define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
-#define MG_TL (C_N + 5) /* timeline entries a block: the consumers' 7 marks, the producer's top-k, last
-                         * expert copy, top-k entry and count seen */
+/* timeline entries a block: the consumers' marks (start, qkv, attn, o, o seen, top-k, gu, down),
+ * then the producer's (top-k seen, last expert copy issued) */
+enum { T_START, T_QKV, T_ATT, T_O, T_OSEEN, T_TOPK, T_GU, T_D, T_PSEL, T_PCOPIED, MG_TL };
 
 struct mg_layer {
-	const uint8_t *qkv, *o, *r, *gu, *dn;
+	const uint8_t *qkv, *o, *gu, *dn;
+	const __nv_bfloat16 *rt; /* the router, [H / 16][E][16]: an o tile's 16 columns together */
 	const float *n1, *n2;
 	__nv_bfloat16 *kc, *vc; /* [NKV][ctx_max][HD] */
 };
@@ -87,13 +91,13 @@ struct mg_args {
 	const mg_layer *ly;
 	int L, ctx, ctx_max, S, T;
 	float post, eps;
-	const float *h0; /* unused (removing it moves the kernel's parameter offsets: left for a device run) */
 	float *h;      /* [L + 1][H]: h[0] the input, filled by the host */
 	float *h2;     /* [L][H] */
 	float *q;      /* [L][QR] */
 	float *att;    /* [L][QR] */
 	float *part;   /* [L][NKV][S][8][HD + 2] */
-	float *logits; /* [L][E] */
+	float *rpart;  /* [L][O tiles][E]: each o tile's part of the router's logits */
+	float *logits; /* [L][E] (block 0's, for the check) */
 	float *act;    /* [L][K][FI] */
 	int32_t *sel;  /* [L][K] */
 	unsigned *cnt; /* [L][MG_CNT], zero at launch */
@@ -108,6 +112,8 @@ struct mg_args {
 	int poll;     /* MG_POLL: mg_poll's form */
 	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
 	int dwarp;    /* MG_DWARP (default 1): the down's 8 slots a warp each, in one round */
+	int pf;       /* MG_PF: L2 prefetches once the top-k is known: 1 the block's experts, 2 the next
+	               * layer's qkv and o tiles, 4 its K / V rows (a mask) */
 	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
 	               * with NKV x S x hgn <= G / 4) */
 };
@@ -238,8 +244,9 @@ static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, 
 		a.tl[blockIdx.x * MG_TL + ph] = gm_now();
 }
 
-/* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H) */
-static __device__ void mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
+/* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H);
+ * returns the 1 / rms */
+static __device__ float mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
 {
 	const int k0 = tid * 8;
 	const float4 a = __ldcg(reinterpret_cast<const float4 *>(v + k0));
@@ -263,6 +270,7 @@ static __device__ void mg_stage_norm(const float *v, const float *nw, float eps,
 	for (int i = 0; i < 8; i++)
 		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * __ldg(nw + k0 + i));
 	gt_sync();
+	return r;
 }
 
 /* n plain values of v (n % 4 == 0, n <= 4 * 4 * 256) staged into xs at column stride cs: every
