@@ -121,6 +121,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	CK(cudaMalloc(&a.sel, (size_t)L * MG_K * 4));
 	CK(cudaMalloc(&a.cnt, (size_t)L * MG_CNT * 4));
 	CK(cudaMalloc(&a.tl, (size_t)G * MG_TL * 8));
+	CK(cudaMemset(a.tl, 0, (size_t)G * MG_TL * 8));
 	a.csplit = getenv("MG_CSPLIT") ? atoi(getenv("MG_CSPLIT")) : 1;
 	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
@@ -454,12 +455,16 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start", "qkv", "attn", "o", "o-seen", "topk", "gu", "down", "p-sel", "p-copied"};
+	const char *names[MG_TL] = {"start", "qkv",  "a-q",   "a-s",   "a-sm",   "a-pv",  "attn",  "o",      "o-seen",
+	                            "rsum",  "topk", "gu",    "d-seen", "d-act", "down",  "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;
 		for (int b = 0; b < G; b++)
-			v.push_back((double)(long long)(tl[(size_t)b * MG_TL + p] - t0) / 1e3);
+			if (tl[(size_t)b * MG_TL + p]) /* blocks without the phase leave it 0 */
+				v.push_back((double)(long long)(tl[(size_t)b * MG_TL + p] - t0) / 1e3);
+		if (v.empty())
+			continue;
 		std::sort(v.begin(), v.end());
 		printf(" %s %.2f/%.2f", names[p], v.back(), v[v.size() / 2]);
 	}

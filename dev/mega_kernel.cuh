@@ -100,6 +100,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
 	}
 	gt_sync();
+	mg_mark(a, l, T_AQ, tid);
 	/* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane (hp
 	 * compiled in: a run-time head count's guards cost the depth-4096 attention ~3 us) */
 	{
@@ -114,6 +115,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			mg_scores<1>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
 	}
 	gt_sync();
+	mg_mark(a, l, T_AS, tid);
 	if (warp < nh) { /* warp h: the softmax's max, weights and sum over the split */
 		float m = -INFINITY;
 		for (int i = lane; i < n; i += 32)
@@ -132,6 +134,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			mstat[warp] = m, lstat[warp] = sum;
 	}
 	gt_sync();
+	mg_mark(a, l, T_ASM, tid);
 	/* warp w: positions w, w + 8, .. (their v loads all in flight), every head's dims 4 lane .. +4;
 	 * then the warps' sums added in a tree through shared memory (warp w + 4 into w, then + 2,
 	 * + 1: the same order every run) */
@@ -189,6 +192,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			}
 		gt_sync();
 	}
+	mg_mark(a, l, T_APV, tid);
 	/* the K and V stages go back to the producer (every warp is past its reads) */
 	for (int c = 0; c < 2 * nk; c++) {
 		if (lane == 0)
@@ -295,44 +299,57 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 }
 
 /* the route, by every block's consumers once the o tiles are all in: x = RMSNorm(h2) staged for
- * the gate|up, the router's logits as the sum of the 128 o tiles' parts, and the top-k. Thread t
- * sums logit t % 128 over half of the parts (all its loads in flight with the norm's), in tile
- * order: every block gets the same bits, so all choose the same experts. Each part is
+ * the gate|up, the router's logits as the sum of the 128 o tiles' parts, and the top-k. The parts
+ * are summed in one fixed order: every block gets the same bits, so all choose the same experts. Each part is
  * sum_r W[e][r] n2[r] h2[r] over the tile's rows, so the logits are 1 / rms times the sum; the
  * order does not depend on that factor and the weights take it in the softmax. The top-k by
  * ranks: thread e counts the logits above its own (lower index first on ties, as a stable sort),
  * and the 8 of rank < 8 write themselves to sel. Softmax over the 8 (Qwen3's norm_topk_prob: the
- * full softmax's denominator cancels). scr: 2 E + 16 floats. */
+ * full softmax's denominator cancels). scr: 10 E + 16 floats. */
 static __device__ void mg_route(const mg_args &a, int l, const float *h2, const float *nw, uint8_t *xs, float *sred,
                                 float *scr, int *sel, float *selw, int tid)
 {
-	const int e = tid & (MG_E - 1), hb = tid >> 7;
-	const float *rp = a.rpart + ((size_t)l * MG_O_TILES + hb * (MG_O_TILES / 2)) * MG_E + e;
-	float pv[MG_O_TILES / 2];
+	const int warp = tid >> 5, lane = tid & 31;
+	/* warp w sums tiles 16 w .. + 16 of experts 4 lane .. + 4 (16 float4 loads a thread in flight,
+	 * with the norm's); then thread e adds the 8 warps' sums in order */
+	const float4 *rp = reinterpret_cast<const float4 *>(a.rpart + ((size_t)l * MG_O_TILES + 16 * warp) * MG_E) + lane;
+	float4 pv[MG_O_TILES / MG_W];
 #pragma unroll
-	for (int u = 0; u < MG_O_TILES / 2; u++)
-		pv[u] = __ldcg(rp + (size_t)u * MG_E);
+	for (int u = 0; u < MG_O_TILES / MG_W; u++)
+		pv[u] = __ldcg(rp + u * (MG_E / 4));
 	const float r = mg_stage_norm(h2, nw, a.eps, xs, sred, tid);
-	float sum = 0.0f;
+	float4 s4 = pv[0];
 #pragma unroll
-	for (int u = 0; u < MG_O_TILES / 2; u++)
-		sum += pv[u];
-	float *lg = scr, *hi = scr + MG_E, *sv = scr + 2 * MG_E;
-	if (hb)
-		hi[e] = sum;
-	gt_sync();
-	if (tid < MG_E)
-		lg[e] = sum + hi[e];
+	for (int u = 1; u < MG_O_TILES / MG_W; u++)
+		s4.x += pv[u].x, s4.y += pv[u].y, s4.z += pv[u].z, s4.w += pv[u].w;
+	float *lg = scr, *sv = scr + MG_E, *ws = sv + 16; /* ws: [8][E], then the rank halves [E] */
+	int *rk = reinterpret_cast<int *>(ws + MG_W * MG_E);
+	reinterpret_cast<float4 *>(ws + warp * MG_E)[lane] = s4;
 	gt_sync();
 	if (tid < MG_E) {
-		const float x = lg[e];
-		int rank = 0;
-#pragma unroll 8
-		for (int j = 0; j < MG_E; j += 4) {
-			const float4 v = *reinterpret_cast<const float4 *>(lg + j);
-			rank += (v.x > x || (v.x == x && j < e)) + (v.y > x || (v.y == x && j + 1 < e)) +
-			        (v.z > x || (v.z == x && j + 2 < e)) + (v.w > x || (v.w == x && j + 3 < e));
-		}
+		float v = 0.0f;
+#pragma unroll
+		for (int w = 0; w < MG_W; w++)
+			v += ws[w * MG_E + tid];
+		lg[tid] = v;
+	}
+	gt_sync();
+	mg_mark(a, l, T_RSUM, tid);
+	/* thread (e, half) counts the logits of its half above logit e (lower index first on ties) */
+	const int e = tid & (MG_E - 1), j0 = (tid >> 7) * (MG_E / 2);
+	const float x = lg[e];
+	int rank = 0;
+#pragma unroll 4
+	for (int j = j0; j < j0 + MG_E / 2; j += 4) {
+		const float4 v = *reinterpret_cast<const float4 *>(lg + j);
+		rank += (v.x > x || (v.x == x && j < e)) + (v.y > x || (v.y == x && j + 1 < e)) +
+		        (v.z > x || (v.z == x && j + 2 < e)) + (v.w > x || (v.w == x && j + 3 < e));
+	}
+	if (tid >= MG_E)
+		rk[e] = rank;
+	gt_sync();
+	if (tid < MG_E) {
+		rank += rk[e];
 		if (rank < MG_K)
 			sel[rank] = e, sv[rank] = x;
 		if (blockIdx.x == 0)
@@ -528,6 +545,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* o */
 		if (b < MG_O_TILES) {
 			mg_cwait(cnt + C_ATT, MG_NKV * a.hgn, tid, a.poll);
+			/* the residual's and norm's rows loaded with the staging (not after the tile) */
+			const float hr = tid < 16 ? __ldcg(h + b * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + b * 16 + tid) : 0.0f;
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, red, rpar, warp, lane);
@@ -537,9 +556,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			float *hs = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
-				const float y = __ldcg(h + row) + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+				const float y = hr + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
 				h2[row] = y;
-				hs[tid] = y * __ldg(ly.n2 + row);
+				hs[tid] = y * nr;
 			}
 			gt_sync();
 			mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
@@ -590,9 +609,12 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, T_GU, tid);
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
+			const float h2r = tid < 16 ? __ldcg(h2 + b * 16 + tid) : 0.0f; /* complete since the route */
 			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
+			mg_mark(a, l, T_DSEEN, tid);
 			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
 			gt_sync();
+			mg_mark(a, l, T_DACT, tid);
 			const float *sw = selw + (l & 1) * MG_K;
 			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 			if (a.dwarp) {
@@ -636,7 +658,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_rows(tot, rd, warp, lane);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
-				a.h[(size_t)(l + 1) * MG_H + row] = __ldcg(h2 + row) + mg_rowsum(rd, tid);
+				a.h[(size_t)(l + 1) * MG_H + row] = h2r + mg_rowsum(rd, tid);
 			}
 			mg_cpub(cnt + C_D, 1, tid);
 		}

@@ -76,9 +76,13 @@
 
 enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 #define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
-/* timeline entries a block: the consumers' marks (start, qkv, attn, o, o seen, top-k, gu, down),
- * then the producer's (top-k seen, last expert copy issued) */
-enum { T_START, T_QKV, T_ATT, T_O, T_OSEEN, T_TOPK, T_GU, T_D, T_PSEL, T_PCOPIED, MG_TL };
+/* timeline entries a block: the consumers' marks (start, qkv; the attention's q staged, scores,
+ * softmax, P V summed, end; o, o seen, the route's logits summed, top-k, gu, the down's count
+ * seen, its act staged, down), then the producer's (top-k seen, last expert copy issued) */
+enum {
+	T_START, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_ATT, T_O, T_OSEEN, T_RSUM, T_TOPK, T_GU, T_DSEEN, T_DACT, T_D,
+	T_PSEL, T_PCOPIED, MG_TL
+};
 
 struct mg_layer {
 	const uint8_t *qkv, *o, *gu, *dn;
