@@ -134,6 +134,9 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 		a.hgn *= 2;
 	if (getenv("MG_HGN"))
 		a.hgn = atoi(getenv("MG_HGN"));
+	a.amma = getenv("MG_AMMA") ? atoi(getenv("MG_AMMA")) : 1;
+	if (a.amma) /* 8 heads a task, K and V from the ring */
+		a.hgn = 1, a.aring = 1;
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
@@ -335,7 +338,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			std::vector<float> got(2 * MG_NKV * MG_HD);
 			for (int g = 0; g < MG_NKV; g++)
 				for (int d = 0; d < MG_HD; d++) {
-					const size_t at = ((size_t)g * m.ctx_max + ctx - 1) * MG_HD + d;
+					const size_t at = ((size_t)g * m.ctx_max + ctx - 1) * MG_HD + MG_KVSW(d, ctx - 1);
 					kb[at] = ((const uint16_t *)ka.data())[at];
 					vb[at] = ((const uint16_t *)va.data())[at];
 					got[g * MG_HD + d] = fp4s_bf16_to_f32(kb[at]);
@@ -350,7 +353,8 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			for (int t = 0; t < ctx; t++) {
 				double s = 0.0;
 				for (int d = 0; d < MG_HD; d++)
-					s += (double)qkv[hq * MG_HD + d] * fp4s_bf16_to_f32(kb[((size_t)g * m.ctx_max + t) * MG_HD + d]);
+					s += (double)qkv[hq * MG_HD + d] *
+					     fp4s_bf16_to_f32(kb[((size_t)g * m.ctx_max + t) * MG_HD + MG_KVSW(d, t)]);
 				p[t] = s / sqrt(128.0);
 				mx = std::max(mx, p[t]);
 			}
@@ -360,7 +364,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			for (int d = 0; d < MG_HD; d++) {
 				double o = 0.0;
 				for (int t = 0; t < ctx; t++)
-					o += p[t] * fp4s_bf16_to_f32(vb[((size_t)g * m.ctx_max + t) * MG_HD + d]);
+					o += p[t] * fp4s_bf16_to_f32(vb[((size_t)g * m.ctx_max + t) * MG_HD + MG_KVSW(d, t)]);
 				att[hq * MG_HD + d] = (float)(o / sum);
 			}
 		}
@@ -455,8 +459,9 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start", "qkv",  "a-q",   "a-s",   "a-sm",   "a-pv",  "attn",  "o",      "o-seen",
-	                            "rsum",  "topk", "gu",    "d-seen", "d-act", "down",  "p-sel", "p-copied"};
+	const char *names[MG_TL] = {"start",  "q-x",    "qkv",  "a-q",  "a-s",  "a-sm", "a-pv",
+	                            "attn",   "o",      "o-seen", "rsum", "topk", "gu",   "d-seen",
+	                            "d-act",  "down", "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;

@@ -8,10 +8,12 @@
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 /* the attention's scores for HP local heads a lane (qs: the group's first head), position t0 +
- * 32 (warp & 3) + lane; K rows before pos from the ring stages ks0 / ks1 (aring) */
+ * 32 (warp & 3) + lane; K rows before pos from the ring stages ks0 / ks1 (aring), pos's from
+ * kp_sa (staged with q) */
 template <int HP>
 static __device__ __forceinline__ void mg_scores(const float *qs, float *sc, const __nv_bfloat16 *kc, int t0, int n,
-                                                 int pos, bool aring, uint32_t ks0, uint32_t ks1, int warp, int lane)
+                                                 int pos, bool aring, uint32_t ks0, uint32_t ks1, uint32_t kp_sa,
+                                                 int warp, int lane)
 {
 	const int tl = 32 * (warp & 3) + lane, h0 = HP * (warp >> 2);
 	if (tl >= n)
@@ -22,23 +24,23 @@ static __device__ __forceinline__ void mg_scores(const float *qs, float *sc, con
 #pragma unroll
 	for (int h = 0; h < HP; h++)
 		d[h] = 0.0f;
-	const bool ring = t < pos && aring;
-	const uint32_t ks = ((tl >> 6) ? ks1 : ks0) + (uint32_t)(tl & 63) * 256;
-	/* lane's chunks in a rotated order: 8 lanes' 16-byte reads of 8 rows 256 bytes apart would
-	 * all fall on the same banks */
-	const int rot = lane & 7;
+	const bool ring = t < pos && aring, sm = ring || t == pos; /* from shared memory */
+	const uint32_t ks = ring ? ((tl >> 6) ? ks1 : ks0) + (uint32_t)(tl & 63) * 256 : kp_sa;
+	/* chunk ch of the row is stored at ch ^ (t & 7) (MG_KVSW): the 8 rows a quarter-warp reads
+	 * fall on 8 different banks */
+	const int sw = t & 7;
 #pragma unroll
 	for (int half = 0; half < 2; half++) {
 		uint4 kv[8];
 #pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const int ch = half * 8 + ((c + rot) & 7);
-			kv[c] = ring ? gm_lds128(ks + ch * 16) : t == pos ? __ldcg(kr + ch) : __ldg(kr + ch);
+			const int ch = (half * 8 + c) ^ sw;
+			kv[c] = sm ? gm_lds128(ks + ch * 16) : __ldg(kr + ch);
 		}
 #pragma unroll
 		for (int c = 0; c < 8; c++) {
 			const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
-			const int d0 = (half * 8 + ((c + rot) & 7)) * 8;
+			const int d0 = (half * 8 + c) * 8;
 #pragma unroll
 			for (int e = 0; e < 4; e++) {
 				const float2 kf = __bfloat1622float2(k2[e]);
@@ -53,6 +55,83 @@ static __device__ __forceinline__ void mg_scores(const float *qs, float *sc, con
 #pragma unroll
 	for (int h = 0; h < HP; h++)
 		sc[(h0 + h) * MG_T + tl] = d[h];
+}
+
+static __device__ __forceinline__ void mg_ldsm4(uint32_t sa, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+	             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+	             : "r"(sa));
+}
+
+static __device__ __forceinline__ void mg_ldsm4t(uint32_t sa, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+	             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+	             : "r"(sa));
+}
+
+/* The attention's two products on the tensor cores (a.amma; 8 heads a task, K and V through the
+ * ring). mma m16n8k16 with M = 16 rows: rows 0-7 the 8 heads' q (or P) rounded to BF16, rows
+ * 8-15 the BF16 residual, so that the row g + row g + 8 sum carries them to ~16 bits; K and V are
+ * BF16 already. The swizzled rows (MG_KVSW) make the ldmatrix reads conflict-free.
+ * S = Q K^T: warp w takes keys 16 w .. + 16 (two n-tiles), K = the 128 dims in 8 steps; one
+ * ldmatrix.x4 a step gives both n-tiles' B fragments. row(i): key i's row in shared memory. */
+template <typename RowF>
+static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int t0, int n, RowF row, int warp,
+                                                 int lane)
+{
+	if (16 * warp >= n)
+		return;
+	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
+	/* lane j * 8 + r: matrix j's row r = key 16 w + 8 (j >> 1) + r, chunk 2 kk + (j & 1) */
+	const int key = min(16 * warp + 8 * (j >> 1) + r, n - 1);
+	const uint32_t ra = row(key);
+	const int swz = (t0 + key) & 7;
+	const float *qg = qs + g * MG_HD + 2 * c;
+	float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
+	for (int kk = 0; kk < MG_HD / 16; kk++) {
+		uint32_t b0, b1, b2, b3;
+		mg_ldsm4(ra + (uint32_t)(((2 * kk + (j & 1)) ^ swz) << 4), b0, b1, b2, b3);
+		const float2 x0 = *reinterpret_cast<const float2 *>(qg + 16 * kk);
+		const float2 x1 = *reinterpret_cast<const float2 *>(qg + 16 * kk + 8);
+		uint32_t l0, l1;
+		const uint32_t h0 = gm_split(x0.x, x0.y, l0), h1 = gm_split(x1.x, x1.y, l1);
+		gm_mma(s0, h0, l0, h1, l1, b0, b1);
+		gm_mma(s1, h0, l0, h1, l1, b2, b3);
+	}
+	float *sg = sc + g * MG_T + 16 * warp + 2 * c;
+	*reinterpret_cast<float2 *>(sg) = make_float2(s0[0] + s0[2], s0[1] + s0[3]);
+	*reinterpret_cast<float2 *>(sg + 8) = make_float2(s1[0] + s1[2], s1[1] + s1[3]);
+}
+
+/* O = P V: warp w takes dims 16 w .. + 16 (two n-tiles), K = the keys in steps of 16 (P past n
+ * is zero, and the rows past n read key n - 1's, finite); ldmatrix.x4.trans gives both n-tiles'
+ * B fragments a step. Head h's sums land in ot[h][128]. */
+template <typename RowF>
+static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int t0, int n, RowF row, int warp,
+                                                 int lane)
+{
+	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
+	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int kb = 0; kb < n; kb += 16) {
+		const float *pg = sc + g * MG_T + kb + 2 * c;
+		const int k0 = kb + 2 * c;
+		const float p0 = k0 < n ? pg[0] : 0.0f, p1 = k0 + 1 < n ? pg[1] : 0.0f;
+		const float p2 = k0 + 8 < n ? pg[8] : 0.0f, p3 = k0 + 9 < n ? pg[9] : 0.0f;
+		uint32_t l0, l1;
+		const uint32_t h0 = gm_split(p0, p1, l0), h1 = gm_split(p2, p3, l1);
+		/* lane j * 8 + r: matrix j's row r = key kb + 8 (j & 1) + r, chunk 2 w + (j >> 1) */
+		const int key = min(kb + 8 * (j & 1) + r, n - 1);
+		uint32_t b0, b1, b2, b3;
+		mg_ldsm4t(row(key) + (uint32_t)(((2 * warp + (j >> 1)) ^ ((t0 + key) & 7)) << 4), b0, b1, b2, b3);
+		gm_mma(o0, h0, l0, h1, l1, b0, b1);
+		gm_mma(o1, h0, l0, h1, l1, b2, b3);
+	}
+	float *og = ot + g * MG_HD + 16 * warp + 2 * c;
+	*reinterpret_cast<float2 *>(og) = make_float2(o0[0] + o0[2], o0[1] + o0[3]);
+	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
 }
 
 /* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
@@ -94,25 +173,41 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			}
 	}
 	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_T, *lstat = mstat + 8;
+	/* pos's K and V rows (bf16, written by this step's qkv) staged with q: one L2 round trip for
+	 * all, not one in the scores and another in P V */
+	uint4 *kvp = reinterpret_cast<uint4 *>(lstat + 16);
+	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + MG_HD * 2;
 	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
 	{
 		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
+		if (t1 == a.ctx && tid < 32)
+			kvp[tid] = __ldcg(reinterpret_cast<const uint4 *>((tid < 16 ? ly.kc : ly.vc) +
+			                                                 ((size_t)g * a.ctx_max + pos) * MG_HD) + (tid & 15));
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
 	}
 	gt_sync();
 	mg_mark(a, l, T_AQ, tid);
 	/* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane (hp
 	 * compiled in: a run-time head count's guards cost the depth-4096 attention ~3 us) */
-	{
+	/* key i's K and V rows in shared memory (a.amma, which needs a.aring) */
+	auto krow = [&](int i) -> uint32_t {
+		return t0 + i < pos ? ((i >> 6) ? kst[1] : kst[0]) + (uint32_t)(i & 63) * 256 : kp_sa;
+	};
+	auto vrow = [&](int i) -> uint32_t {
+		return t0 + i < pos ? ((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 : vp_sa;
+	};
+	if (a.amma)
+		mg_qk_mma(qs, sc, t0, n, krow, warp, lane);
+	else {
 		const uint32_t ks0 = kst[0], ks1 = kst[1];
 		const __nv_bfloat16 *kc = ly.kc + (size_t)g * a.ctx_max * MG_HD;
 		const bool aring = a.aring;
 		if (hp == 4)
-			mg_scores<4>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+			mg_scores<4>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, kp_sa, warp, lane);
 		else if (hp == 2)
-			mg_scores<2>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+			mg_scores<2>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, kp_sa, warp, lane);
 		else
-			mg_scores<1>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, warp, lane);
+			mg_scores<1>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, kp_sa, warp, lane);
 	}
 	gt_sync();
 	mg_mark(a, l, T_AS, tid);
@@ -135,76 +230,88 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	gt_sync();
 	mg_mark(a, l, T_ASM, tid);
-	/* warp w: positions w, w + 8, .. (their v loads all in flight), every head's dims 4 lane .. +4;
-	 * then the warps' sums added in a tree through shared memory (warp w + 4 into w, then + 2,
-	 * + 1: the same order every run) */
-	float o8[8][4];
-#pragma unroll
-	for (int h = 0; h < 8; h++)
-		o8[h][0] = o8[h][1] = o8[h][2] = o8[h][3] = 0.0f;
-	for (int i0 = warp; i0 < n; i0 += 8 * 8) {
-		uint2 vv[8];
-#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const int t = t0 + min(i0 + 8 * u, n - 1);
-			const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + lane;
-			if (t < pos && a.aring) {
-				const int i = t - t0;
-				uint32_t lo, hi;
-				asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
-				             : "=r"(lo), "=r"(hi)
-				             : "r"(((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 + lane * 8));
-				vv[u] = make_uint2(lo, hi);
-			} else
-				vv[u] = t == pos ? __ldcg(vr) : __ldg(vr);
+	float4 *tree = reinterpret_cast<float4 *>(lstat + 16 + MG_HD); /* [4 warps][8 heads][32 lanes] */
+	if (a.amma) {
+		mg_pv_mma(sc, reinterpret_cast<float *>(tree), t0, n, vrow, warp, lane);
+		mg_mark(a, l, T_APV, tid);
+		/* the K and V stages go back to the producer (this warp is past its reads) */
+		for (int c = 0; c < 2 * nk; c++) {
+			if (lane == 0)
+				gt_arrive(&empty[rp.i]);
+			gt_next(rp, MG_NS);
 		}
+	} else {
+		/* warp w: positions w, w + 8, .. (their v loads all in flight), every head's dims 4 lane .. +4;
+		 * then the warps' sums added in a tree through shared memory (warp w + 4 into w, then + 2,
+		 * + 1: the same order every run) */
+		float o8[8][4];
 #pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const int i = i0 + 8 * u;
-			if (i >= n)
-				break;
-			const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].x));
-			const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
+		for (int h = 0; h < 8; h++)
+			o8[h][0] = o8[h][1] = o8[h][2] = o8[h][3] = 0.0f;
+		for (int i0 = warp; i0 < n; i0 += 8 * 8) {
+			uint2 vv[8];
 #pragma unroll
-			for (int h = 0; h < 8; h++) {
-				if (h >= nh)
+			for (int u = 0; u < 8; u++) {
+				const int t = t0 + min(i0 + 8 * u, n - 1);
+				const int pc = (((lane >> 1) ^ (t & 7)) << 1) | (lane & 1); /* the lane's 8 bytes, swizzled */
+				const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + pc;
+				const bool ring = t < pos && a.aring;
+				if (ring || t == pos) {
+					const int i = t - t0;
+					const uint32_t at = ring ? ((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 : vp_sa;
+					uint32_t lo, hi;
+					asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(at + pc * 8));
+					vv[u] = make_uint2(lo, hi);
+				} else
+					vv[u] = __ldg(vr);
+			}
+#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const int i = i0 + 8 * u;
+				if (i >= n)
 					break;
-				const float p = sc[h * MG_T + i];
-				o8[h][0] += p * v01.x, o8[h][1] += p * v01.y, o8[h][2] += p * v23.x, o8[h][3] += p * v23.y;
+				const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].x));
+				const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
+#pragma unroll
+				for (int h = 0; h < 8; h++) {
+					if (h >= nh)
+						break;
+					const float p = sc[h * MG_T + i];
+					o8[h][0] += p * v01.x, o8[h][1] += p * v01.y, o8[h][2] += p * v23.x, o8[h][3] += p * v23.y;
+				}
 			}
 		}
-	}
-	float4 *tree = reinterpret_cast<float4 *>(lstat + 16); /* [4 warps][8 heads][32 lanes] */
-	for (int half = 4; half >= 1; half >>= 1) {
-		if (warp >= half && warp < 2 * half)
+		for (int half = 4; half >= 1; half >>= 1) {
+			if (warp >= half && warp < 2 * half)
+#pragma unroll
+				for (int h = 0; h < 8; h++)
+					if (h < nh)
+					tree[((warp - half) * 8 + h) * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
+			gt_sync();
+			if (warp < half)
+#pragma unroll
+				for (int h = 0; h < 8; h++) {
+					if (h >= nh)
+						break;
+					const float4 v = tree[(warp * 8 + h) * 32 + lane];
+					o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
+				}
+			gt_sync();
+		}
+		mg_mark(a, l, T_APV, tid);
+		/* the K and V stages go back to the producer (every warp is past its reads) */
+		for (int c = 0; c < 2 * nk; c++) {
+			if (lane == 0)
+				gt_arrive(&empty[rp.i]);
+			gt_next(rp, MG_NS);
+		}
+		/* warp 0 holds every head's sums: hand head h to warp h */
+		if (warp == 0)
 #pragma unroll
 			for (int h = 0; h < 8; h++)
 				if (h < nh)
-				tree[((warp - half) * 8 + h) * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
-		gt_sync();
-		if (warp < half)
-#pragma unroll
-			for (int h = 0; h < 8; h++) {
-				if (h >= nh)
-					break;
-				const float4 v = tree[(warp * 8 + h) * 32 + lane];
-				o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
-			}
-		gt_sync();
+				tree[h * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
 	}
-	mg_mark(a, l, T_APV, tid);
-	/* the K and V stages go back to the producer (every warp is past its reads) */
-	for (int c = 0; c < 2 * nk; c++) {
-		if (lane == 0)
-			gt_arrive(&empty[rp.i]);
-		gt_next(rp, MG_NS);
-	}
-	/* warp 0 holds every head's sums: hand head h to warp h */
-	if (warp == 0)
-#pragma unroll
-		for (int h = 0; h < 8; h++)
-			if (h < nh)
-			tree[h * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
 	gt_sync();
 	float o4[4];
 	{
@@ -514,6 +621,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* qkv */
 		if (b < MG_QKV_TILES) {
 			mg_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
+			mg_mark(a, l, T_QX, tid);
 			int n = 0;
 			for (int j = b; j < MG_QKV_TILES; j += G, n++) {
 				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
@@ -525,7 +633,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 					else {
 						const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
 						__nv_bfloat16 *dst = (kv ? ly.vc : ly.kc) +
-						                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD + rr % MG_HD;
+						                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD +
+						                     MG_KVSW(rr % MG_HD, a.ctx - 1);
 						*dst = __float2bfloat16_rn(y);
 					}
 				}

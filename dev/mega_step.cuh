@@ -25,6 +25,8 @@
  * the experts' copies wait, for the top-k (every block's consumers run it from the o tiles' parts:
  * no router phase between the o and the top-k).
  *
+ * KV cache: [kv head][position][128] BF16, each row's 16-byte chunks swizzled (MG_KVSW).
+ *
  * Weight layout (a tile's stage: <= 2048 K of 16 rows), a 128-element step at a time: 1024 code
  * bytes as [row half h][lane] 16 bytes (lane = 4 g + t: row g + 8 h, chunk t of the step, each
  * 32-bit word in the device's permuted E2M1 order), then 128 scale bytes as [lane] {row g's two
@@ -71,17 +73,22 @@
 #define MG_CS_H 4128  /* gm_col_stride(2048 / 32) */
 #define MG_CS_Q 8224  /* gm_col_stride(4096 / 32) */
 #define MG_CS_F 1568  /* gm_col_stride(768 / 32) */
-#define MG_XS (MG_K * 2 * MG_CS_F)
+#define MG_XS (MG_K * 2 * MG_CS_F + 512) /* the down's x; the attention's scratch is 512 B more */
 #define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
+
+/* where dim d of position t's K or V row is: its 16-byte chunk XORed with t & 7, so that 8
+ * consecutive rows' same chunk lie on 8 different banks once copied into shared memory */
+#define MG_KVSW(d, t) (((((d) >> 3) ^ ((t) & 7)) << 3) | ((d) & 7))
 
 enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 #define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
-/* timeline entries a block: the consumers' marks (start, qkv; the attention's q staged, scores,
- * softmax, P V summed, end; o, o seen, the route's logits summed, top-k, gu, the down's count
- * seen, its act staged, down), then the producer's (top-k seen, last expert copy issued) */
+/* timeline entries a block: the consumers' marks (start, qkv's x staged, qkv; the attention's q
+ * staged, scores, softmax, P V summed, end; o, o seen, the route's logits summed, top-k, gu, the
+ * down's count seen, its act staged, down), then
+ * the producer's (top-k seen, last expert copy issued) */
 enum {
-	T_START, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_ATT, T_O, T_OSEEN, T_RSUM, T_TOPK, T_GU, T_DSEEN, T_DACT, T_D,
-	T_PSEL, T_PCOPIED, MG_TL
+	T_START, T_QX, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_ATT, T_O, T_OSEEN, T_RSUM, T_TOPK, T_GU, T_DSEEN, T_DACT,
+	T_D, T_PSEL, T_PCOPIED, MG_TL
 };
 
 struct mg_layer {
@@ -116,6 +123,8 @@ struct mg_args {
 	int poll;     /* MG_POLL: mg_poll's form */
 	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
 	int dwarp;    /* MG_DWARP (default 1): the down's 8 slots a warp each, in one round */
+	int amma;     /* MG_AMMA (default 1): the attention's Q K^T and P V on the tensor cores (8 heads a task:
+	               * one head group; needs aring) */
 	int pf;       /* MG_PF: L2 prefetches once the top-k is known: 1 the block's experts, 2 the next
 	               * layer's qkv and o tiles, 4 its K / V rows (a mask) */
 	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
