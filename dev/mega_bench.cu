@@ -114,7 +114,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	CK(cudaMalloc(&a.h2, (size_t)L * MG_H * 4));
 	CK(cudaMalloc(&a.q, (size_t)L * MG_QR * 4));
 	CK(cudaMalloc(&a.att, (size_t)L * MG_QR * 4));
-	CK(cudaMalloc(&a.part, (size_t)L * MG_NKV * a.S * 8 * (MG_HD + 2) * 4));
+	CK(cudaMalloc(&a.part, (size_t)L * MG_NKV * a.S * 8 * MG_PS * 4));
 	CK(cudaMalloc(&a.rpart, (size_t)L * MG_O_TILES * MG_E * 4));
 	CK(cudaMalloc(&a.logits, (size_t)L * MG_E * 4));
 	CK(cudaMalloc(&a.act, (size_t)L * MG_K * MG_FI * 4));
@@ -127,8 +127,6 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
-	a.dwarp = getenv("MG_DWARP") ? atoi(getenv("MG_DWARP")) : 1;
-	a.pf = getenv("MG_PF") ? atoi(getenv("MG_PF")) : 0;
 	a.hgn = 1;
 	while (a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
 		a.hgn *= 2;

@@ -142,6 +142,9 @@ static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
 	return max(0, min(t1, a.ctx - 1) - t0);
 }
 
+/* splits a merge round loads at once (16 made the kernel spill at its 168 registers) */
+#define MG_MR 12
+
 /* one attention split: kv head g, head group hg, positions [s T, min(ctx, (s + 1) T)), by the
  * 256 consumer threads */
 static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, int hg, float *scr,
@@ -328,10 +331,9 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		mg_cpub(cnt + C_ATT, 1, tid);
 		return;
 	}
-	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + hq0 + warp) * (MG_HD + 2);
+	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + hq0 + warp) * MG_PS;
 	if (warp < nh) {
-		*reinterpret_cast<float2 *>(pp + 4 * lane) = make_float2(o4[0], o4[1]);
-		*reinterpret_cast<float2 *>(pp + 4 * lane + 2) = make_float2(o4[2], o4[3]);
+		*reinterpret_cast<float4 *>(pp + 4 * lane) = make_float4(o4[0], o4[1], o4[2], o4[3]);
 		if (lane == 0)
 			pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
 	}
@@ -353,10 +355,15 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		gt_sync();
 		return;
 	}
-	/* the merge: warp h. The splits' (max, sum) pairs a lane each (S <= 64), then the lane's 4
-	 * dims of the S partials, 8 splits' loads in flight at a time, summed in split order */
-	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + hq0 + warp) * (MG_HD + 2);
-	const size_t ps = (size_t)8 * (MG_HD + 2);
+	/* the merge: warp h. The lane's 4 dims of the first MG_MR splits' partials are loaded with the
+	 * splits' (max, sum) pairs (a lane each, S <= 64): one L2 round trip for them all, not one for
+	 * the pairs and one for each 8 splits. Summed in split order. */
+	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + hq0 + warp) * MG_PS;
+	const size_t ps = (size_t)8 * MG_PS;
+	float4 v[MG_MR];
+#pragma unroll
+	for (int u = 0; u < MG_MR; u++)
+		v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(u, a.S - 1) * ps) + lane);
 	float mj[2], lj[2];
 #pragma unroll
 	for (int u = 0; u < 2; u++) {
@@ -375,20 +382,17 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	for (int o = 16; o; o >>= 1)
 		Lsum += __shfl_xor_sync(0xFFFFFFFFu, Lsum, o);
-	for (int j0 = 0; j0 < a.S; j0 += 8) {
-		float2 va[8], vb[8];
+	for (int j0 = 0; j0 < a.S; j0 += MG_MR) {
+		if (j0 > 0)
 #pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const float *pj = p0 + min(j0 + u, a.S - 1) * ps + 4 * lane;
-			va[u] = __ldcg(reinterpret_cast<const float2 *>(pj));
-			vb[u] = __ldcg(reinterpret_cast<const float2 *>(pj + 2));
-		}
+			for (int u = 0; u < MG_MR; u++)
+				v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + u, a.S - 1) * ps) + lane);
 #pragma unroll
-		for (int u = 0; u < 8; u++) {
+		for (int u = 0; u < MG_MR; u++) {
 			const int j = j0 + u;
 			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
 			if (j < a.S)
-				O[0] += fj * va[u].x, O[1] += fj * va[u].y, O[2] += fj * vb[u].x, O[3] += fj * vb[u].y;
+				O[0] += fj * v[u].x, O[1] += fj * v[u].y, O[2] += fj * v[u].z, O[3] += fj * v[u].w;
 		}
 	}
 	const float inv = 1.0f / Lsum;
@@ -477,41 +481,6 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
 	gt_sync();
 }
 
-/* the producer's L2 prefetches once layer l's experts are known (a.pf, a mask): 1 this block's
- * share of the experts' gate|up and down, 2 its share of layer l + 1's qkv and o, 4 of layer
- * l + 1's K / V rows. The ring's copies of them then find them in L2: DRAM sees them all at once,
- * not as the ring's slots free up. */
-static __device__ void mg_prefetch(const mg_args &a, int l, const int *sl, int b, int G)
-{
-	const mg_layer &ly = a.ly[l];
-	if (a.pf & 1) {
-		for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
-			const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
-			gm_l2_prefetch(ly.gu + (size_t)sl[slot] * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
-		}
-		if (b < MG_D_TILES)
-			for (int slot = 0; slot < MG_K; slot++)
-				gm_l2_prefetch(ly.dn + (size_t)sl[slot] * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
-	}
-	if (l + 1 >= a.L)
-		return;
-	const mg_layer &ny = a.ly[l + 1];
-	if (a.pf & 2) {
-		for (int j = b; j < MG_QKV_TILES; j += G)
-			gm_l2_prefetch(ny.qkv + (size_t)j * MG_STAGE, MG_STAGE);
-		if (b < MG_O_TILES)
-			gm_l2_prefetch(ny.o + (size_t)(2 * b) * MG_STAGE, 2 * MG_STAGE);
-	}
-	if (a.pf & 4)
-		for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
-			const int g = t / a.hgn / a.S, s = t / a.hgn % a.S, m = mg_attn_m(a, s);
-			if (m > 0)
-				for (int kv = 0; kv < 2; kv++)
-					gm_l2_prefetch((kv ? ny.vc : ny.kc) + ((size_t)g * a.ctx_max + s * a.T) * MG_HD,
-					               (unsigned)m * MG_HD * 2);
-		}
-}
-
 __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 {
 	extern __shared__ __align__(128) uint8_t smem[];
@@ -541,10 +510,13 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		gt_pos pp = {0, 0, 0};
-		auto issue = [&](const uint8_t *src, unsigned bytes) {
+		/* a slot's copy: bytes from src (and as many from src2 after them, when given) */
+		auto issue = [&](const uint8_t *src, unsigned bytes, const uint8_t *src2 = NULL) {
 			if (lane == 0) {
 				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
-				gt_expect(&full[pp.i], bytes);
+				gt_expect(&full[pp.i], src2 ? 2 * bytes : bytes);
+				if (src2)
+					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + bytes, src2, bytes, &full[pp.i], pol);
 				const unsigned steps = bytes / MG_STEP, per = (steps + a.csplit - 1) / a.csplit;
 				if (a.csplit <= 1 || bytes % MG_STEP)
 					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE, src, bytes, &full[pp.i], pol);
@@ -582,18 +554,20 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 				if (a.tl && l == a.tl_layer && lane == 0)
 					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
-				if (a.pf && lane == 0)
-					mg_prefetch(a, l, sl, b, G);
 			}
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
 				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
 				const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
 				issue(gub + (size_t)e * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
 			}
+			/* the down's stages two to a ring slot (6912 bytes each): with the block's <= 6 gate|up
+			 * tiles, all its expert copies fit in the 10 slots at once */
 			if (b < MG_D_TILES)
-				for (int slot = 0; slot < MG_K; slot++) {
-					const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
-					issue(dnb + (size_t)e * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE);
+				for (int slot = 0; slot < MG_K; slot += 2) {
+					const int e0 = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
+					const int e1 = a.exstatic ? (8 * l + slot + 1) % MG_E : sl[slot + 1];
+					issue(dnb + (size_t)e0 * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE,
+					      dnb + (size_t)e1 * a.dn_stride + (size_t)b * MG_DSTAGE);
 				}
 			if (a.tl && l == a.tl_layer && lane == 0)
 				a.tl[blockIdx.x * MG_TL + T_PCOPIED] = gm_now();
@@ -726,17 +700,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_mark(a, l, T_DACT, tid);
 			const float *sw = selw + (l & 1) * MG_K;
 			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-			if (a.dwarp) {
-				/* warp w takes slot w's stage whole (its 6 steps), then hands every slot's stage
-				 * back (a stage is free once all 8 warps arrived, its reader among them): one
-				 * round instead of 8 rounds of one step a warp */
+			{
+				/* warp w takes slot w's stage whole (its 6 steps: ring slot w / 2, half w % 2),
+				 * then hands the 4 slots back (a slot is free once all 8 warps arrived, its
+				 * readers among them): one round, not 8 rounds of one step a warp */
 				gt_pos q = pos;
-				gt_next_n(q, MG_NS, warp);
+				gt_next_n(q, MG_NS, warp >> 1);
 				mg_wbar(&full[q.i], q.ph, 1, q.n);
 				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 				const int g8 = lane >> 2, t4 = lane & 3;
 				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)((g8 < 2 ? g8 : (g8 & 1)) * MG_CS_F)};
-				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE;
+				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE + (uint32_t)(warp & 1) * MG_DSTAGE;
 #pragma unroll 2
 				for (int s6 = 0; s6 < 6; s6++) {
 					const uint32_t sb = st + (uint32_t)s6 * MG_STEP;
@@ -749,19 +723,11 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				for (int e = 0; e < 4; e++)
 					tot[e] = c * acc[0][e];
 				__syncwarp();
-				for (int slot = 0; slot < MG_K; slot++) {
+				for (int p = 0; p < MG_K / 2; p++) {
 					if (lane == 0)
 						gt_arrive(&empty[pos.i]);
 					gt_next(pos, MG_NS);
 				}
-			} else
-			for (int slot = 0; slot < MG_K; slot++) {
-				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-				mg_tile(acc, pos, full, empty, ring_sa, xs_sa + slot * 2 * MG_CS_F, MG_CS_F, 1, 6, 0, warp, lane);
-				const float c = sw[slot] * 16384.0f * a.post;
-#pragma unroll
-				for (int e = 0; e < 4; e++)
-					tot[e] += c * acc[0][e];
 			}
 			float *rd = mg_red_next(red, rpar);
 			mg_rows(tot, rd, warp, lane);

@@ -60,11 +60,12 @@
 #define MG_FI 768
 #define MG_STEP 1152           /* 16 rows x 128 K: 1024 code bytes + 128 scale bytes */
 #define MG_STAGE (16 * MG_STEP) /* 16 rows x 2048 K */
-#define MG_DSTAGE (6 * MG_STEP) /* 16 rows x 768 K */
+#define MG_DSTAGE (6 * MG_STEP) /* 16 rows x 768 K (two to a ring slot) */
 #define MG_NS 10
 #define MG_W 8
 #define MG_THREADS ((MG_W + 1) * 32)
 #define MG_T 128
+#define MG_PS (MG_HD + 4) /* an attention split's partial a head: 128 sums, max, sum, 2 spare (16-byte rows) */
 #define MG_QKV_TILES (MG_QKV / 16)
 #define MG_O_TILES (MG_H / 16)
 #define MG_RT_BYTES (MG_E * 16 * 2) /* an o tile's router columns: [E][16] BF16 */
@@ -106,7 +107,7 @@ struct mg_args {
 	float *h2;     /* [L][H] */
 	float *q;      /* [L][QR] */
 	float *att;    /* [L][QR] */
-	float *part;   /* [L][NKV][S][8][HD + 2] */
+	float *part;   /* [L][NKV][S][8][MG_PS] */
 	float *rpart;  /* [L][O tiles][E]: each o tile's part of the router's logits */
 	float *logits; /* [L][E] (block 0's, for the check) */
 	float *act;    /* [L][K][FI] */
@@ -122,11 +123,8 @@ struct mg_args {
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
 	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
-	int dwarp;    /* MG_DWARP (default 1): the down's 8 slots a warp each, in one round */
 	int amma;     /* MG_AMMA (default 1): the attention's Q K^T and P V on the tensor cores (8 heads a task:
 	               * one head group; needs aring) */
-	int pf;       /* MG_PF: L2 prefetches once the top-k is known: 1 the block's experts, 2 the next
-	               * layer's qkv and o tiles, 4 its K / V rows (a mask) */
 	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
 	               * with NKV x S x hgn <= G / 4) */
 };
