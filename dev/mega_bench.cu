@@ -457,8 +457,8 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start",  "q-x",    "qkv",  "a-q",  "a-s",  "a-sm", "a-pv",
-	                            "attn",   "o",      "o-seen", "rsum", "topk", "gu",   "d-seen",
+	const char *names[MG_TL] = {"start",  "q-x",    "q-1",    "qkv",  "a-q",  "a-s",  "a-sm", "a-pv",
+	                            "a-pw",   "a-last", "a-ml",   "attn",   "o",      "o-seen", "rsum", "topk", "gu",   "d-seen",
 	                            "d-act",  "down", "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {

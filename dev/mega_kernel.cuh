@@ -338,6 +338,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 			pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
 	}
 	gt_sync();
+	mg_mark(a, l, T_APW, tid);
 	int *last = reinterpret_cast<int *>(lstat + 8);
 	volatile int *rec = mg_ds ? mg_ds + ((size_t)l * 16 + g * 4 + hg) * MG_DS : NULL;
 	if (tid == 0) {
@@ -349,6 +350,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	gt_sync();
 	if (!*last)
 		return;
+	mg_mark(a, l, T_ALAST, tid);
 	if (rec && lane == 0)
 		rec[64 + warp] = 1;
 	if (warp >= nh) {
@@ -382,6 +384,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	for (int o = 16; o; o >>= 1)
 		Lsum += __shfl_xor_sync(0xFFFFFFFFu, Lsum, o);
+	mg_mark(a, l, T_AML, tid);
 	for (int j0 = 0; j0 < a.S; j0 += MG_MR) {
 		if (j0 > 0)
 #pragma unroll
@@ -612,6 +615,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 						*dst = __float2bfloat16_rn(y);
 					}
 				}
+				if (n == 0)
+					mg_mark(a, l, T_Q1, tid);
 			}
 			mg_cpub(cnt + C_QKV, n, tid);
 		}

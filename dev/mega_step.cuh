@@ -83,13 +83,14 @@
 
 enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 #define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
-/* timeline entries a block: the consumers' marks (start, qkv's x staged, qkv; the attention's q
- * staged, scores, softmax, P V summed, end; o, o seen, the route's logits summed, top-k, gu, the
- * down's count seen, its act staged, down), then
- * the producer's (top-k seen, last expert copy issued) */
+/* timeline entries a block: the consumers' marks (start, qkv's x staged, its first tile, qkv; the
+ * attention's q staged, scores, softmax, P V summed, partials written, found last (the merging
+ * blocks), the merge's first loads in, end; o, o seen, the route's logits summed, top-k, gu, the
+ * down's count seen, its act staged, down), then the producer's (top-k seen, last expert copy
+ * issued) */
 enum {
-	T_START, T_QX, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_ATT, T_O, T_OSEEN, T_RSUM, T_TOPK, T_GU, T_DSEEN, T_DACT,
-	T_D, T_PSEL, T_PCOPIED, MG_TL
+	T_START, T_QX, T_Q1, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_ALAST, T_AML, T_ATT, T_O, T_OSEEN, T_RSUM,
+	T_TOPK, T_GU, T_DSEEN, T_DACT, T_D, T_PSEL, T_PCOPIED, MG_TL
 };
 
 struct mg_layer {
