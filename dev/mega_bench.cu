@@ -457,7 +457,7 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start",  "q-x",    "q-1",    "qkv",  "a-q",  "a-s",  "a-sm", "a-pv",
+	const char *names[MG_TL] = {"start",  "q-x",    "q-t",    "qkv",  "a-q",  "a-s",  "a-sm", "a-pv",
 	                            "a-pw",   "a-last", "a-ml",   "attn",   "o",      "o-seen", "rsum", "topk", "gu",   "d-seen",
 	                            "d-act",  "down", "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
@@ -487,6 +487,10 @@ int main(int argc, char **argv)
 	printf("mega_bench: %d SMs, %d block(s) an SM, %d B shared a block\n", G, per_sm, MG_SMEM);
 	if (per_sm < 1)
 		return 1;
+	if (G < MG_O_TILES) { /* a block an o tile and a down tile; <= 6 gate|up tiles a block */
+		printf("mega_bench: needs >= %d SMs\n", MG_O_TILES);
+		return 1;
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	mg_G = G;
 	/* the hang diagnostics: on for check, for time with MG_DIAG=1 (host-mapped stores and an

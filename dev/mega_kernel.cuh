@@ -431,11 +431,15 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
 #pragma unroll
 	for (int u = 0; u < MG_O_TILES / MG_W; u++)
 		pv[u] = __ldcg(rp + u * (MG_E / 4));
-	const float r = mg_stage_norm(h2, nw, a.eps, xs, sred, tid);
+	/* h2's loads in flight with the parts'; the parts summed before the norm (their 64 registers
+	 * held across it made the kernel spill) */
+	const float4 ha = __ldcg(reinterpret_cast<const float4 *>(h2 + tid * 8));
+	const float4 hb = __ldcg(reinterpret_cast<const float4 *>(h2 + tid * 8 + 4));
 	float4 s4 = pv[0];
 #pragma unroll
 	for (int u = 1; u < MG_O_TILES / MG_W; u++)
 		s4.x += pv[u].x, s4.y += pv[u].y, s4.z += pv[u].z, s4.w += pv[u].w;
+	const float r = mg_stage_norm_x(ha, hb, nw, a.eps, xs, sred, tid);
 	float *lg = scr, *sv = scr + MG_E, *ws = sv + 16; /* ws: [8][E], then the rank halves [E] */
 	int *rk = reinterpret_cast<int *>(ws + MG_W * MG_E);
 	reinterpret_cast<float4 *>(ws + warp * MG_E)[lane] = s4;
@@ -599,24 +603,23 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		if (b < MG_QKV_TILES) {
 			mg_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
 			mg_mark(a, l, T_QX, tid);
-			int n = 0;
-			for (int j = b; j < MG_QKV_TILES; j += G, n++) {
-				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
-				if (tid < 16) {
-					const int row = j * 16 + tid;
-					const float y = ldexpf(mg_rowsum(rd, tid), 14) * a.post;
-					if (row < MG_QR)
-						a.q[(size_t)l * MG_QR + row] = y;
-					else {
-						const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
-						__nv_bfloat16 *dst = (kv ? ly.vc : ly.kc) +
-						                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD +
-						                     MG_KVSW(rr % MG_HD, a.ctx - 1);
-						*dst = __float2bfloat16_rn(y);
-					}
+			/* the block's <= 3 tiles (G >= 107), one barrier for all; row sums past x in xs */
+			const int n = (MG_QKV_TILES - b + G - 1) / G;
+			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_H);
+			mg_tiles<3>(n, pos, full, empty, ring_sa, xs_sa, rq, warp, lane);
+			mg_mark(a, l, T_Q1, tid);
+			if (tid < 16 * n) {
+				const int k = tid >> 4, row = (b + k * G) * 16 + (tid & 15);
+				const float y = ldexpf(mg_rowsum_k<3>(rq, k, tid & 15), 14) * a.post;
+				if (row < MG_QR)
+					a.q[(size_t)l * MG_QR + row] = y;
+				else {
+					const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
+					__nv_bfloat16 *dst = (kv ? ly.vc : ly.kc) +
+					                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD +
+					                     MG_KVSW(rr % MG_HD, a.ctx - 1);
+					*dst = __float2bfloat16_rn(y);
 				}
-				if (n == 0)
-					mg_mark(a, l, T_Q1, tid);
 			}
 			mg_cpub(cnt + C_QKV, n, tid);
 		}
@@ -682,15 +685,16 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, T_TOPK, tid);
 		/* the experts' gate|up (their copies wait for the top-k) */
 		if (b < MG_K * MG_GU_TILES) {
-			int n = 0;
-			for (int j = b; j < MG_K * MG_GU_TILES; j += G, n++) {
-				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
-				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, red, rpar, warp, lane);
-				if (tid < 8) {
-					const float gt = ldexpf(mg_rowsum(rd, 2 * tid), 14) * a.post;
-					const float up = ldexpf(mg_rowsum(rd, 2 * tid + 1), 14) * a.post;
-					a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + tid] = silu_mul(gt, up);
-				}
+			/* the block's <= 6 tiles (G >= 128), one barrier for all (the route's scratch past x
+			 * is free again) */
+			const int n = (MG_K * MG_GU_TILES - b + G - 1) / G;
+			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_H);
+			mg_tiles<6>(n, pos, full, empty, ring_sa, xs_sa, rq, warp, lane);
+			if (tid < 8 * n) {
+				const int k = tid >> 3, i = tid & 7, j = b + k * G, slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
+				const float gt = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i), 14) * a.post;
+				const float up = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i + 1), 14) * a.post;
+				a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + i] = silu_mul(gt, up);
 			}
 			mg_cpub(cnt + C_GU, n, tid);
 		}

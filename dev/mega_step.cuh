@@ -83,7 +83,7 @@
 
 enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 #define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
-/* timeline entries a block: the consumers' marks (start, qkv's x staged, its first tile, qkv; the
+/* timeline entries a block: the consumers' marks (start, qkv's x staged, its tiles done, qkv; the
  * attention's q staged, scores, softmax, P V summed, partials written, found last (the merging
  * blocks), the merge's first loads in, end; o, o seen, the route's logits summed, top-k, gu, the
  * down's count seen, its act staged, down), then the producer's (top-k seen, last expert copy
@@ -257,12 +257,11 @@ static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, 
 }
 
 /* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H);
- * returns the 1 / rms */
-static __device__ float mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
+ * returns the 1 / rms. The thread's 8 values of v given (a, b: v[8 tid .. + 8)). */
+static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const float *nw, float eps, uint8_t *xs,
+                                       float *sred, int tid)
 {
 	const int k0 = tid * 8;
-	const float4 a = __ldcg(reinterpret_cast<const float4 *>(v + k0));
-	const float4 b = __ldcg(reinterpret_cast<const float4 *>(v + k0 + 4));
 	const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 	float ss = 0.0f;
 #pragma unroll
@@ -283,6 +282,14 @@ static __device__ float mg_stage_norm(const float *v, const float *nw, float eps
 		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * __ldg(nw + k0 + i));
 	gt_sync();
 	return r;
+}
+
+/* the same from v (its loads here) */
+static __device__ float mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
+{
+	const float4 a = __ldcg(reinterpret_cast<const float4 *>(v + tid * 8));
+	const float4 b = __ldcg(reinterpret_cast<const float4 *>(v + tid * 8 + 4));
+	return mg_stage_norm_x(a, b, nw, eps, xs, sred, tid);
 }
 
 /* n plain values of v (n % 4 == 0, n <= 4 * 4 * 256) staged into xs at column stride cs: every
@@ -390,6 +397,36 @@ static __device__ __forceinline__ const float *mg_tile_rows(gt_pos &pos, uint64_
 	float *rd = mg_red_next(red, rpar);
 	mg_rows(acc[0], rd, warp, lane);
 	return rd;
+}
+
+/* n <= NT tiles of one 16-step stage each (x staged at xs_sa, column stride MG_CS_H), taken in
+ * ring order with every warp going on to its next tile's steps without waiting for the others:
+ * one barrier for all the tiles, not one a tile. Tile k's row r's partial of warp w lands in
+ * red[(w NT + k) 16 + r] (mg_rowsum_k adds them in warp order). */
+template <int NT>
+static __device__ __forceinline__ void mg_tiles(int n, gt_pos &pos, uint64_t *full, uint64_t *empty, uint32_t ring_sa,
+                                                uint32_t xs_sa, float *red, int warp, int lane)
+{
+#pragma unroll 1
+	for (int k = 0; k < n; k++) {
+		float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+		mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
+		if ((lane & 3) == 0) { /* the warp's own slots: no barrier until all tiles are done */
+			red[(warp * NT + k) * 16 + (lane >> 2)] = acc[0][0] + acc[0][1];
+			red[(warp * NT + k) * 16 + 8 + (lane >> 2)] = acc[0][2] + acc[0][3];
+		}
+	}
+	gt_sync();
+}
+
+template <int NT>
+static __device__ __forceinline__ float mg_rowsum_k(const float *red, int k, int r)
+{
+	float v = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		v += red[(w * NT + k) * 16 + r];
+	return v;
 }
 
 #endif
