@@ -716,18 +716,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				gt_pos q = pos;
 				gt_next_n(q, MG_NS, warp >> 1);
 				mg_wbar(&full[q.i], q.ph, 1, q.n);
-				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}}, a4[4][4] = {};
+				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 				const int g8 = lane >> 2, t4 = lane & 3;
-				const uint32_t xc = xs_sa + warp * 2 * MG_CS_F + (uint32_t)((g8 < 2 ? g8 : (g8 & 1)) * MG_CS_F);
+				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)((g8 < 2 ? g8 : (g8 & 1)) * MG_CS_F)};
 				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE + (uint32_t)(warp & 1) * MG_DSTAGE;
 #pragma unroll 2
 				for (int s6 = 0; s6 < 6; s6++) {
 					const uint32_t sb = st + (uint32_t)s6 * MG_STEP;
 					const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
 					const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
-					mg_step(a4, wa, wb, sc & 0xFFFFu, sc >> 16, xc, s6 * 4 + t4);
+					gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, s6 * 4 + t4);
 				}
-				mg_acc_add(acc, a4);
 				const float c = sw[warp] * 16384.0f * a.post;
 #pragma unroll
 				for (int e = 0; e < 4; e++)

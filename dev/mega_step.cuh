@@ -31,7 +31,7 @@
  * bytes as [row half h][lane] 16 bytes (lane = 4 g + t: row g + 8 h, chunk t of the step, each
  * 32-bit word in the device's permuted E2M1 order), then 128 scale bytes as [lane] {row g's two
  * E4M3, row g + 8's}. A warp's loads of a step are 512 contiguous bytes, conflict-free, and the
- * step's math is gemv_mma.cuh's gm_step's (mg_step).
+ * step's math is gemv_mma.cuh's gm_step.
  */
 #ifndef FP4S_MEGA_STEP_CUH
 #define FP4S_MEGA_STEP_CUH
@@ -334,40 +334,6 @@ static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
 	}
 }
 
-/* gm_step (NVFP4, one token) with its 8 MMAs spread over 4 accumulators: chains 2 deep, not one
- * 8 deep. With 8 warps an SM there is little else to hide an MMA's latency behind: a tile's 16
- * steps, 2 a warp, took ~1 us, with the weights already in shared memory (session 40). */
-static __device__ __forceinline__ void mg_step(float (&acc)[4][4], const uint4 wqa, const uint4 wqb, uint32_t cai,
-                                               uint32_t cbi, uint32_t xcol, int lc)
-{
-	uint32_t sca0, sca1, scb0, scb1;
-	gm_nv_scales(cai, sca0, sca1);
-	gm_nv_scales(cbi, scb0, scb1);
-	const int sw = (lc >> 1) & 1;
-#pragma unroll
-	for (int j = 0; j < 4; j++) {
-		const uint32_t w0 = gm_word(wqa, j), w1 = gm_word(wqb, j);
-		const uint32_t s_a = j < 2 ? sca0 : sca1, s_b = j < 2 ? scb0 : scb1;
-		uint32_t A0[4], A1[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			A0[k] = gm_hmul2(gm_pair(w0, k), s_a);
-			A1[k] = gm_hmul2(gm_pair(w1, k), s_b);
-		}
-		const uint4 xb = gm_ldx(xcol, lc * 64 + ((j ^ sw) * 16));
-		gm_mma(acc[2 * (j & 1)], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
-		gm_mma(acc[2 * (j & 1) + 1], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
-	}
-}
-
-/* acc[0] += the 4 accumulators' sum (in a fixed order) */
-static __device__ __forceinline__ void mg_acc_add(float (&acc)[1][4], const float (&a4)[4][4])
-{
-#pragma unroll
-	for (int e = 0; e < 4; e++)
-		acc[0][e] += (a4[0][e] + a4[1][e]) + (a4[2][e] + a4[3][e]);
-}
-
 /* nst stages of a tile from the ring into acc (this lane's MMA accumulator), x staged at xs_sa
  * (the lane's column picked here), chunk base cb0 + 64 a stage; steps a stage: nsteps */
 static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, uint64_t *full, uint64_t *empty,
@@ -375,19 +341,16 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
                                                int cb0, int warp, int lane)
 {
 	const int g = lane >> 2, t4 = lane & 3;
-	const uint32_t xc = xs_sa + (uint32_t)((g < 2 ? g : (g & 1)) * cs);
+	const uint32_t xc[1] = {xs_sa + (uint32_t)((g < 2 ? g : (g & 1)) * cs)};
 	for (int c = 0; c < nst; c++) {
 		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * MG_STAGE;
-		float a4[4][4] = {};
-#pragma unroll 2
 		for (int s = warp; s < nsteps; s += MG_W) {
 			const uint32_t sb = st + (uint32_t)s * MG_STEP;
 			const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
 			const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
-			mg_step(a4, wa, wb, sc & 0xFFFFu, sc >> 16, xc, cb0 + c * 64 + s * 4 + t4);
+			gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, cb0 + c * 64 + s * 4 + t4);
 		}
-		mg_acc_add(acc, a4);
 		__syncwarp();
 		if (lane == 0)
 			gt_arrive(&empty[pos.i]);
