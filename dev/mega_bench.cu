@@ -126,24 +126,13 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
-	a.aring = getenv("MG_ARING") ? atoi(getenv("MG_ARING")) : 1;
-	a.hgn = 1;
-	while (a.hgn < 4 && MG_NKV * a.S * a.hgn * 2 <= G / 2)
-		a.hgn *= 2;
-	if (getenv("MG_HGN"))
-		a.hgn = atoi(getenv("MG_HGN"));
-	a.amma = getenv("MG_AMMA") ? atoi(getenv("MG_AMMA")) : 1;
-	if (a.amma) /* 8 heads a task, K and V from the ring */
-		a.hgn = 1, a.aring = 1;
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
 }
 
-#define MG_DS_LAYERS 48 /* the merge records cover this many layers (time's layers are capped to it) */
-#define MG_DS_BYTES ((size_t)MG_DS_LAYERS * 16 * MG_DS * sizeof(int))
-static int *mg_dg_host, *mg_ds_host;
-static int mg_L, mg_S, mg_hgn;
+#define MG_LAYERS 48 /* qwen3-30b-a3b's (time's layers are capped to it) */
+static int *mg_dg_host;
 static unsigned mg_cnt_lo; /* the counters' address, low 32 bits, for the dump */
 static int mg_G;
 
@@ -181,29 +170,6 @@ static void mg_finish(cudaStream_t s)
 				       "parity %d\n",
 				       b, w ? "producer" : "consumers", d[0], d[1], d[2]);
 		}
-	printf("split merges (layer, kv head, head group): published where, or arrivals, the largest "
-	       "value seen, the merging warps:\n");
-	for (int l = 0; l < mg_L; l++)
-		for (int gh = 0; gh < 16; gh++) {
-			if ((gh & 3) >= mg_hgn || mg_S < 2)
-				continue;
-			const volatile int *r = mg_ds_host + ((size_t)l * 16 + gh) * MG_DS;
-			if (r[72]) {
-				printf("  layer %d head %d group %d: published by block %d to counter %d (layer %d index %d), "
-				       "value before %d\n",
-				       l, gh / 4, gh & 3, r[73] - 1, r[74], r[74] / MG_CNT, r[74] % MG_CNT, r[75]);
-				continue;
-			}
-			int n = 0, mx = 0;
-			for (int i = 0; i < mg_S && i < 64; i++)
-				if (r[i])
-					n++, mx = r[i] > mx ? r[i] : mx;
-			printf("  layer %d head %d group %d: %d of %d arrivals, largest %d (S %d), warps in merge:", l, gh / 4,
-			       gh & 3, n, mg_S, mx, mg_S);
-			for (int w = 0; w < MG_W; w++)
-				printf(" %d", r[64 + w]);
-			printf("\n");
-		}
 	fflush(stdout);
 	exit(2);
 }
@@ -212,9 +178,6 @@ static void mg_finish(cudaStream_t s)
  * the two so that it times the kernel alone) */
 static void mg_launch(mg_run &r, cudaStream_t s, cudaEvent_t e0 = NULL)
 {
-	if (mg_ds_host)
-		memset(mg_ds_host, 0, MG_DS_BYTES);
-	mg_L = r.a.L, mg_S = r.a.S, mg_hgn = r.a.hgn;
 	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
 	if (e0)
@@ -301,7 +264,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 	const int L = 2;
 	mg_run r;
 	mg_run_make(r, m, L, ctx, T, G);
-	printf("check: ctx %d, %d splits of %d a kv head, %d head groups, %d blocks\n", ctx, r.a.S, T, r.a.hgn, G);
+	printf("check: ctx %d, %d splits of %d a kv head, %d blocks\n", ctx, r.a.S, T, G);
 	/* the cache rows before the launch (the kernel writes position ctx - 1) */
 	std::vector<std::vector<uint8_t>> kc(L), vc(L);
 	for (int l = 0; l < L; l++) {
@@ -448,18 +411,18 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	const double med = us[us.size() / 2];
 	const double bytes = (double)L * (m.qkv_b + m.o_b + m.rt_b + MG_K * (m.gu_b + m.dn_b) +
 	                                  2.0 * MG_NKV * ctx * MG_HD * 2);
-	printf("time: %d layers, ctx %d (%d splits, %d head groups): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
+	printf("time: %d layers, ctx %d (%d splits): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
 	       "(%.1f MB a step)\n",
-	       L, ctx, r.a.S, r.a.hgn, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
+	       L, ctx, r.a.S, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
 	/* one layer's phase ends, max over blocks, from the earliest start */
 	std::vector<unsigned long long> tl((size_t)G * MG_TL);
 	CK(cudaMemcpy(tl.data(), r.a.tl, tl.size() * 8, cudaMemcpyDeviceToHost));
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
-	const char *names[MG_TL] = {"start",  "q-x",    "q-t",    "qkv",  "a-q",  "a-s",  "a-sm", "a-pv",
-	                            "a-pw",   "a-last", "a-ml",   "attn",   "o",      "o-seen", "rsum", "topk", "gu",   "d-seen",
-	                            "d-act",  "down", "p-sel", "p-copied"};
+	const char *names[MG_TL] = {"start", "q-x",  "q-t",    "qkv",   "a-q",   "a-s",  "a-sm",   "a-pv",
+	                            "a-pw",  "m-seen", "m-sums", "attn", "o",   "o-seen", "rsum", "topk",
+	                            "gu",    "d-seen", "d-act",  "down", "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;
@@ -493,8 +456,7 @@ int main(int argc, char **argv)
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	mg_G = G;
-	/* the hang diagnostics: on for check, for time with MG_DIAG=1 (host-mapped stores and an
-	 * atom a merge) */
+	/* the hang diagnostics: on for check, for time with MG_DIAG=1 (host-mapped stores) */
 	if (!strcmp(mode, "check") || (getenv("MG_DIAG") && atoi(getenv("MG_DIAG")))) {
 		const size_t bytes = (size_t)G * (MG_W + 1) * 4 * sizeof(int);
 		CK(cudaHostAlloc((void **)&mg_dg_host, bytes, cudaHostAllocMapped));
@@ -502,11 +464,6 @@ int main(int argc, char **argv)
 		int *dp;
 		CK(cudaHostGetDevicePointer((void **)&dp, mg_dg_host, 0));
 		CK(cudaMemcpyToSymbol(mg_dg, &dp, sizeof dp));
-		const size_t dsb = MG_DS_BYTES;
-		CK(cudaHostAlloc((void **)&mg_ds_host, dsb, cudaHostAllocMapped));
-		memset(mg_ds_host, 0, dsb);
-		CK(cudaHostGetDevicePointer((void **)&dp, mg_ds_host, 0));
-		CK(cudaMemcpyToSymbol(mg_ds, &dp, sizeof dp));
 	}
 	if (!strcmp(mode, "check")) {
 		mg_model m;
@@ -517,8 +474,8 @@ int main(int argc, char **argv)
 		printf("check: %s\n", ok ? "PASS" : "FAIL");
 		return ok ? 0 : 1;
 	}
-	/* 1..48: the model's layers, and what the merge records cover */
-	const int L = argc > 2 ? std::min(std::max(atoi(argv[2]), 1), MG_DS_LAYERS) : MG_DS_LAYERS;
+	/* 1..48: the model's layers */
+	const int L = argc > 2 ? std::min(std::max(atoi(argv[2]), 1), MG_LAYERS) : MG_LAYERS;
 	mg_model m;
 	mg_model_make(m, L, 4096);
 	if (argc > 3)

@@ -1,62 +1,12 @@
-/* mega_kernel.cuh: dev/mega_bench.cu's persistent decode step: the attention split (K and V
- * rows before pos through the ring, the last split of a kv head merging), the producer's top-k
- * and the kernel (mega_step.cuh describes the design). */
+/* mega_kernel.cuh: dev/mega_bench.cu's persistent decode step: the attention split on the tensor
+ * cores (K and V rows before pos through the ring) and the splits' merge, the route and the
+ * kernel (mega_step.cuh describes the design). */
 #ifndef FP4S_MEGA_KERNEL_CUH
 #define FP4S_MEGA_KERNEL_CUH
 
 #include "mega_step.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-/* the attention's scores for HP local heads a lane (qs: the group's first head), position t0 +
- * 32 (warp & 3) + lane; K rows before pos from the ring stages ks0 / ks1 (aring), pos's from
- * kp_sa (staged with q) */
-template <int HP>
-static __device__ __forceinline__ void mg_scores(const float *qs, float *sc, const __nv_bfloat16 *kc, int t0, int n,
-                                                 int pos, bool aring, uint32_t ks0, uint32_t ks1, uint32_t kp_sa,
-                                                 int warp, int lane)
-{
-	const int tl = 32 * (warp & 3) + lane, h0 = HP * (warp >> 2);
-	if (tl >= n)
-		return;
-	const int t = t0 + tl;
-	const uint4 *kr = reinterpret_cast<const uint4 *>(kc + (size_t)t * MG_HD);
-	float d[HP];
-#pragma unroll
-	for (int h = 0; h < HP; h++)
-		d[h] = 0.0f;
-	const bool ring = t < pos && aring, sm = ring || t == pos; /* from shared memory */
-	const uint32_t ks = ring ? ((tl >> 6) ? ks1 : ks0) + (uint32_t)(tl & 63) * 256 : kp_sa;
-	/* chunk ch of the row is stored at ch ^ (t & 7) (MG_KVSW): the 8 rows a quarter-warp reads
-	 * fall on 8 different banks */
-	const int sw = t & 7;
-#pragma unroll
-	for (int half = 0; half < 2; half++) {
-		uint4 kv[8];
-#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const int ch = (half * 8 + c) ^ sw;
-			kv[c] = sm ? gm_lds128(ks + ch * 16) : __ldg(kr + ch);
-		}
-#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const __nv_bfloat162 *k2 = reinterpret_cast<const __nv_bfloat162 *>(&kv[c]);
-			const int d0 = (half * 8 + c) * 8;
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				const float2 kf = __bfloat1622float2(k2[e]);
-#pragma unroll
-				for (int h = 0; h < HP; h++) {
-					const float2 q = *reinterpret_cast<const float2 *>(qs + (h0 + h) * MG_HD + d0 + 2 * e);
-					d[h] += q.x * kf.x + q.y * kf.y;
-				}
-			}
-		}
-	}
-#pragma unroll
-	for (int h = 0; h < HP; h++)
-		sc[(h0 + h) * MG_T + tl] = d[h];
-}
-
 static __device__ __forceinline__ void mg_ldsm4(uint32_t sa, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -71,12 +21,13 @@ static __device__ __forceinline__ void mg_ldsm4t(uint32_t sa, uint32_t &r0, uint
 	             : "r"(sa));
 }
 
-/* The attention's two products on the tensor cores (a.amma; 8 heads a task, K and V through the
- * ring). mma m16n8k16 with M = 16 rows: rows 0-7 the 8 heads' q (or P) rounded to BF16, rows
- * 8-15 the BF16 residual, so that the row g + row g + 8 sum carries them to ~16 bits; K and V are
- * BF16 already. The swizzled rows (MG_KVSW) make the ldmatrix reads conflict-free.
+/* The attention's two products on the tensor cores (a task: the 8 query heads of a kv head). mma
+ * m16n8k16 with M = 16 rows: rows 0-7 the 8 heads' q (or P) rounded to BF16, rows 8-15 the BF16
+ * residual, so that the row g + row g + 8 sum carries them to ~16 bits; K and V are BF16 already.
+ * The swizzled rows (MG_KVSW) make the ldmatrix reads conflict-free.
  * S = Q K^T: warp w takes keys 16 w .. + 16 (two n-tiles), K = the 128 dims in 8 steps; one
- * ldmatrix.x4 a step gives both n-tiles' B fragments. row(i): key i's row in shared memory. */
+ * ldmatrix.x4 a step gives both n-tiles' B fragments. row(i): key i's row in shared memory. The
+ * scores go to sc[head][MG_SCS]. */
 template <typename RowF>
 static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int t0, int n, RowF row, int warp,
                                                  int lane)
@@ -101,7 +52,7 @@ static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int
 		gm_mma(s0, h0, l0, h1, l1, b0, b1);
 		gm_mma(s1, h0, l0, h1, l1, b2, b3);
 	}
-	float *sg = sc + g * MG_T + 16 * warp + 2 * c;
+	float *sg = sc + g * MG_SCS + 16 * warp + 2 * c;
 	*reinterpret_cast<float2 *>(sg) = make_float2(s0[0] + s0[2], s0[1] + s0[3]);
 	*reinterpret_cast<float2 *>(sg + 8) = make_float2(s1[0] + s1[2], s1[1] + s1[3]);
 }
@@ -116,12 +67,13 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
 	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int kb = 0; kb < n; kb += 16) {
-		const float *pg = sc + g * MG_T + kb + 2 * c;
+		/* P's pairs as float2 loads: rows MG_SCS apart put a half-warp's on 16 different banks */
 		const int k0 = kb + 2 * c;
-		const float p0 = k0 < n ? pg[0] : 0.0f, p1 = k0 + 1 < n ? pg[1] : 0.0f;
-		const float p2 = k0 + 8 < n ? pg[8] : 0.0f, p3 = k0 + 9 < n ? pg[9] : 0.0f;
+		const float2 pa = *reinterpret_cast<const float2 *>(sc + g * MG_SCS + k0);
+		const float2 pb = *reinterpret_cast<const float2 *>(sc + g * MG_SCS + k0 + 8);
 		uint32_t l0, l1;
-		const uint32_t h0 = gm_split(p0, p1, l0), h1 = gm_split(p2, p3, l1);
+		const uint32_t h0 = gm_split(k0 < n ? pa.x : 0.0f, k0 + 1 < n ? pa.y : 0.0f, l0);
+		const uint32_t h1 = gm_split(k0 + 8 < n ? pb.x : 0.0f, k0 + 9 < n ? pb.y : 0.0f, l1);
 		/* lane j * 8 + r: matrix j's row r = key kb + 8 (j & 1) + r, chunk 2 w + (j >> 1) */
 		const int key = min(kb + 8 * (j & 1) + r, n - 1);
 		uint32_t b0, b1, b2, b3;
@@ -135,28 +87,25 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 }
 
 /* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
- * step, copied through the ring (aring) in stages of up to 64 rows, K's then V's */
+ * step, copied through the ring in stages of up to 64 rows, K's then V's */
 static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
 {
 	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T);
 	return max(0, min(t1, a.ctx - 1) - t0);
 }
 
-/* splits a merge round loads at once (16 made the kernel spill at its 168 registers) */
-#define MG_MR 12
-
-/* one attention split: kv head g, head group hg, positions [s T, min(ctx, (s + 1) T)), by the
- * 256 consumer threads */
-static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, int hg, float *scr,
-                              int tid, gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
+/* one attention split: kv head g's 8 query heads over positions [s T, min(ctx, (s + 1) T)), by
+ * the 256 consumer threads. K and V rows before pos come through the ring, pos's (this step's)
+ * are staged with q. With one split (S = 1) the heads' outputs are written and counted (8);
+ * otherwise the split leaves (unnormalized sums, max, sum) a head for mg_merge and counts itself
+ * on its kv head's split counter. */
+static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, float *scr, int tid,
+                              gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
 {
-	/* head group hg: nh = 8 / hgn of the kv head's 8 query heads, from hq0 (hp a lane in the
-	 * scores) */
-	const int nh = 8 / a.hgn, hq0 = hg * nh, hp = nh / 2;
 	const int warp = tid >> 5, lane = tid & 31, pos = a.ctx - 1;
 	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T), n = t1 - t0;
-	/* the ring's K and V stages of this split (aring), all landed long before */
-	const int nk = a.aring ? (mg_attn_m(a, s) + 63) / 64 : 0;
+	/* the ring's K and V stages of this split, landed long before */
+	const int nk = (mg_attn_m(a, s) + 63) / 64;
 	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
 	{
 		gt_pos q = rp;
@@ -175,10 +124,11 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 				gt_next(q, MG_NS);
 			}
 	}
-	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_T, *lstat = mstat + 8;
-	/* pos's K and V rows (bf16, written by this step's qkv) staged with q: one L2 round trip for
-	 * all, not one in the scores and another in P V */
-	uint4 *kvp = reinterpret_cast<uint4 *>(lstat + 16);
+	/* scratch: q [8][128], scores [8][MG_SCS], max [8], sum [8], pos's K and V rows (bf16), the
+	 * heads' sums [8][128] */
+	float *qs = scr, *sc = scr + 8 * MG_HD, *mstat = sc + 8 * MG_SCS, *lstat = mstat + 8;
+	uint4 *kvp = reinterpret_cast<uint4 *>(lstat + 8);
+	float *ot = lstat + 8 + MG_HD;
 	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + MG_HD * 2;
 	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
 	{
@@ -190,40 +140,27 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	gt_sync();
 	mg_mark(a, l, T_AQ, tid);
-	/* scores: warp w takes local heads hp (w >> 2) .. +hp, position t0 + 32 (w & 3) + lane (hp
-	 * compiled in: a run-time head count's guards cost the depth-4096 attention ~3 us) */
-	/* key i's K and V rows in shared memory (a.amma, which needs a.aring) */
+	/* key i's K and V rows in shared memory */
 	auto krow = [&](int i) -> uint32_t {
 		return t0 + i < pos ? ((i >> 6) ? kst[1] : kst[0]) + (uint32_t)(i & 63) * 256 : kp_sa;
 	};
 	auto vrow = [&](int i) -> uint32_t {
 		return t0 + i < pos ? ((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 : vp_sa;
 	};
-	if (a.amma)
-		mg_qk_mma(qs, sc, t0, n, krow, warp, lane);
-	else {
-		const uint32_t ks0 = kst[0], ks1 = kst[1];
-		const __nv_bfloat16 *kc = ly.kc + (size_t)g * a.ctx_max * MG_HD;
-		const bool aring = a.aring;
-		if (hp == 4)
-			mg_scores<4>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, kp_sa, warp, lane);
-		else if (hp == 2)
-			mg_scores<2>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, kp_sa, warp, lane);
-		else
-			mg_scores<1>(qs + hq0 * MG_HD, sc, kc, t0, n, pos, aring, ks0, ks1, kp_sa, warp, lane);
-	}
+	mg_qk_mma(qs, sc, t0, n, krow, warp, lane);
 	gt_sync();
 	mg_mark(a, l, T_AS, tid);
-	if (warp < nh) { /* warp h: the softmax's max, weights and sum over the split */
+	{ /* warp h: the softmax's max, weights and sum over the split */
+		float *sh = sc + warp * MG_SCS;
 		float m = -INFINITY;
 		for (int i = lane; i < n; i += 32)
-			m = fmaxf(m, sc[warp * MG_T + i]);
+			m = fmaxf(m, sh[i]);
 		for (int o = 16; o; o >>= 1)
 			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
 		float sum = 0.0f;
 		for (int i = lane; i < n; i += 32) {
-			const float p = expf(sc[warp * MG_T + i] - m);
-			sc[warp * MG_T + i] = p;
+			const float p = expf(sh[i] - m);
+			sh[i] = p;
 			sum += p;
 		}
 		for (int o = 16; o; o >>= 1)
@@ -233,139 +170,51 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	gt_sync();
 	mg_mark(a, l, T_ASM, tid);
-	float4 *tree = reinterpret_cast<float4 *>(lstat + 16 + MG_HD); /* [4 warps][8 heads][32 lanes] */
-	if (a.amma) {
-		mg_pv_mma(sc, reinterpret_cast<float *>(tree), t0, n, vrow, warp, lane);
-		mg_mark(a, l, T_APV, tid);
-		/* the K and V stages go back to the producer (this warp is past its reads) */
-		for (int c = 0; c < 2 * nk; c++) {
-			if (lane == 0)
-				gt_arrive(&empty[rp.i]);
-			gt_next(rp, MG_NS);
-		}
-	} else {
-		/* warp w: positions w, w + 8, .. (their v loads all in flight), every head's dims 4 lane .. +4;
-		 * then the warps' sums added in a tree through shared memory (warp w + 4 into w, then + 2,
-		 * + 1: the same order every run) */
-		float o8[8][4];
-#pragma unroll
-		for (int h = 0; h < 8; h++)
-			o8[h][0] = o8[h][1] = o8[h][2] = o8[h][3] = 0.0f;
-		for (int i0 = warp; i0 < n; i0 += 8 * 8) {
-			uint2 vv[8];
-#pragma unroll
-			for (int u = 0; u < 8; u++) {
-				const int t = t0 + min(i0 + 8 * u, n - 1);
-				const int pc = (((lane >> 1) ^ (t & 7)) << 1) | (lane & 1); /* the lane's 8 bytes, swizzled */
-				const uint2 *vr = reinterpret_cast<const uint2 *>(ly.vc + ((size_t)g * a.ctx_max + t) * MG_HD) + pc;
-				const bool ring = t < pos && a.aring;
-				if (ring || t == pos) {
-					const int i = t - t0;
-					const uint32_t at = ring ? ((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 : vp_sa;
-					uint32_t lo, hi;
-					asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(at + pc * 8));
-					vv[u] = make_uint2(lo, hi);
-				} else
-					vv[u] = __ldg(vr);
-			}
-#pragma unroll
-			for (int u = 0; u < 8; u++) {
-				const int i = i0 + 8 * u;
-				if (i >= n)
-					break;
-				const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].x));
-				const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vv[u].y));
-#pragma unroll
-				for (int h = 0; h < 8; h++) {
-					if (h >= nh)
-						break;
-					const float p = sc[h * MG_T + i];
-					o8[h][0] += p * v01.x, o8[h][1] += p * v01.y, o8[h][2] += p * v23.x, o8[h][3] += p * v23.y;
-				}
-			}
-		}
-		for (int half = 4; half >= 1; half >>= 1) {
-			if (warp >= half && warp < 2 * half)
-#pragma unroll
-				for (int h = 0; h < 8; h++)
-					if (h < nh)
-					tree[((warp - half) * 8 + h) * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
-			gt_sync();
-			if (warp < half)
-#pragma unroll
-				for (int h = 0; h < 8; h++) {
-					if (h >= nh)
-						break;
-					const float4 v = tree[(warp * 8 + h) * 32 + lane];
-					o8[h][0] += v.x, o8[h][1] += v.y, o8[h][2] += v.z, o8[h][3] += v.w;
-				}
-			gt_sync();
-		}
-		mg_mark(a, l, T_APV, tid);
-		/* the K and V stages go back to the producer (every warp is past its reads) */
-		for (int c = 0; c < 2 * nk; c++) {
-			if (lane == 0)
-				gt_arrive(&empty[rp.i]);
-			gt_next(rp, MG_NS);
-		}
-		/* warp 0 holds every head's sums: hand head h to warp h */
-		if (warp == 0)
-#pragma unroll
-			for (int h = 0; h < 8; h++)
-				if (h < nh)
-				tree[h * 32 + lane] = make_float4(o8[h][0], o8[h][1], o8[h][2], o8[h][3]);
+	mg_pv_mma(sc, ot, t0, n, vrow, warp, lane);
+	mg_mark(a, l, T_APV, tid);
+	/* the K and V stages go back to the producer (this warp is past its reads) */
+	for (int c = 0; c < 2 * nk; c++) {
+		if (lane == 0)
+			gt_arrive(&empty[rp.i]);
+		gt_next(rp, MG_NS);
 	}
 	gt_sync();
-	float o4[4];
-	{
-		const float4 v = tree[warp * 32 + lane];
-		o4[0] = v.x, o4[1] = v.y, o4[2] = v.z, o4[3] = v.w;
-	}
-	float *att = a.att + (size_t)l * MG_QR + (g * 8 + hq0 + warp) * MG_HD + 4 * lane;
+	/* warp h: head h's dims 4 lane .. + 4 */
+	const float4 o4 = reinterpret_cast<const float4 *>(ot + warp * MG_HD)[lane];
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
 	if (a.S == 1) {
-		if (warp < nh) {
-			const float inv = 1.0f / lstat[warp];
-			*reinterpret_cast<float4 *>(att) = make_float4(o4[0] * inv, o4[1] * inv, o4[2] * inv, o4[3] * inv);
-		}
-		mg_cpub(cnt + C_ATT, 1, tid);
+		const float inv = 1.0f / lstat[warp];
+		*reinterpret_cast<float4 *>(a.att + (size_t)l * MG_QR + (g * 8 + warp) * MG_HD + 4 * lane) =
+			make_float4(o4.x * inv, o4.y * inv, o4.z * inv, o4.w * inv);
+		mg_cpub(cnt + C_ATT, 8, tid);
 		return;
 	}
-	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + hq0 + warp) * MG_PS;
-	if (warp < nh) {
-		*reinterpret_cast<float4 *>(pp + 4 * lane) = make_float4(o4[0], o4[1], o4[2], o4[3]);
-		if (lane == 0)
-			pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
-	}
-	gt_sync();
+	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + warp) * MG_PS;
+	*reinterpret_cast<float4 *>(pp + 4 * lane) = o4;
+	if (lane == 0)
+		pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
+	mg_cpub(cnt + C_N + g, 1, tid);
 	mg_mark(a, l, T_APW, tid);
-	int *last = reinterpret_cast<int *>(lstat + 8);
-	volatile int *rec = mg_ds ? mg_ds + ((size_t)l * 16 + g * 4 + hg) * MG_DS : NULL;
-	if (tid == 0) {
-		const unsigned old = fp4s_arrive(cnt + C_N + g * 4 + hg);
-		*last = old == (unsigned)a.S - 1;
-		if (rec && s < 64)
-			rec[s] = (int)old + 1;
-	}
-	gt_sync();
-	if (!*last)
-		return;
-	mg_mark(a, l, T_ALAST, tid);
-	if (rec && lane == 0)
-		rec[64 + warp] = 1;
-	if (warp >= nh) {
-		gt_sync();
-		return;
-	}
-	/* the merge: warp h. The lane's 4 dims of the first MG_MR splits' partials are loaded with the
-	 * splits' (max, sum) pairs (a lane each, S <= 64): one L2 round trip for them all, not one for
-	 * the pairs and one for each 8 splits. Summed in split order. */
-	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + hq0 + warp) * MG_PS;
+}
+
+/* kv head g's query head h: its S splits' partials merged once all are in, by one block (blocks
+ * 0 .. 31 take these after their own splits, so no wait here holds up a split). Warp w sums
+ * splits w, w + 8, .. of the lane's 4 dims (all its loads in flight at once, S <= 64), weighted
+ * by exp(m_j - M); the 8 warps' sums are added in order through shared memory (scr: 4 KB). One
+ * L2 round trip for the partials, and 32 blocks share the merges' 2 MB of loads where the last
+ * split of a kv head used to read its 8 heads' alone. */
+static __device__ void mg_merge(const mg_args &a, int l, int g, int h, float *scr, int tid)
+{
+	const int warp = tid >> 5, lane = tid & 31;
+	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
+	mg_cwait(cnt + C_N + g, (unsigned)a.S, tid, a.poll);
+	mg_mark(a, l, T_MSEEN, tid);
+	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + h) * MG_PS;
 	const size_t ps = (size_t)8 * MG_PS;
-	float4 v[MG_MR];
+	float4 v[8];
 #pragma unroll
-	for (int u = 0; u < MG_MR; u++)
-		v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(u, a.S - 1) * ps) + lane);
+	for (int u = 0; u < 8; u++)
+		v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(warp + 8 * u, a.S - 1) * ps) + lane);
 	float mj[2], lj[2];
 #pragma unroll
 	for (int u = 0; u < 2; u++) {
@@ -376,7 +225,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	float M = fmaxf(mj[0], mj[1]);
 	for (int o = 16; o; o >>= 1)
 		M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
-	float f[2], Lsum = 0.0f, O[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	float f[2], Lsum = 0.0f;
 #pragma unroll
 	for (int u = 0; u < 2; u++) {
 		f[u] = lane + 32 * u < a.S ? expf(mj[u] - M) : 0.0f;
@@ -384,32 +233,30 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	for (int o = 16; o; o >>= 1)
 		Lsum += __shfl_xor_sync(0xFFFFFFFFu, Lsum, o);
-	mg_mark(a, l, T_AML, tid);
-	for (int j0 = 0; j0 < a.S; j0 += MG_MR) {
-		if (j0 > 0)
+	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-			for (int u = 0; u < MG_MR; u++)
-				v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + u, a.S - 1) * ps) + lane);
-#pragma unroll
-		for (int u = 0; u < MG_MR; u++) {
-			const int j = j0 + u;
-			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
-			if (j < a.S)
-				O[0] += fj * v[u].x, O[1] += fj * v[u].y, O[2] += fj * v[u].z, O[3] += fj * v[u].w;
-		}
+	for (int u = 0; u < 8; u++) {
+		const int j = warp + 8 * u;
+		const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
+		if (j < a.S)
+			O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
 	}
-	const float inv = 1.0f / Lsum;
-	*reinterpret_cast<float4 *>(att) = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
+	float4 *red4 = reinterpret_cast<float4 *>(scr);
+	red4[warp * 32 + lane] = O;
 	gt_sync();
-	if (tid == 0) {
-		if (rec) {
-			unsigned old;
-			asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + C_ATT) : "memory");
-			rec[74] = (int)(cnt + C_ATT - a.cnt), rec[75] = (int)old;
-			rec[72] = 1, rec[73] = blockIdx.x + 1;
-		} else
-			mg_pub(cnt + C_ATT, 1);
+	mg_mark(a, l, T_MLD, tid);
+	if (warp == 0) {
+		float4 t = red4[lane];
+#pragma unroll
+		for (int w = 1; w < MG_W; w++) {
+			const float4 q = red4[w * 32 + lane];
+			t.x += q.x, t.y += q.y, t.z += q.z, t.w += q.w;
+		}
+		const float inv = 1.0f / Lsum;
+		*reinterpret_cast<float4 *>(a.att + (size_t)l * MG_QR + (g * 8 + h) * MG_HD + 4 * lane) =
+			make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
 	}
+	mg_cpub(cnt + C_ATT, 1, tid);
 }
 
 /* the route, by every block's consumers once the o tiles are all in: x = RMSNorm(h2) staged for
@@ -540,15 +387,14 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			const mg_layer &ly = a.ly[l];
 			for (int j = b; j < MG_QKV_TILES; j += G)
 				issue(ly.qkv + (size_t)j * MG_STAGE, MG_STAGE);
-			if (a.aring)
-				for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
-					const int g = t / a.hgn / a.S, s = t / a.hgn % a.S, m = mg_attn_m(a, s);
-					for (int kv = 0; kv < 2; kv++)
-						for (int c0 = 0; c0 < m; c0 += 64)
-							issue(reinterpret_cast<const uint8_t *>((kv ? ly.vc : ly.kc) + ((size_t)g * a.ctx_max + s * a.T + c0) *
-							                                                       MG_HD),
-							      (unsigned)min(64, m - c0) * MG_HD * 2);
-				}
+			for (int t = b; t < MG_NKV * a.S; t += G) {
+				const int g = t / a.S, s = t % a.S, m = mg_attn_m(a, s);
+				for (int kv = 0; kv < 2; kv++)
+					for (int c0 = 0; c0 < m; c0 += 64)
+						issue(reinterpret_cast<const uint8_t *>((kv ? ly.vc : ly.kc) +
+						                                        ((size_t)g * a.ctx_max + s * a.T + c0) * MG_HD),
+						      (unsigned)min(64, m - c0) * MG_HD * 2);
+			}
 			if (b < MG_O_TILES) {
 				issue(ly.o + (size_t)(2 * b) * MG_STAGE, MG_STAGE);
 				issue(ly.o + (size_t)(2 * b + 1) * MG_STAGE, MG_STAGE);
@@ -625,17 +471,21 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		}
 		mg_mark(a, l, T_QKV, tid);
 		/* attention */
-		for (int t = b; t < MG_NKV * a.S * a.hgn; t += G) {
+		for (int t = b; t < MG_NKV * a.S; t += G) {
 			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
-			const int gs = t / a.hgn;
-			mg_attn(a, ly, l, gs / a.S, gs % a.S, t % a.hgn, reinterpret_cast<float *>(xs), tid, pos, full, empty,
-			        ring_sa);
+			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid, pos, full, empty, ring_sa);
 			gt_sync();
 		}
+		/* the merges, (kv head, query head) m on block m, after its splits */
+		if (a.S > 1)
+			for (int m = b; m < MG_NKV * 8; m += G) {
+				mg_merge(a, l, m / 8, m % 8, reinterpret_cast<float *>(xs), tid);
+				gt_sync();
+			}
 		mg_mark(a, l, T_ATT, tid);
 		/* o */
 		if (b < MG_O_TILES) {
-			mg_cwait(cnt + C_ATT, MG_NKV * a.hgn, tid, a.poll);
+			mg_cwait(cnt + C_ATT, MG_NKV * 8, tid, a.poll);
 			/* the residual's and norm's rows loaded with the staging (not after the tile) */
 			const float hr = tid < 16 ? __ldcg(h + b * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + b * 16 + tid) : 0.0f;
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);

@@ -11,7 +11,8 @@
  * warp. Every block runs the same program over the layers and takes its share of each phase by
  * its index:
  *   qkv   320 tiles of 16 rows (x = RMSNorm(h)), k and v written into the cache at pos
- *   attn  NKV x S splits of <= MG_T positions, the last split of a kv head merging
+ *   attn  NKV x S splits of <= MG_T positions, a kv head's 8 query heads each, on the tensor
+ *         cores; with S > 1, then 32 merges, one (kv head, query head) a block
  *   o     128 tiles, K 4096 in two stages, h2 = h + o; then the tile's part of the router's logits
  *         (BF16, as the model has it): its 16 columns of the router times n2 * h2 of its 16 rows
  *   route every block, once the o tiles are in: x = RMSNorm(h2), the logits as the sum of the
@@ -65,6 +66,7 @@
 #define MG_W 8
 #define MG_THREADS ((MG_W + 1) * 32)
 #define MG_T 128
+#define MG_SCS (MG_T + 8) /* the attention's score rows' stride (floats): P's float2 loads conflict-free */
 #define MG_PS (MG_HD + 4) /* an attention split's partial a head: 128 sums, max, sum, 2 spare (16-byte rows) */
 #define MG_QKV_TILES (MG_QKV / 16)
 #define MG_O_TILES (MG_H / 16)
@@ -82,14 +84,14 @@
 #define MG_KVSW(d, t) (((((d) >> 3) ^ ((t) & 7)) << 3) | ((d) & 7))
 
 enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
-#define MG_CNT (C_N + 4 * MG_NKV) /* counters a layer: the phases', then each (kv head, head group)'s splits */
+#define MG_CNT (C_N + MG_NKV) /* counters a layer: the phases', then each kv head's splits */
 /* timeline entries a block: the consumers' marks (start, qkv's x staged, its tiles done, qkv; the
- * attention's q staged, scores, softmax, P V summed, partials written, found last (the merging
- * blocks), the merge's first loads in, end; o, o seen, the route's logits summed, top-k, gu, the
+ * attention's q staged, scores, softmax, P V summed, partials written; the merge's splits seen, its
+ * sums; end; o, o seen, the route's logits summed, top-k, gu, the
  * down's count seen, its act staged, down), then the producer's (top-k seen, last expert copy
  * issued) */
 enum {
-	T_START, T_QX, T_Q1, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_ALAST, T_AML, T_ATT, T_O, T_OSEEN, T_RSUM,
+	T_START, T_QX, T_Q1, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_MSEEN, T_MLD, T_ATT, T_O, T_OSEEN, T_RSUM,
 	T_TOPK, T_GU, T_DSEEN, T_DACT, T_D, T_PSEL, T_PCOPIED, MG_TL
 };
 
@@ -123,19 +125,9 @@ struct mg_args {
 	               * (results wrong: what the routing dependency costs) */
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
-	int aring;    /* MG_ARING (default 1): attention's K and V rows before pos through the ring */
-	int amma;     /* MG_AMMA (default 1): the attention's Q K^T and P V on the tensor cores (8 heads a task:
-	               * one head group; needs aring) */
-	int hgn;      /* head groups a kv head's attention is split in (1, 2, 4; MG_HGN, default: the most
-	               * with NKV x S x hgn <= G / 4) */
 };
 
 __device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
-/* the split merges' records (host-mapped): per (layer, kv head * 4 + head group) MG_DS ints: each
- * split's counter value + 1 at its arrival [0, 64), the merging block's warps at entry [64, 72),
- * published [72], the merging block + 1 [73] */
-#define MG_DS 80 /* [74] the published counter's offset from a.cnt, [75] its value before the add */
-__device__ int *mg_ds;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
