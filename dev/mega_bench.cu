@@ -84,9 +84,9 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 		__nv_bfloat16 *rt = (__nv_bfloat16 *)mg_alloc(m, m.rt_b);
 		mg_fill_bf<<<256, 256>>>(rt, m.rt_b / 2, 4000 + l, 0.05f);
 		y.rt = rt;
-		float *n = (float *)mg_alloc(m, 2 * MG_H * sizeof(float));
-		mg_fill_f<<<16, 256>>>(n, 2 * MG_H, 2000 + l, 0.8f, 1.2f);
-		y.n1 = n, y.n2 = n + MG_H;
+		float *n = (float *)mg_alloc(m, (2 * MG_H + 2 * MG_HD) * sizeof(float));
+		mg_fill_f<<<16, 256>>>(n, 2 * MG_H + 2 * MG_HD, 2000 + l, 0.8f, 1.2f);
+		y.n1 = n, y.n2 = n + MG_H, y.qn = n + 2 * MG_H, y.kn = y.qn + MG_HD;
 		__nv_bfloat16 *kv = (__nv_bfloat16 *)mg_alloc(m, 2 * m.kv_b * sizeof(__nv_bfloat16));
 		mg_fill_bf<<<256, 256>>>(kv, 2 * m.kv_b, 3000 + l, 1.0f);
 		y.kc = kv, y.vc = kv + m.kv_b;
@@ -95,6 +95,32 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 	CK(cudaMalloc(&m.d_ly, L * sizeof(mg_layer)));
 	CK(cudaMemcpy(m.d_ly, m.ly.data(), L * sizeof(mg_layer), cudaMemcpyHostToDevice));
 	CK(cudaDeviceSynchronize());
+}
+
+/* rotary's cos and sin at position p: [i] and [HD / 2 + i] for theta^(-2i / HD), theta 1e6
+ * (Qwen3's), in double */
+static void mg_rope(int p, float *t)
+{
+	for (int i = 0; i < MG_HD / 2; i++) {
+		const double ang = (double)p * pow(1e6, -2.0 * i / MG_HD);
+		t[i] = (float)cos(ang), t[MG_HD / 2 + i] = (float)sin(ang);
+	}
+}
+
+/* q_norm / k_norm and rotary of one head (the reference) */
+static void mg_ref_qk(const float *x, const float *w, const float *rope, float eps, float *y)
+{
+	double ss = 0.0;
+	for (int d = 0; d < MG_HD; d++)
+		ss += (double)x[d] * x[d];
+	const double r = 1.0 / sqrt(ss / MG_HD + eps);
+	double v[MG_HD];
+	for (int d = 0; d < MG_HD; d++)
+		v[d] = x[d] * r * w[d];
+	for (int d = 0; d < MG_HD / 2; d++) {
+		y[d] = (float)(v[d] * rope[d] - v[d + MG_HD / 2] * rope[MG_HD / 2 + d]);
+		y[d + MG_HD / 2] = (float)(v[d + MG_HD / 2] * rope[d] + v[d] * rope[MG_HD / 2 + d]);
+	}
 }
 
 struct mg_run {
@@ -113,6 +139,15 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	CK(cudaMalloc(&a.h, (size_t)(L + 1) * MG_H * 4));
 	CK(cudaMalloc(&a.h2, (size_t)L * MG_H * 4));
 	CK(cudaMalloc(&a.q, (size_t)L * MG_QR * 4));
+	CK(cudaMalloc(&a.kraw, (size_t)L * MG_NKV * MG_HD * 4));
+	{
+		float rope[MG_HD];
+		mg_rope(ctx - 1, rope);
+		float *d;
+		CK(cudaMalloc(&d, sizeof rope));
+		CK(cudaMemcpy(d, rope, sizeof rope, cudaMemcpyHostToDevice));
+		a.rope = d;
+	}
 	CK(cudaMalloc(&a.att, (size_t)L * MG_QR * 4));
 	CK(cudaMalloc(&a.part, (size_t)L * MG_NKV * a.S * 8 * MG_PS * 4));
 	CK(cudaMalloc(&a.rpart, (size_t)L * MG_O_TILES * MG_E * 4));
@@ -285,13 +320,22 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 	CK(cudaMemcpy(gsel.data(), r.a.sel, gsel.size() * 4, cudaMemcpyDeviceToHost));
 	for (int l = 0; l < L; l++) {
 		const mg_layer &y = m.ly[l];
-		const std::vector<float> n = mg_getf(y.n1, 2 * MG_H);
+		const std::vector<float> n = mg_getf(y.n1, 2 * MG_H + 2 * MG_HD);
 		std::vector<float> x(MG_H), qkv(MG_QKV), att(MG_QR), h2(MG_H), lg(MG_E), hn(MG_H);
 		mg_norm(h.data(), n.data(), r.a.eps, x.data());
 		mg_matvec(mg_get(y.qkv, m.qkv_b), MG_QKV, MG_H, post, x.data(), qkv.data());
 		ok &= mg_cmp("q", l, &gq[(size_t)l * MG_QR], qkv.data(), MG_QR, 1e-4);
-		/* the cache at pos holds the kernel's bf16(k), bf16(v): compared with the reference's k and
-		 * v (to bf16's precision), then the attention reference reads the kernel's rows, so a
+		/* q_norm, k_norm and rotary at pos, in place (v as it is) */
+		{
+			float rope[MG_HD], t[MG_HD];
+			mg_rope(ctx - 1, rope);
+			for (int hd = 0; hd < MG_NQ + MG_NKV; hd++) {
+				mg_ref_qk(&qkv[hd * MG_HD], &n[2 * MG_H + (hd < MG_NQ ? 0 : MG_HD)], rope, r.a.eps, t);
+				memcpy(&qkv[hd * MG_HD], t, sizeof t);
+			}
+		}
+		/* the cache at pos holds the kernel's bf16(k) (normed, rotated), bf16(v): compared with the
+		 * reference's k and v (to bf16's precision), then the attention reference reads the kernel's rows, so a
 		 * rounding that went the other way is not counted against the attention */
 		uint16_t *kb = (uint16_t *)kc[l].data(), *vb = (uint16_t *)vc[l].data();
 		{

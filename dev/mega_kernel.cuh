@@ -86,6 +86,29 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
 }
 
+/* q_norm or k_norm (RMSNorm over the head's 128 dims, weights w) and rotary (rotate-half: dims d
+ * and d + 64 a pair) of one head held by a warp, 4 dims a lane (4 lane .. + 4) */
+static __device__ __forceinline__ float4 mg_qk_norm_rope(const float4 v, const float *w, const mg_args &a, int lane)
+{
+	float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+	for (int o = 16; o; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	const float r = 1.0f / sqrtf(ss / (float)MG_HD + a.eps);
+	const float4 wv = __ldg(reinterpret_cast<const float4 *>(w) + lane);
+	const float x[4] = {v.x * r * wv.x, v.y * r * wv.y, v.z * r * wv.z, v.w * r * wv.w};
+	const int i0 = (4 * lane) & (MG_HD / 2 - 1);
+	const float4 c4 = __ldg(reinterpret_cast<const float4 *>(a.rope + i0));
+	const float4 s4 = __ldg(reinterpret_cast<const float4 *>(a.rope + MG_HD / 2 + i0));
+	const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
+	float y[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float p = __shfl_xor_sync(0xFFFFFFFFu, x[i], 16); /* dims d +- 64 */
+		y[i] = lane < 16 ? x[i] * cs[i] - p * sn[i] : x[i] * cs[i] + p * sn[i];
+	}
+	return make_float4(y[0], y[1], y[2], y[3]);
+}
+
 /* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
  * step, copied through the ring in stages of up to 64 rows, K's then V's */
 static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
@@ -130,13 +153,30 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	uint4 *kvp = reinterpret_cast<uint4 *>(lstat + 8);
 	float *ot = lstat + 8 + MG_HD;
 	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + MG_HD * 2;
-	const float qscale = 0.08838834764831845f; /* 1 / sqrt(128) */
 	{
+		/* warp h: head h's q (lane: dims 4 lane .. + 4), normed and rotated, times 1 / sqrt(128).
+		 * In the last split the last warp also finishes k at pos (normed, rotated, rounded to
+		 * bf16 into the cache and kvp), and threads 0-15 stage v's row into kvp */
 		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
-		if (t1 == a.ctx && tid < 32)
-			kvp[tid] = __ldcg(reinterpret_cast<const uint4 *>((tid < 16 ? ly.kc : ly.vc) +
-			                                                 ((size_t)g * a.ctx_max + pos) * MG_HD) + (tid & 15));
-		reinterpret_cast<float4 *>(qs)[tid] = make_float4(v.x * qscale, v.y * qscale, v.z * qscale, v.w * qscale);
+		const bool last = t1 == a.ctx;
+		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (last && warp == MG_W - 1)
+			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * MG_NKV + g) * MG_HD) + lane);
+		if (last && tid < 16)
+			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(ly.vc + ((size_t)g * a.ctx_max + pos) * MG_HD) + tid);
+		const float4 qr = mg_qk_norm_rope(v, ly.qn, a, lane);
+		reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * 0.08838834764831845f, qr.y * 0.08838834764831845f,
+		                                                  qr.z * 0.08838834764831845f, qr.w * 0.08838834764831845f);
+		if (last && warp == MG_W - 1) {
+			const float4 k4 = mg_qk_norm_rope(kr, ly.kn, a, lane);
+			/* dims 4 lane .. + 4: chunk lane / 2 (swizzled), half lane % 2 */
+			const int at = MG_KVSW(4 * lane, pos);
+			const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
+			uint2 kb;
+			kb.x = *reinterpret_cast<const uint32_t *>(&k01), kb.y = *reinterpret_cast<const uint32_t *>(&k23);
+			*reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(kvp) + at) = kb;
+			*reinterpret_cast<uint2 *>(ly.kc + ((size_t)g * a.ctx_max + pos) * MG_HD + at) = kb;
+		}
 	}
 	gt_sync();
 	mg_mark(a, l, T_AQ, tid);
@@ -461,10 +501,11 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 					a.q[(size_t)l * MG_QR + row] = y;
 				else {
 					const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
-					__nv_bfloat16 *dst = (kv ? ly.vc : ly.kc) +
-					                     ((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD +
-					                     MG_KVSW(rr % MG_HD, a.ctx - 1);
-					*dst = __float2bfloat16_rn(y);
+					if (kv)
+						ly.vc[((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD +
+						      MG_KVSW(rr % MG_HD, a.ctx - 1)] = __float2bfloat16_rn(y);
+					else
+						a.kraw[(size_t)l * MG_NKV * MG_HD + rr] = y;
 				}
 			}
 			mg_cpub(cnt + C_QKV, n, tid);

@@ -5,14 +5,16 @@
  * Why: qwen3-30b-a3b's decode is bound by the latency chains of six launches a layer, not by its
  * bytes (issue #6, docs/status.md). The step runs all 48 layers in one launch, so a layer's
  * phases hand over through counters instead of kernel boundaries. A prototype in the kernel lab,
- * not an engine path: weights in a layout of its own, no q/k norm or rotary, a contiguous KV cache.
+ * not an engine path: weights in a layout of its own, a contiguous KV cache.
  *
  * One block an SM (a cooperative launch, so all are resident), 8 consumer warps and a producer
  * warp. Every block runs the same program over the layers and takes its share of each phase by
  * its index:
- *   qkv   320 tiles of 16 rows (x = RMSNorm(h)), k and v written into the cache at pos
- *   attn  NKV x S splits of <= MG_T positions, a kv head's 8 query heads each, on the tensor
- *         cores; with S > 1, then 32 merges, one (kv head, query head) a block
+ *   qkv   320 tiles of 16 rows (x = RMSNorm(h)), v written into the cache at pos (k, before its
+ *         norm and rotary, to kraw: the last split of its kv head finishes it)
+ *   attn  NKV x S splits of <= MG_T positions, a kv head's 8 query heads each (q_norm and
+ *         rotary as q is staged; the last split also k's, and writes it to the cache), on the
+ *         tensor cores; with S > 1, then 32 merges, one (kv head, query head) a block
  *   o     128 tiles, K 4096 in two stages, h2 = h + o; then the tile's part of the router's logits
  *         (BF16, as the model has it): its 16 columns of the router times n2 * h2 of its 16 rows
  *   route every block, once the o tiles are in: x = RMSNorm(h2), the logits as the sum of the
@@ -99,6 +101,7 @@ struct mg_layer {
 	const uint8_t *qkv, *o, *gu, *dn;
 	const __nv_bfloat16 *rt; /* the router, [H / 16][E][16]: an o tile's 16 columns together */
 	const float *n1, *n2;
+	const float *qn, *kn; /* q_norm's and k_norm's weights [HD] */
 	__nv_bfloat16 *kc, *vc; /* [NKV][ctx_max][HD] */
 };
 
@@ -108,7 +111,9 @@ struct mg_args {
 	float post, eps;
 	float *h;      /* [L + 1][H]: h[0] the input, filled by the host */
 	float *h2;     /* [L][H] */
-	float *q;      /* [L][QR] */
+	float *q;      /* [L][QR] (before q_norm and rotary) */
+	float *kraw;   /* [L][NKV][HD] k at pos before k_norm and rotary (v goes to the cache directly) */
+	const float *rope; /* [2][HD / 2]: cos, sin of pos x theta^(-2i / HD) (the host's, in double) */
 	float *att;    /* [L][QR] */
 	float *part;   /* [L][NKV][S][8][MG_PS] */
 	float *rpart;  /* [L][O tiles][E]: each o tile's part of the router's logits */
