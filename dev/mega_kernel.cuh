@@ -86,19 +86,25 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
 }
 
-/* q_norm or k_norm (RMSNorm over the head's 128 dims, weights w) and rotary (rotate-half: dims d
- * and d + 64 a pair) of one head held by a warp, 4 dims a lane (4 lane .. + 4) */
-static __device__ __forceinline__ float4 mg_qk_norm_rope(const float4 v, const float *w, const mg_args &a, int lane)
+/* the lane's rotary cos (c) and sin (s) for dims 4 lane .. + 4 */
+static __device__ __forceinline__ void mg_rope_ld(const mg_args &a, int lane, float4 &c, float4 &s)
+{
+	const int i0 = (4 * lane) & (MG_HD / 2 - 1);
+	c = __ldg(reinterpret_cast<const float4 *>(a.rope + i0));
+	s = __ldg(reinterpret_cast<const float4 *>(a.rope + MG_HD / 2 + i0));
+}
+
+/* q_norm or k_norm (RMSNorm over the head's 128 dims, the lane's weights wv) and rotary
+ * (rotate-half: dims d and d + 64 a pair; c4, s4 from mg_rope_ld) of one head held by a warp, 4
+ * dims a lane (4 lane .. + 4). The caller loads wv, c4 and s4 with v: one round trip for all. */
+static __device__ __forceinline__ float4 mg_qk_norm_rope(const float4 v, const float4 wv, const float4 c4,
+                                                         const float4 s4, float eps, int lane)
 {
 	float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
 	for (int o = 16; o; o >>= 1)
 		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-	const float r = 1.0f / sqrtf(ss / (float)MG_HD + a.eps);
-	const float4 wv = __ldg(reinterpret_cast<const float4 *>(w) + lane);
+	const float r = 1.0f / sqrtf(ss / (float)MG_HD + eps);
 	const float x[4] = {v.x * r * wv.x, v.y * r * wv.y, v.z * r * wv.z, v.w * r * wv.w};
-	const int i0 = (4 * lane) & (MG_HD / 2 - 1);
-	const float4 c4 = __ldg(reinterpret_cast<const float4 *>(a.rope + i0));
-	const float4 s4 = __ldg(reinterpret_cast<const float4 *>(a.rope + MG_HD / 2 + i0));
 	const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
 	float y[4];
 #pragma unroll
@@ -158,17 +164,22 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		 * In the last split the last warp also finishes k at pos (normed, rotated, rounded to
 		 * bf16 into the cache and kvp), and threads 0-15 stage v's row into kvp */
 		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
+		const float4 qw = __ldg(reinterpret_cast<const float4 *>(ly.qn) + lane);
+		float4 c4, s4;
+		mg_rope_ld(a, lane, c4, s4);
 		const bool last = t1 == a.ctx;
-		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-		if (last && warp == MG_W - 1)
+		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kw = kr;
+		if (last && warp == MG_W - 1) {
 			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * MG_NKV + g) * MG_HD) + lane);
+			kw = __ldg(reinterpret_cast<const float4 *>(ly.kn) + lane);
+		}
 		if (last && tid < 16)
 			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(ly.vc + ((size_t)g * a.ctx_max + pos) * MG_HD) + tid);
-		const float4 qr = mg_qk_norm_rope(v, ly.qn, a, lane);
+		const float4 qr = mg_qk_norm_rope(v, qw, c4, s4, a.eps, lane);
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * 0.08838834764831845f, qr.y * 0.08838834764831845f,
 		                                                  qr.z * 0.08838834764831845f, qr.w * 0.08838834764831845f);
 		if (last && warp == MG_W - 1) {
-			const float4 k4 = mg_qk_norm_rope(kr, ly.kn, a, lane);
+			const float4 k4 = mg_qk_norm_rope(kr, kw, c4, s4, a.eps, lane);
 			/* dims 4 lane .. + 4: chunk lane / 2 (swizzled), half lane % 2 */
 			const int at = MG_KVSW(4 * lane, pos);
 			const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
@@ -322,15 +333,17 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
 	 * held across it made the kernel spill) */
 	const float4 ha = __ldcg(reinterpret_cast<const float4 *>(h2 + tid * 8));
 	const float4 hb = __ldcg(reinterpret_cast<const float4 *>(h2 + tid * 8 + 4));
+	const float4 na = __ldg(reinterpret_cast<const float4 *>(nw + tid * 8));
+	const float4 nb = __ldg(reinterpret_cast<const float4 *>(nw + tid * 8 + 4));
 	float4 s4 = pv[0];
 #pragma unroll
 	for (int u = 1; u < MG_O_TILES / MG_W; u++)
 		s4.x += pv[u].x, s4.y += pv[u].y, s4.z += pv[u].z, s4.w += pv[u].w;
-	const float r = mg_stage_norm_x(ha, hb, nw, a.eps, xs, sred, tid);
 	float *lg = scr, *sv = scr + MG_E, *ws = sv + 16; /* ws: [8][E], then the rank halves [E] */
 	int *rk = reinterpret_cast<int *>(ws + MG_W * MG_E);
+	/* the warps' sums written before the norm's first barrier, which then covers them too */
 	reinterpret_cast<float4 *>(ws + warp * MG_E)[lane] = s4;
-	gt_sync();
+	const float r = mg_stage_norm_x(ha, hb, na, nb, a.eps, xs, sred, tid);
 	if (tid < MG_E) {
 		float v = 0.0f;
 #pragma unroll

@@ -255,11 +255,12 @@ static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, 
 
 /* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H);
  * returns the 1 / rms. The thread's 8 values of v given (a, b: v[8 tid .. + 8)). */
-static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const float *nw, float eps, uint8_t *xs,
-                                       float *sred, int tid)
+static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const float4 na, const float4 nb, float eps,
+                                       uint8_t *xs, float *sred, int tid)
 {
 	const int k0 = tid * 8;
 	const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+	const float w[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
 	float ss = 0.0f;
 #pragma unroll
 	for (int i = 0; i < 8; i++)
@@ -271,22 +272,24 @@ static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const fl
 	gt_sync();
 	float tot = 0.0f;
 #pragma unroll
-	for (int w = 0; w < MG_W; w++)
-		tot += sred[w];
+	for (int w8 = 0; w8 < MG_W; w8++)
+		tot += sred[w8];
 	const float r = 1.0f / sqrtf(tot / (float)MG_H + eps);
 #pragma unroll
 	for (int i = 0; i < 8; i++)
-		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * __ldg(nw + k0 + i));
+		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * w[i]);
 	gt_sync();
 	return r;
 }
 
-/* the same from v (its loads here) */
+/* the same from v (its loads and the weights' issued together: one round trip) */
 static __device__ float mg_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
 {
 	const float4 a = __ldcg(reinterpret_cast<const float4 *>(v + tid * 8));
 	const float4 b = __ldcg(reinterpret_cast<const float4 *>(v + tid * 8 + 4));
-	return mg_stage_norm_x(a, b, nw, eps, xs, sred, tid);
+	const float4 na = __ldg(reinterpret_cast<const float4 *>(nw + tid * 8));
+	const float4 nb = __ldg(reinterpret_cast<const float4 *>(nw + tid * 8 + 4));
+	return mg_stage_norm_x(a, b, na, nb, eps, xs, sred, tid);
 }
 
 /* n plain values of v (n % 4 == 0, n <= 4 * 4 * 256) staged into xs at column stride cs: every
