@@ -1,7 +1,7 @@
 /* mega_bench.cu: the persistent decode step of mega_step.cuh / mega_kernel.cuh (qwen3-30b-a3b's
  * geometry, one launch for all 48 layers) against a CPU reference, and its timing.
  *
- * Usage: mega_bench [check | time [layers] [ctx...]]. check runs 2 layers at two contexts against
+ * Usage: mega_bench [check | time [layers] [ctx...]]. check runs 2 layers at three contexts against
  * a CPU reference (every phase's output); time runs the 48-layer step at each context (default
  * 128 and 4096): median us a step and a layer over 20 launches, GB/s of the bytes a step reads,
  * and one layer's phase ends (max over blocks, from its start). */

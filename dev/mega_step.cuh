@@ -1,6 +1,6 @@
 /* mega_step.cuh: what dev/mega_bench.cu's persistent decode step is built from: the geometry
  * (qwen3-30b-a3b), the argument block, the counters between phases, the hang diagnostics, staging
- * and the tile loop (mega_kernel.cuh: the attention, the top-k and the kernel).
+ * and the tile loops (mega_kernel.cuh: the attention, the merge, the route and the kernel).
  *
  * Why: qwen3-30b-a3b's decode is bound by the latency chains of six launches a layer, not by its
  * bytes (issue #6, docs/status.md). The step runs all 48 layers in one launch, so a layer's
