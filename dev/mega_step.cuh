@@ -87,8 +87,10 @@
  * consecutive rows' same chunk lie on 8 different banks once copied into shared memory */
 #define MG_KVSW(d, t) (((((d) >> 3) ^ ((t) & 7)) << 3) | ((d) & 7))
 
-enum { C_QKV, C_ATT, C_O, C_GU, C_D = C_GU + MG_K, C_N }; /* C_GU + s: slot s's gate|up tiles */
-#define MG_CNT (C_N + MG_NKV) /* counters a layer: the phases', then each kv head's splits */
+/* counters a layer: the phases', each kv head's splits (C_SPLIT + g), and each slot's gate|up
+ * tiles (C_GU + 32 s: 128 bytes apart, so that the down's 8 pollers a block spread over 8 lines,
+ * not one L2 slice) */
+enum { C_QKV, C_ATT, C_O, C_D, C_SPLIT = 8, C_GU = 32, MG_CNT = C_GU + 32 * MG_K };
 /* timeline entries a block: the consumers' marks (start, qkv's x staged, its tiles done, qkv; the
  * attention's q staged, scores, softmax, P V summed, partials written; the merge's splits seen,
  * its sums; end; o, o seen, the route's logits summed, top-k, gu, the down's slot 0 seen and its
