@@ -244,7 +244,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	*reinterpret_cast<float4 *>(pp + 4 * lane) = o4;
 	if (lane == 0)
 		pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
-	mg_cpub(cnt + C_SPLIT + g, 1, tid);
+	mg_cpub(cnt + C_N + g, 1, tid);
 	mg_mark(a, l, T_APW, tid);
 }
 
@@ -258,7 +258,7 @@ static __device__ void mg_merge(const mg_args &a, int l, int g, int h, float *sc
 {
 	const int warp = tid >> 5, lane = tid & 31;
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
-	mg_cwait(cnt + C_SPLIT + g, (unsigned)a.S, tid, a.poll);
+	mg_cwait(cnt + C_N + g, (unsigned)a.S, tid, a.poll);
 	mg_mark(a, l, T_MSEEN, tid);
 	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + h) * MG_PS;
 	const size_t ps = (size_t)8 * MG_PS;
@@ -600,29 +600,16 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				const float up = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i + 1), 14) * a.post;
 				a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + i] = silu_mul(gt, up);
 			}
-			/* each tile counted on its slot's counter (a block's <= 6 tiles span <= 2 slots) */
-			gt_sync();
-			if (tid == 0)
-				for (int k = 0; k < n;) {
-					const int slot = (b + k * G) / MG_GU_TILES;
-					int c = 0;
-					for (; k < n && (b + k * G) / MG_GU_TILES == slot; k++)
-						c++;
-					mg_pub(cnt + C_GU + 32 * slot, (unsigned)c);
-				}
+			mg_cpub(cnt + C_GU, n, tid);
 		}
 		mg_mark(a, l, T_GU, tid);
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
 			const float h2r = tid < 16 ? __ldcg(h2 + b * 16 + tid) : 0.0f; /* complete since the route */
-			/* warp w: slot w, once its 96 gate|up tiles are counted (lane 0 polls; the warp
-			 * barrier orders the others' loads after its acquire), its act staged by the warp */
-			if (lane == 0)
-				mg_poll(cnt + C_GU + 32 * warp, MG_GU_TILES, a.poll);
-			__syncwarp();
+			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
 			mg_mark(a, l, T_DSEEN, tid);
-			mg_stage_act(a.act + ((size_t)l * MG_K + warp) * MG_FI, xs + warp * 2 * MG_CS_F, lane);
-			__syncwarp();
+			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
+			gt_sync();
 			mg_mark(a, l, T_DACT, tid);
 			const float *sw = selw + (l & 1) * MG_K;
 			float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};

@@ -19,10 +19,8 @@
  *         (BF16, as the model has it): its 16 columns of the router times n2 * h2 of its 16 rows
  *   route every block, once the o tiles are in: x = RMSNorm(h2), the logits as the sum of the
  *         128 parts (scaled by the norm's 1 / rms, the same for all), the top-k
- *   gu    8 slots x 96 tiles of (gate, up) row pairs, SwiGLU out, counted a slot
- *   down  128 tiles, each the 8 slots' rows: warp s takes slot s as soon as its 96 gate|up tiles
- *         are in (the early slots' while the last ones' gate|up still run), h' = h2 + sum_s
- *         w_s down_s in slot order
+ *   gu    8 slots x 96 tiles of (gate, up) row pairs, SwiGLU out
+ *   down  128 tiles, each the 8 slots' rows in order, h' = h2 + sum_s w_s down_s
  * A phase's blocks add their task count to a counter of the layer (release); a phase waits for
  * the counts it needs (acquire), so no phase waits for a launch. The producer copies each task's
  * weights into a ring of shared memory in program order as soon as a slot is free, across phase
@@ -87,14 +85,13 @@
  * consecutive rows' same chunk lie on 8 different banks once copied into shared memory */
 #define MG_KVSW(d, t) (((((d) >> 3) ^ ((t) & 7)) << 3) | ((d) & 7))
 
-/* counters a layer: the phases', each kv head's splits (C_SPLIT + g), and each slot's gate|up
- * tiles (C_GU + 32 s: 128 bytes apart, so that the down's 8 pollers a block spread over 8 lines,
- * not one L2 slice) */
-enum { C_QKV, C_ATT, C_O, C_D, C_SPLIT = 8, C_GU = 32, MG_CNT = C_GU + 32 * MG_K };
+enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
+#define MG_CNT (C_N + MG_NKV) /* counters a layer: the phases', then each kv head's splits */
 /* timeline entries a block: the consumers' marks (start, qkv's x staged, its tiles done, qkv; the
- * attention's q staged, scores, softmax, P V summed, partials written; the merge's splits seen,
- * its sums; end; o, o seen, the route's logits summed, top-k, gu, the down's slot 0 seen and its
- * act staged (warp 0), down), then the producer's (top-k seen, last expert copy issued) */
+ * attention's q staged, scores, softmax, P V summed, partials written; the merge's splits seen, its
+ * sums; end; o, o seen, the route's logits summed, top-k, gu, the
+ * down's count seen, its act staged, down), then the producer's (top-k seen, last expert copy
+ * issued) */
 enum {
 	T_START, T_QX, T_Q1, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_MSEEN, T_MLD, T_ATT, T_O, T_OSEEN, T_RSUM,
 	T_TOPK, T_GU, T_DSEEN, T_DACT, T_D, T_PSEL, T_PCOPIED, MG_TL
@@ -318,17 +315,18 @@ static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs
 	}
 }
 
-/* the down projection's x for one slot, by one warp: its 768 SwiGLU outputs (6 float4 a lane,
- * all in flight together) staged at x (column stride MG_CS_F) */
-static __device__ void mg_stage_act(const float *v, uint8_t *x, int lane)
+/* the down projection's x: the 8 slots' SwiGLU outputs (8 x 768 floats: 6 float4 a thread, all in
+ * flight together), slot s at xs + s * 2 * MG_CS_F */
+static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
 {
 	float4 r[6];
 #pragma unroll
 	for (int u = 0; u < 6; u++)
-		r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + lane + u * 32);
+		r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid + u * MG_W * 32);
 #pragma unroll
 	for (int u = 0; u < 6; u++) {
-		const int k = 4 * (lane + u * 32);
+		const int i = 4 * (tid + u * MG_W * 32), slot = i / MG_FI, k = i - slot * MG_FI;
+		uint8_t *x = xs + slot * 2 * MG_CS_F;
 		gm_st_put(x, MG_CS_F, k, r[u].x);
 		gm_st_put(x, MG_CS_F, k + 1, r[u].y);
 		gm_st_put(x, MG_CS_F, k + 2, r[u].z);
