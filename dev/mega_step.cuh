@@ -199,7 +199,7 @@ static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int
 }
 
 /* waits until *c >= target: acquire loads (poll 0), or relaxed loads and one fence after (1), the
- * same with a pause between loads (2), or with 4 loads in flight (3) */
+ * same with a pause between loads (2) */
 static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned target, int poll)
 {
 	if (poll == 0) {
@@ -212,40 +212,9 @@ static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned targe
 				mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
 		}
 	}
-	if (poll == 3) {
-		/* 4 relaxed loads in flight, issued ~256 clocks apart and reissued as each returns: the
-		 * count is seen within a quarter of a round trip of reaching L2, not half of one */
-		unsigned v0, v1, v2, v3;
-		auto gap = [] {
-			const long long t = clock64();
-			while (clock64() - t < 256) {
-			}
-		};
-		v0 = mg_ld_rlx(c);
-		gap();
-		v1 = mg_ld_rlx(c);
-		gap();
-		v2 = mg_ld_rlx(c);
-		gap();
-		v3 = mg_ld_rlx(c);
-		for (;;) {
-			if (v0 >= target)
-				break;
-			v0 = mg_ld_rlx(c);
-			if (v1 >= target)
-				break;
-			v1 = mg_ld_rlx(c);
-			if (v2 >= target)
-				break;
-			v2 = mg_ld_rlx(c);
-			if (v3 >= target)
-				break;
-			v3 = mg_ld_rlx(c);
-		}
-	} else
-		while (mg_ld_rlx(c) < target)
-			if (poll == 2)
-				__nanosleep(64);
+	while (mg_ld_rlx(c) < target)
+		if (poll == 2)
+			__nanosleep(64);
 	asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
