@@ -64,7 +64,9 @@
 #define MG_STEP 1152           /* 16 rows x 128 K: 1024 code bytes + 128 scale bytes */
 #define MG_STAGE (16 * MG_STEP) /* 16 rows x 2048 K */
 #define MG_DSTAGE (6 * MG_STEP) /* 16 rows x 768 K (two to a ring slot) */
-#define MG_NS 10
+#ifndef MG_NS
+#define MG_NS 10 /* ring stages (11 fit in the 227 KB a block may take) */
+#endif
 #define MG_W 8
 #define MG_THREADS ((MG_W + 1) * 32)
 #define MG_T 128
