@@ -69,20 +69,21 @@ static __device__ __forceinline__ void f8_step(float (&acc)[4], const uint4 wa, 
 #endif
 
 /* V 0: gm_step (BF16 MMAs, x as hi + lo); V 1: f8_step. Each block: its tiles copied into shared
- * memory, x staged, then reps passes over them (8 warps, 2 steps a warp a tile), the 16 row sums
- * (of all passes) to out[block] and the block's clocks to cyc. */
-template <int V>
-__global__ void __launch_bounds__(256, 1) f8_kernel(const uint8_t *w, const float *x, float sig, int ntiles, int reps,
-                                                     float *out, long long *cyc)
+ * memory, x staged, then reps passes over them (NW warps, 16 / NW steps a warp a tile; ILP
+ * accumulators a warp, its steps alternating between them), the 16 row sums (of all passes) to
+ * out[block] and the block's clocks to cyc. */
+template <int V, int NW, int ILP>
+__global__ void __launch_bounds__(NW * 32, 1) f8_kernel(const uint8_t *w, const float *x, float sig, int ntiles,
+                                                        int reps, float *out, long long *cyc)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
 	uint8_t *tiles = sm, *xs = sm + (size_t)ntiles * F8_TILE;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 	const uint4 *src = reinterpret_cast<const uint4 *>(w + (size_t)blockIdx.x * ntiles * F8_TILE);
-	for (int i = tid; i < ntiles * F8_TILE / 16; i += 256)
+	for (int i = tid; i < ntiles * F8_TILE / 16; i += NW * 32)
 		reinterpret_cast<uint4 *>(tiles)[i] = src[i];
-	for (int k = tid; k < F8_K; k += 256) {
+	for (int k = tid; k < F8_K; k += NW * 32) {
 		if (V == 0)
 			gm_st_put(xs, MG_CS_H, k, x[k]);
 		else { /* 4 E4M3 parts of x 2^sig */
@@ -96,30 +97,39 @@ __global__ void __launch_bounds__(256, 1) f8_kernel(const uint8_t *w, const floa
 	}
 	__syncthreads();
 	const uint32_t ts = gt_sa(tiles), xsa = gt_sa(xs);
-	float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+	float acc[ILP][1][4];
+#pragma unroll
+	for (int i = 0; i < ILP; i++)
+		acc[i][0][0] = acc[i][0][1] = acc[i][0][2] = acc[i][0][3] = 0.0f;
 	const uint32_t xc[1] = {xsa + (uint32_t)((g < 2 ? g : (g & 1)) * MG_CS_H)};
 	const long long c0 = clock64();
 	for (int r = 0; r < reps; r++)
 		for (int tl = 0; tl < ntiles; tl++)
 #pragma unroll
-			for (int s = warp; s < 16; s += 8) {
+			for (int q = 0; q < 16 / NW; q++) {
+				const int s = warp + q * NW;
 				const uint32_t sb = ts + (uint32_t)(tl * F8_TILE + s * MG_STEP);
 				const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
 				if (V == 0) {
 					const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
-					gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, s * 4 + t);
+					gm_step<GM_NVFP4, 1>(acc[q % ILP], wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, s * 4 + t);
 				} else {
 					uint32_t s0, s1;
 					asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
 					             : "=r"(s0), "=r"(s1)
 					             : "r"(sb + 1024 + (uint32_t)(g * 2 + (t >> 1)) * 8));
-					f8_step(acc[0], wa, wb, make_uint2(s0, s1), xsa + (uint32_t)(s * 128), g, t);
+					f8_step(acc[q % ILP][0], wa, wb, make_uint2(s0, s1), xsa + (uint32_t)(s * 128), g, t);
 				}
 			}
 	const long long c1 = clock64();
+#pragma unroll
+	for (int i = 1; i < ILP; i++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			acc[0][0][e] += acc[i][0][e];
 	/* the row sums: V 0 lane (g, 0) holds them (columns 0, 1: hi, lo); V 1 the quad's 4 lanes
 	 * hold parts of them (their blocks and parts) */
-	float rg = acc[0][0] + acc[0][1], r8 = acc[0][2] + acc[0][3];
+	float rg = acc[0][0][0] + acc[0][0][1], r8 = acc[0][0][2] + acc[0][0][3];
 	if (V == 1) {
 		for (int o = 1; o <= 2; o <<= 1) {
 			rg += __shfl_xor_sync(0xFFFFFFFFu, rg, o);
@@ -130,13 +140,13 @@ __global__ void __launch_bounds__(256, 1) f8_kernel(const uint8_t *w, const floa
 	} else {
 		rg *= 16384.0f, r8 *= 16384.0f; /* gm_nv_scales' 2^112 times the codes' 2^-126 */
 	}
-	__shared__ float red[8][16];
+	__shared__ float red[NW][16];
 	if (t == 0)
 		red[warp][g] = rg, red[warp][g + 8] = r8;
 	__syncthreads();
 	if (tid < 16) {
 		float v = 0.0f;
-		for (int q = 0; q < 8; q++)
+		for (int q = 0; q < NW; q++)
 			v += red[q][tid];
 		out[blockIdx.x * 16 + tid] = v;
 	}
@@ -207,8 +217,14 @@ int main(int argc, char **argv)
 	CK(cudaDeviceGetAttribute(&G, cudaDevAttrMultiProcessorCount, dev));
 	const int ntiles = strcmp(mode, "check") ? 8 : 1, reps = strcmp(mode, "check") ? 400 : 1;
 	const size_t smem = (size_t)ntiles * F8_TILE + 4 * F8_XQ;
-	CK(cudaFuncSetAttribute(f8_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-	CK(cudaFuncSetAttribute(f8_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+#define F8_ATTR(V, NW, ILP) \
+	CK(cudaFuncSetAttribute(f8_kernel<V, NW, ILP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+	F8_ATTR(0, 8, 1);
+	F8_ATTR(0, 8, 2);
+	F8_ATTR(0, 16, 1);
+	F8_ATTR(1, 8, 1);
+	F8_ATTR(1, 8, 2);
+	F8_ATTR(1, 16, 1);
 	std::vector<uint8_t> code, scale, mega, f8;
 	f8_make(G * ntiles, code, scale, mega, f8);
 	/* x with a spread of magnitudes (2^-6 .. 2^2) */
@@ -230,14 +246,28 @@ int main(int argc, char **argv)
 	int clk_khz;
 	CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, dev));
 	int ok = 1;
-	for (int V = 0; V < 2; V++) {
+	/* the variants: (step, warps, accumulators a warp) */
+	const int vars[6][3] = {{0, 8, 1}, {0, 8, 2}, {0, 16, 1}, {1, 8, 1}, {1, 8, 2}, {1, 16, 1}};
+	for (int vi = 0; vi < 6; vi++) {
+		const int V = vars[vi][0], NW = vars[vi][1], ILP = vars[vi][2];
+		char name[64];
+		snprintf(name, sizeof name, "%s, %d warps, %d acc", V ? "f8_step" : "gm_step", NW, ILP);
 		CK(cudaMemcpy(dw, V ? f8.data() : mega.data(), mega.size(), cudaMemcpyHostToDevice));
 		auto launch = [&] {
-			if (V)
-				f8_kernel<1><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+			if (vi == 0)
+				f8_kernel<0, 8, 1><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+			else if (vi == 1)
+				f8_kernel<0, 8, 2><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+			else if (vi == 2)
+				f8_kernel<0, 16, 1><<<G, 512, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+			else if (vi == 3)
+				f8_kernel<1, 8, 1><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+			else if (vi == 4)
+				f8_kernel<1, 8, 2><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 			else
-				f8_kernel<0><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<1, 16, 1><<<G, 512, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 		};
+		(void)NW, (void)ILP;
 		launch();
 		CK(cudaGetLastError());
 		CK(cudaDeviceSynchronize());
@@ -255,7 +285,7 @@ int main(int argc, char **argv)
 					e += d * d, s += y * y;
 				}
 			const double rel = sqrt(e / s);
-			printf("check %s: rel L2 %.3e over %d rows (bound 1e-4) %s\n", V ? "f8_step" : "gm_step", rel, G * 16,
+			printf("check %s: rel L2 %.3e over %d rows (bound 1e-4) %s\n", name, rel, G * 16,
 			       rel <= 1e-4 ? "ok" : "FAIL");
 			ok &= rel <= 1e-4;
 			continue;
@@ -281,7 +311,7 @@ int main(int argc, char **argv)
 		const double bytes = (double)reps * ntiles * F8_TILE;
 		printf("time %s: %.3f ms (median of 5), %.1f GB/s an SM by the loop's clocks at %d MHz (median block), "
 		       "%.2f TB/s over %d SMs by events (the tiles' copy and x's staging included)\n",
-		       V ? "f8_step" : "gm_step", ms[2], bytes / (cyc[G / 2] / (clk_khz * 1e3)) / 1e9, clk_khz / 1000,
+		       name, ms[2], bytes / (cyc[G / 2] / (clk_khz * 1e3)) / 1e9, clk_khz / 1000,
 		       bytes * G / (ms[2] * 1e-3) / 1e12, G);
 	}
 	if (!strcmp(mode, "check"))
