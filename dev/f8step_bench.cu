@@ -72,12 +72,18 @@ static __device__ __forceinline__ void f8_step(float (&acc)[4], const uint4 wa, 
  * memory, x staged, then reps passes over them (NW warps, 16 / NW steps a warp a tile; ILP
  * accumulators a warp, its steps alternating between them), the 16 row sums (of all passes) to
  * out[block] and the block's clocks to cyc. */
-template <int V, int NW, int ILP>
-__global__ void __launch_bounds__(NW * 32, 1) f8_kernel(const uint8_t *w, const float *x, float sig, int ntiles,
-                                                        int reps, float *out, long long *cyc)
+template <int V, int NW, int ILP, int SPIN>
+__global__ void __launch_bounds__(NW * 32 + (SPIN ? 32 : 0), 1)
+	f8_kernel(const uint8_t *w, const float *x, float sig, int ntiles, int reps, float *out, long long *cyc)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 	extern __shared__ __align__(128) uint8_t sm[];
+	__shared__ uint64_t spin_bar;
+	__shared__ unsigned spin_done;
+	if (threadIdx.x == 0) {
+		gt_init(&spin_bar, 1); /* never completed: the spinning warp's try_wait always fails */
+		spin_done = 0;
+	}
 	uint8_t *tiles = sm, *xs = sm + (size_t)ntiles * F8_TILE;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 	const uint4 *src = reinterpret_cast<const uint4 *>(w + (size_t)blockIdx.x * ntiles * F8_TILE);
@@ -96,6 +102,22 @@ __global__ void __launch_bounds__(NW * 32, 1) f8_kernel(const uint8_t *w, const 
 		}
 	}
 	__syncthreads();
+	if (SPIN && warp == NW) {
+		/* a producer-like warp waiting on an mbarrier (SPIN 1: try_wait in a loop; 2: with a
+		 * 100 ns sleep between tries) until the consumer warps are done */
+		while (*(volatile unsigned *)&spin_done < NW) {
+			uint32_t ok;
+			asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			             "selp.u32 %0, 1, 0, p;\n\t}"
+			             : "=r"(ok)
+			             : "r"(gt_sa(&spin_bar)), "r"(0u)
+			             : "memory");
+			if (SPIN == 2)
+				__nanosleep(100);
+		}
+		__syncthreads();
+		return;
+	}
 	const uint32_t ts = gt_sa(tiles), xsa = gt_sa(xs);
 	float acc[ILP][1][4];
 #pragma unroll
@@ -122,6 +144,8 @@ __global__ void __launch_bounds__(NW * 32, 1) f8_kernel(const uint8_t *w, const 
 				}
 			}
 	const long long c1 = clock64();
+	if (SPIN && lane == 0)
+		atomicAdd(&spin_done, 1u);
 #pragma unroll
 	for (int i = 1; i < ILP; i++)
 #pragma unroll
@@ -217,14 +241,14 @@ int main(int argc, char **argv)
 	CK(cudaDeviceGetAttribute(&G, cudaDevAttrMultiProcessorCount, dev));
 	const int ntiles = strcmp(mode, "check") ? 8 : 1, reps = strcmp(mode, "check") ? 400 : 1;
 	const size_t smem = (size_t)ntiles * F8_TILE + 4 * F8_XQ;
-#define F8_ATTR(V, NW, ILP) \
-	CK(cudaFuncSetAttribute(f8_kernel<V, NW, ILP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
-	F8_ATTR(0, 8, 1);
-	F8_ATTR(0, 8, 2);
-	F8_ATTR(0, 16, 1);
-	F8_ATTR(1, 8, 1);
-	F8_ATTR(1, 8, 2);
-	F8_ATTR(1, 16, 1);
+#define F8_ATTR(V, NW, ILP, SP) \
+	CK(cudaFuncSetAttribute(f8_kernel<V, NW, ILP, SP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
+	F8_ATTR(0, 8, 1, 0);
+	F8_ATTR(0, 8, 1, 1);
+	F8_ATTR(0, 8, 1, 2);
+	F8_ATTR(0, 16, 1, 0);
+	F8_ATTR(1, 8, 1, 0);
+	F8_ATTR(1, 8, 1, 1);
 	std::vector<uint8_t> code, scale, mega, f8;
 	f8_make(G * ntiles, code, scale, mega, f8);
 	/* x with a spread of magnitudes (2^-6 .. 2^2) */
@@ -246,26 +270,27 @@ int main(int argc, char **argv)
 	int clk_khz;
 	CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, dev));
 	int ok = 1;
-	/* the variants: (step, warps, accumulators a warp) */
-	const int vars[6][3] = {{0, 8, 1}, {0, 8, 2}, {0, 16, 1}, {1, 8, 1}, {1, 8, 2}, {1, 16, 1}};
+	/* the variants: (step, warps, accumulators a warp, a spinning 9th warp) */
+	const int vars[6][4] = {{0, 8, 1, 0}, {0, 8, 1, 1}, {0, 8, 1, 2}, {0, 16, 1, 0}, {1, 8, 1, 0}, {1, 8, 1, 1}};
 	for (int vi = 0; vi < 6; vi++) {
-		const int V = vars[vi][0], NW = vars[vi][1], ILP = vars[vi][2];
-		char name[64];
-		snprintf(name, sizeof name, "%s, %d warps, %d acc", V ? "f8_step" : "gm_step", NW, ILP);
+		const int V = vars[vi][0], NW = vars[vi][1], ILP = vars[vi][2], SP = vars[vi][3];
+		char name[80];
+		snprintf(name, sizeof name, "%s, %d warps, %d acc, %s", V ? "f8_step" : "gm_step", NW, ILP,
+		         SP == 0 ? "alone" : SP == 1 ? "a 9th warp in try_wait" : "a 9th warp in try_wait + sleep");
 		CK(cudaMemcpy(dw, V ? f8.data() : mega.data(), mega.size(), cudaMemcpyHostToDevice));
 		auto launch = [&] {
 			if (vi == 0)
-				f8_kernel<0, 8, 1><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<0, 8, 1, 0><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 			else if (vi == 1)
-				f8_kernel<0, 8, 2><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<0, 8, 1, 1><<<G, 288, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 			else if (vi == 2)
-				f8_kernel<0, 16, 1><<<G, 512, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<0, 8, 1, 2><<<G, 288, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 			else if (vi == 3)
-				f8_kernel<1, 8, 1><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<0, 16, 1, 0><<<G, 512, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 			else if (vi == 4)
-				f8_kernel<1, 8, 2><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<1, 8, 1, 0><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 			else
-				f8_kernel<1, 16, 1><<<G, 512, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
+				f8_kernel<1, 8, 1, 1><<<G, 288, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
 		};
 		(void)NW, (void)ILP;
 		launch();
