@@ -347,7 +347,12 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
 	for (int c = 0; c < nst; c++) {
 		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * MG_STAGE;
-		for (int s = warp; s < nsteps; s += MG_W) {
+		/* a fixed count of steps a warp, unrolled: the loop from warp to nsteps by MG_W was not,
+		 * and the warp's two steps then ran one after the other (f8step_bench: 32 against 40
+		 * GB/s an SM with the weights in shared memory) */
+#pragma unroll
+		for (int q = 0; q < nsteps / MG_W; q++) {
+			const int s = warp + q * MG_W;
 			const uint32_t sb = st + (uint32_t)s * MG_STEP;
 			const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
 			const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
