@@ -161,7 +161,6 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
 	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
 	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
-	a.psleep = getenv("MG_PSLEEP") ? atoi(getenv("MG_PSLEEP")) : 0;
 	a.tl_layer = L / 2;
 	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());

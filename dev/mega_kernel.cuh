@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* a slot's copy: bytes from src (and as many from src2 after them, when given) */
 		auto issue = [&](const uint8_t *src, unsigned bytes, const uint8_t *src2 = NULL) {
 			if (lane == 0) {
-				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n, a.psleep);
+				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
 				gt_expect(&full[pp.i], src2 ? 2 * bytes : bytes);
 				if (src2)
 					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + bytes, src2, bytes, &full[pp.i], pol);
@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			const uint8_t *gub = a.expool ? a.ly[0].gu : ly.gu, *dnb = a.expool ? a.ly[0].dn : ly.dn;
 			if (!a.exstatic) {
 				/* the consumers' top-k */
-				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l, a.psleep);
+				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 				if (a.tl && l == a.tl_layer && lane == 0)
 					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
 			}
@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			if (a.tl && l == a.tl_layer && lane == 0)
 				a.tl[blockIdx.x * MG_TL + T_PCOPIED] = gm_now();
 			if (a.exstatic) {
-				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l, a.psleep);
+				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
 				if (a.tl && l == a.tl_layer && lane == 0)
 					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
 			}

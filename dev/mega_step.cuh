@@ -132,7 +132,6 @@ struct mg_args {
 	               * (results wrong: what the routing dependency costs) */
 	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
 	int poll;     /* MG_POLL: mg_poll's form */
-	int psleep;   /* MG_PSLEEP: ns the producer pauses between its waits' tries (0: none) */
 };
 
 __device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
@@ -183,9 +182,8 @@ static __device__ __forceinline__ bool mg_overdue(unsigned it, unsigned long lon
 	return false;
 }
 
-/* mbarrier wait with the diagnostics; sleep_ns > 0: a pause between tries (the producer's waits,
- * MG_PSLEEP: a spinning warp costs its SM's decode ~10 %, f8step_bench) */
-static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int what, unsigned aux, int sleep_ns = 0)
+/* mbarrier wait with the diagnostics */
+static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int what, unsigned aux)
 {
 	uint32_t ok;
 	unsigned long long t0 = 0;
@@ -197,8 +195,6 @@ static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int
 		             : "memory");
 		if (ok)
 			return;
-		if (sleep_ns)
-			__nanosleep(sleep_ns);
 		if (mg_overdue(it, t0))
 			mg_stuck(what, aux, parity);
 	}
