@@ -241,14 +241,6 @@ int main(int argc, char **argv)
 	CK(cudaDeviceGetAttribute(&G, cudaDevAttrMultiProcessorCount, dev));
 	const int ntiles = strcmp(mode, "check") ? 8 : 1, reps = strcmp(mode, "check") ? 400 : 1;
 	const size_t smem = (size_t)ntiles * F8_TILE + 4 * F8_XQ;
-#define F8_ATTR(V, NW, ILP, SP) \
-	CK(cudaFuncSetAttribute(f8_kernel<V, NW, ILP, SP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))
-	F8_ATTR(0, 8, 1, 0);
-	F8_ATTR(0, 8, 1, 1);
-	F8_ATTR(0, 8, 1, 2);
-	F8_ATTR(0, 16, 1, 0);
-	F8_ATTR(1, 8, 1, 0);
-	F8_ATTR(1, 8, 1, 1);
 	std::vector<uint8_t> code, scale, mega, f8;
 	f8_make(G * ntiles, code, scale, mega, f8);
 	/* x with a spread of magnitudes (2^-6 .. 2^2) */
@@ -270,29 +262,23 @@ int main(int argc, char **argv)
 	int clk_khz;
 	CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, dev));
 	int ok = 1;
-	/* the variants: (step, warps, accumulators a warp, a spinning 9th warp) */
-	const int vars[6][4] = {{0, 8, 1, 0}, {0, 8, 1, 1}, {0, 8, 1, 2}, {0, 16, 1, 0}, {1, 8, 1, 0}, {1, 8, 1, 1}};
-	for (int vi = 0; vi < 6; vi++) {
-		const int V = vars[vi][0], NW = vars[vi][1], ILP = vars[vi][2], SP = vars[vi][3];
+	/* the variants: (step, warps, accumulators a warp, a spinning 9th warp) and their kernels */
+	typedef void (*f8_fn)(const uint8_t *, const float *, float, int, int, float *, long long *);
+	const struct {
+		int V, NW, ILP, SP;
+		f8_fn fn;
+	} vars[] = {{0, 8, 1, 0, f8_kernel<0, 8, 1, 0>},  {0, 8, 1, 1, f8_kernel<0, 8, 1, 1>},
+	            {0, 8, 1, 2, f8_kernel<0, 8, 1, 2>},  {0, 16, 1, 0, f8_kernel<0, 16, 1, 0>},
+	            {1, 8, 1, 0, f8_kernel<1, 8, 1, 0>},  {1, 8, 1, 1, f8_kernel<1, 8, 1, 1>}};
+	for (const auto &vr : vars) {
+		const int V = vr.V;
+		CK(cudaFuncSetAttribute(vr.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 		char name[80];
-		snprintf(name, sizeof name, "%s, %d warps, %d acc, %s", V ? "f8_step" : "gm_step", NW, ILP,
-		         SP == 0 ? "alone" : SP == 1 ? "a 9th warp in try_wait" : "a 9th warp in try_wait + sleep");
+		snprintf(name, sizeof name, "%s, %d warps, %d acc, %s", V ? "f8_step" : "gm_step", vr.NW, vr.ILP,
+		         vr.SP == 0 ? "alone" : vr.SP == 1 ? "a 9th warp in try_wait" : "a 9th warp in try_wait + sleep");
 		CK(cudaMemcpy(dw, V ? f8.data() : mega.data(), mega.size(), cudaMemcpyHostToDevice));
-		auto launch = [&] {
-			if (vi == 0)
-				f8_kernel<0, 8, 1, 0><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
-			else if (vi == 1)
-				f8_kernel<0, 8, 1, 1><<<G, 288, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
-			else if (vi == 2)
-				f8_kernel<0, 8, 1, 2><<<G, 288, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
-			else if (vi == 3)
-				f8_kernel<0, 16, 1, 0><<<G, 512, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
-			else if (vi == 4)
-				f8_kernel<1, 8, 1, 0><<<G, 256, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
-			else
-				f8_kernel<1, 8, 1, 1><<<G, 288, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc);
-		};
-		(void)NW, (void)ILP;
+		const int threads = vr.NW * 32 + (vr.SP ? 32 : 0);
+		auto launch = [&] { vr.fn<<<G, threads, smem>>>(dw, dx, sig, ntiles, reps, dout, dcyc); };
 		launch();
 		CK(cudaGetLastError());
 		CK(cudaDeviceSynchronize());

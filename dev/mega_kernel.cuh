@@ -138,20 +138,20 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
 	{
 		gt_pos q = rp;
+		auto landed = [&] { /* the next stage's address, once its copy has landed */
+			mg_wbar(&full[q.i], q.ph, 2, q.n);
+			const uint32_t sa = ring_sa + (uint32_t)q.i * MG_STAGE;
+			gt_next(q, MG_NS);
+			return sa;
+		};
 #pragma unroll
 		for (int c = 0; c < 2; c++)
-			if (c < nk) {
-				mg_wbar(&full[q.i], q.ph, 2, q.n);
-				kst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
-				gt_next(q, MG_NS);
-			}
+			if (c < nk)
+				kst[c] = landed();
 #pragma unroll
 		for (int c = 0; c < 2; c++)
-			if (c < nk) {
-				mg_wbar(&full[q.i], q.ph, 2, q.n);
-				vst[c] = ring_sa + (uint32_t)q.i * MG_STAGE;
-				gt_next(q, MG_NS);
-			}
+			if (c < nk)
+				vst[c] = landed();
 	}
 	/* scratch: q [8][128], scores [8][MG_SCS], max [8], sum [8], pos's K and V rows (bf16), the
 	 * heads' sums [8][128] */
@@ -506,7 +506,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			const int n = (MG_QKV_TILES - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_H);
 			mg_tiles<3>(n, pos, full, empty, ring_sa, xs_sa, rq, warp, lane);
-			mg_mark(a, l, T_Q1, tid);
+			mg_mark(a, l, T_QT, tid);
 			if (tid < 16 * n) {
 				const int k = tid >> 4, row = (b + k * G) * 16 + (tid & 15);
 				const float y = ldexpf(mg_rowsum_k<3>(rq, k, tid & 15), 14) * a.post;

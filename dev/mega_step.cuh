@@ -95,7 +95,7 @@ enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
  * down's count seen, its act staged, down), then the producer's (top-k seen, last expert copy
  * issued) */
 enum {
-	T_START, T_QX, T_Q1, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_MSEEN, T_MLD, T_ATT, T_O, T_OSEEN, T_RSUM,
+	T_START, T_QX, T_QT, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_MSEEN, T_MLD, T_ATT, T_O, T_OSEEN, T_RSUM,
 	T_TOPK, T_GU, T_DSEEN, T_DACT, T_D, T_PSEL, T_PCOPIED, MG_TL
 };
 
