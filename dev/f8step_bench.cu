@@ -5,7 +5,7 @@
  * The FP8 step (f8_step): an E2M1 code with its sign at bit 7 and its 3 magnitude bits at [4:2]
  * of a byte is exactly its value x 2^-6 as E4M3, so a word of 8 codes becomes two registers of 4
  * E4M3 in ~5 integer operations (the BF16 path: ~9-11 and a multiply a pair for the scale).
- * Layout (1152 bytes a step of 16 rows x 128 K, as mega_step.cuh's): codes [row half h][lane]
+ * Layout (1152 bytes a step of 16 rows x 128 K, F8_STEP): codes [row half h][lane]
  * 16 bytes, lane = 4 g + t, row g + 8 h; word j covers K [32 j, 32 j + 32): byte i's low nibble
  * is K 32 j + 4 t + i, its high nibble K 32 j + 16 + 4 t + i, so one mma m16n8k32 (A = the low
  * nibbles at k 4t.., the high at 16 + 4t..) spans exactly two 16-element scale blocks. Scales:
@@ -20,13 +20,26 @@
 #include <algorithm>
 #include <vector>
 
-#include "mega_step.cuh"
+#include "backend/cuda/gemv_mma.cuh"
+#include "backend/cuda/gemv_tma.cuh"
+#include "dev_util.h"
+#include "numerics/numerics.h"
 
-#define F8_TILE MG_STAGE /* 16 rows x 2048 K: 16 steps */
+#define MG_STEP 1152           /* 16 rows x 128 K: 1024 code bytes + 128 scale bytes */
+#define F8_TILE (16 * MG_STEP) /* 16 rows x 2048 K: 16 steps */
+#define MG_CS_H 4128           /* gm_col_stride(2048 / 32) */
+#define MG_W 8
 #define F8_K 2048
 #define F8_XQ (F8_K + 32) /* a part's row of staged x (bytes; 32 more: conflict-free reads) */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ uint32_t mg_lds32(uint32_t sa)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(sa));
+	return v;
+}
+
 static __device__ __forceinline__ void f8_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b0, uint32_t b1)
 {

@@ -1,16 +1,24 @@
-/* mega_bench.cu: the persistent decode step of mega_step.cuh / mega_kernel.cuh (qwen3-30b-a3b's
- * geometry, one launch for all 48 layers) against a CPU reference, and its timing.
+/* mega_bench.cu: the one-launch decode step of src/backend/cuda/mstep.cuh / mstep_kernel.cuh
+ * (qwen3-30b-a3b's geometry) against a CPU reference, and its timing.
  *
- * Usage: mega_bench [check | time [layers] [ctx...]]. check runs 2 layers at three contexts against
- * a CPU reference (every phase's output); time runs the 48-layer step at each context (default
- * 128 and 4096): median us a step and a layer over 20 launches, GB/s of the bytes a step reads,
- * and one layer's phase ends (max over blocks, from its start). */
+ * The weights are laid out as the backend uploads them (row-major codes and scales, the experts
+ * stacked, gate and up rows alternating, per-expert tensor scales), and the KV cache is paged
+ * through a shuffled block table, so the check covers the addressing the engine gives the kernel.
+ *
+ * Usage: mega_bench [check | time [layers] [ctx...]]. check runs 2 layers at contexts 300, 1 and
+ * 9000 (71 splits: the merge's second round) against a CPU reference (every phase's output);
+ * time runs the 48-layer step at each context (default 128 and 4096): median us a step and a
+ * layer over 20 launches, GB/s of the bytes a step reads, and one layer's phase ends (max over
+ * blocks, from its start). */
 #include <time.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
-#include "mega_kernel.cuh"
+#include "backend/cuda/mstep_kernel.cuh"
+#include "dev_util.h"
+#include "numerics/numerics.h"
 
 /* ---- host ---------------------------------------------------------------------------------- */
 
@@ -24,12 +32,12 @@ static __device__ __forceinline__ uint32_t mg_hash(uint64_t x)
 	return (uint32_t)x;
 }
 
-/* random tiled weights: code bytes random, scale bytes E4M3 in [2^-3, 2^-1) */
-__global__ void mg_fill_w(uint8_t *p, size_t n, uint64_t seed)
+/* random bytes (codes), or with sc E4M3 scales in [2^-3, 2^-1) */
+__global__ void mg_fill_w(uint8_t *p, size_t n, uint64_t seed, int sc)
 {
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		const uint32_t r = mg_hash(seed * 0x9E3779B97F4A7C15ull + i);
-		p[i] = (i % MG_STEP) >= 1024 ? (uint8_t)(0x20 + (r & 15)) : (uint8_t)r;
+		p[i] = sc ? (uint8_t)(0x20 + (r & 15)) : (uint8_t)r;
 	}
 }
 
@@ -47,11 +55,19 @@ __global__ void mg_fill_bf(__nv_bfloat16 *p, size_t n, uint64_t seed, float a)
 		                                            (1.0f / 16777216.0f)));
 }
 
+/* a matrix's bytes: rows x K codes and scales */
+#define MB_C(rows, K) ((size_t)(rows) * (K) / 2)
+#define MB_S(rows, K) ((size_t)(rows) * (K) / 16)
+
 struct mg_model {
-	int L, ctx_max;
+	int L, nb; /* layers, KV blocks a layer */
 	std::vector<mg_layer> ly;
 	mg_layer *d_ly;
-	size_t qkv_b, o_b, rt_b, gu_b, dn_b, kv_b;
+	size_t gu_c, gu_s, dn_c, dn_s, rt_b, kv_b;
+	int32_t *d_table; /* [nb]: a shuffled block order */
+	CUtensorMap *d_omap, *d_kvmap; /* [L][2], [2] */
+	std::vector<int32_t> table;
+	float *d_inv;
 	std::vector<void *> bufs;
 };
 
@@ -63,22 +79,48 @@ static void *mg_alloc(mg_model &m, size_t bytes)
 	return p;
 }
 
+static uint8_t *mg_rand(mg_model &m, size_t n, uint64_t seed, int sc)
+{
+	uint8_t *p = (uint8_t *)mg_alloc(m, n);
+	mg_fill_w<<<1024, 256>>>(p, n, seed, sc);
+	return p;
+}
+
 static void mg_model_make(mg_model &m, int L, int ctx_max)
 {
-	m.L = L, m.ctx_max = ctx_max;
-	m.qkv_b = (size_t)MG_QKV_TILES * MG_STAGE;
-	m.o_b = (size_t)MG_O_TILES * 2 * MG_STAGE;
+	m.L = L, m.nb = (ctx_max + MG_KVB - 1) / MG_KVB;
+	m.gu_c = MB_C(2 * MG_FI, MG_H), m.gu_s = MB_S(2 * MG_FI, MG_H);
+	m.dn_c = MB_C(MG_H, MG_FI), m.dn_s = MB_S(MG_H, MG_FI);
 	m.rt_b = (size_t)MG_E * MG_H * 2;
-	m.gu_b = (size_t)MG_GU_TILES * MG_STAGE;
-	m.dn_b = (size_t)MG_D_TILES * MG_DSTAGE;
-	m.kv_b = (size_t)MG_NKV * ctx_max * MG_HD;
+	m.kv_b = (size_t)m.nb * MG_KVB * MG_NKV * MG_HD; /* elements */
 	m.ly.resize(L);
+	std::mt19937 rng(12345);
+	/* the K and V pools, every layer's blocks in one (one tensor map each, as the backend's) */
+	__nv_bfloat16 *kp = (__nv_bfloat16 *)mg_alloc(m, 2 * L * m.kv_b * sizeof(__nv_bfloat16));
+	__nv_bfloat16 *vp = kp + L * m.kv_b;
+	mg_fill_bf<<<1024, 256>>>(kp, 2 * L * m.kv_b, 3000, 1.0f);
+	const mg_encode_fn enc = mg_encoder();
+	if (!enc) {
+		printf("mega_bench: no cuTensorMapEncodeTiled\n");
+		exit(1);
+	}
+	std::vector<CUtensorMap> om(2 * L), kvm(2);
+	std::uniform_real_distribution<float> ud(0.5f, 2.0f);
 	for (int l = 0; l < L; l++) {
 		mg_layer &y = m.ly[l];
-		const size_t nw = m.qkv_b + m.o_b + MG_E * (m.gu_b + m.dn_b);
-		uint8_t *w = (uint8_t *)mg_alloc(m, nw);
-		mg_fill_w<<<1024, 256>>>(w, nw, 1000 + l);
-		y.qkv = w, y.o = w + m.qkv_b, y.gu = y.o + m.o_b, y.dn = y.gu + MG_E * m.gu_b;
+		const uint64_t sd = 1000 + 16 * l;
+		y.qkv = mg_rand(m, MB_C(MG_QKV, MG_H), sd, 0), y.qkv_s = mg_rand(m, MB_S(MG_QKV, MG_H), sd + 1, 1);
+		y.o = mg_rand(m, MB_C(MG_H, MG_QR), sd + 2, 0), y.o_s = mg_rand(m, MB_S(MG_H, MG_QR), sd + 3, 1);
+		y.gu = mg_rand(m, MG_E * m.gu_c, sd + 4, 0), y.gu_s = mg_rand(m, MG_E * m.gu_s, sd + 5, 1);
+		y.dn = mg_rand(m, MG_E * m.dn_c, sd + 6, 0), y.dn_s = mg_rand(m, MG_E * m.dn_s, sd + 7, 1);
+		/* tensor scales of ~1 / 16 (the layer's outputs then of the inputs' size), one an expert */
+		y.qkv_ws2 = ud(rng) / 16.0f, y.o_ws2 = ud(rng) / 16.0f;
+		std::vector<float> ws(2 * MG_E);
+		for (float &w : ws)
+			w = ud(rng) / 16.0f;
+		float *dws = (float *)mg_alloc(m, ws.size() * 4);
+		CK(cudaMemcpy(dws, ws.data(), ws.size() * 4, cudaMemcpyHostToDevice));
+		y.gu_ws2 = dws, y.dn_ws2 = dws + MG_E;
 		/* the router: logits of a few units, as trained routers' (a spread that makes the
 		 * top-k's weights matter in the check) */
 		__nv_bfloat16 *rt = (__nv_bfloat16 *)mg_alloc(m, m.rt_b);
@@ -87,23 +129,50 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 		float *n = (float *)mg_alloc(m, (2 * MG_H + 2 * MG_HD) * sizeof(float));
 		mg_fill_f<<<16, 256>>>(n, 2 * MG_H + 2 * MG_HD, 2000 + l, 0.8f, 1.2f);
 		y.n1 = n, y.n2 = n + MG_H, y.qn = n + 2 * MG_H, y.kn = y.qn + MG_HD;
-		__nv_bfloat16 *kv = (__nv_bfloat16 *)mg_alloc(m, 2 * m.kv_b * sizeof(__nv_bfloat16));
-		mg_fill_bf<<<256, 256>>>(kv, 2 * m.kv_b, 3000 + l, 1.0f);
-		y.kc = kv, y.vc = kv + m.kv_b;
+		y.kc = kp + l * m.kv_b, y.vc = vp + l * m.kv_b;
+		if (mg_map_o(enc, y.o, y.o_s, &om[2 * l])) {
+			printf("mega_bench: o's tensor maps failed\n");
+			exit(1);
+		}
 	}
+	if (mg_map_kv(enc, kp, (int64_t)L * m.nb, &kvm[0]) || mg_map_kv(enc, vp, (int64_t)L * m.nb, &kvm[1])) {
+		printf("mega_bench: the KV tensor maps failed\n");
+		exit(1);
+	}
+	m.d_omap = (CUtensorMap *)mg_alloc(m, om.size() * sizeof(CUtensorMap));
+	m.d_kvmap = (CUtensorMap *)mg_alloc(m, kvm.size() * sizeof(CUtensorMap));
+	CK(cudaMemcpy(m.d_omap, om.data(), om.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(m.d_kvmap, kvm.data(), kvm.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+	m.table.resize(m.nb);
+	for (int i = 0; i < m.nb; i++)
+		m.table[i] = i;
+	std::shuffle(m.table.begin(), m.table.end(), rng);
+	m.d_table = (int32_t *)mg_alloc(m, m.nb * 4);
+	CK(cudaMemcpy(m.d_table, m.table.data(), m.nb * 4, cudaMemcpyHostToDevice));
+	float inv[MG_HD / 2];
+	for (int i = 0; i < MG_HD / 2; i++)
+		inv[i] = (float)pow(1e6, -2.0 * i / MG_HD); /* Qwen3's theta */
+	m.d_inv = (float *)mg_alloc(m, sizeof inv);
+	CK(cudaMemcpy(m.d_inv, inv, sizeof inv, cudaMemcpyHostToDevice));
 	CK(cudaGetLastError());
-	CK(cudaMalloc(&m.d_ly, L * sizeof(mg_layer)));
+	m.d_ly = (mg_layer *)mg_alloc(m, L * sizeof(mg_layer));
 	CK(cudaMemcpy(m.d_ly, m.ly.data(), L * sizeof(mg_layer), cudaMemcpyHostToDevice));
 	CK(cudaDeviceSynchronize());
 }
 
-/* rotary's cos and sin at position p: [i] and [HD / 2 + i] for theta^(-2i / HD), theta 1e6
- * (Qwen3's), in double */
+/* position t's row of kv head g in a layer's blocks (elements from the pool's start) */
+static size_t mg_kv_at(const mg_model &m, int t, int g)
+{
+	return ((size_t)(m.table[t / MG_KVB] * MG_KVB + t % MG_KVB) * MG_NKV + g) * MG_HD;
+}
+
+/* rotary's cos and sin at position p: [i] and [HD / 2 + i], of the kernel's float angle p x
+ * inv_freq[i] (in double from there) */
 static void mg_rope(int p, float *t)
 {
 	for (int i = 0; i < MG_HD / 2; i++) {
-		const double ang = (double)p * pow(1e6, -2.0 * i / MG_HD);
-		t[i] = (float)cos(ang), t[MG_HD / 2 + i] = (float)sin(ang);
+		const float ang = (float)p * (float)pow(1e6, -2.0 * i / MG_HD);
+		t[i] = (float)cos((double)ang), t[MG_HD / 2 + i] = (float)sin((double)ang);
 	}
 }
 
@@ -125,31 +194,37 @@ static void mg_ref_qk(const float *x, const float *w, const float *rope, float e
 
 struct mg_run {
 	mg_args a;
-	int G;
+	int G, ctx;
+	int32_t *d_pos, *d_seq;
 };
 
-static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int G)
+static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int G)
 {
 	memset(&r.a, 0, sizeof r.a);
 	mg_args &a = r.a;
-	r.G = G;
-	a.ly = m.d_ly, a.L = L, a.ctx = ctx, a.ctx_max = m.ctx_max, a.T = T, a.S = (ctx + T - 1) / T;
-	a.post = 1.0f / 16.0f, a.eps = 1e-6f;
-	a.gu_stride = m.gu_b, a.dn_stride = m.dn_b;
-	CK(cudaMalloc(&a.h, (size_t)(L + 1) * MG_H * 4));
+	r.G = G, r.ctx = ctx;
+	a.ly = m.d_ly, a.L = L;
+	a.eps = 1e-6f, a.scale = 1.0f / sqrtf((float)MG_HD), a.mscale = 1.0f;
+	a.inv_freq = m.d_inv;
+	const int32_t ps[2] = {ctx - 1, 0};
+	CK(cudaMalloc(&r.d_pos, 8));
+	CK(cudaMemcpy(r.d_pos, ps, 8, cudaMemcpyHostToDevice));
+	r.d_seq = r.d_pos + 1;
+	a.pos = r.d_pos, a.seq = r.d_seq, a.table = m.d_table, a.table_stride = m.nb;
+	a.nb = m.nb, a.omap = m.d_omap, a.kvmap = m.d_kvmap;
+	a.gu_stride = m.gu_c, a.gus_stride = m.gu_s, a.dn_stride = m.dn_c, a.dns_stride = m.dn_s;
+	float *hin;
+	CK(cudaMalloc(&hin, (size_t)MG_H * 4));
+	mg_fill_f<<<8, 256>>>(hin, MG_H, 7, -1.0f, 1.0f);
+	a.hin = hin;
+	CK(cudaMalloc(&a.hout, (size_t)MG_H * 4));
+	CK(cudaMalloc(&a.h, (size_t)L * MG_H * 4));
 	CK(cudaMalloc(&a.h2, (size_t)L * MG_H * 4));
 	CK(cudaMalloc(&a.q, (size_t)L * MG_QR * 4));
 	CK(cudaMalloc(&a.kraw, (size_t)L * MG_NKV * MG_HD * 4));
-	{
-		float rope[MG_HD];
-		mg_rope(ctx - 1, rope);
-		float *d;
-		CK(cudaMalloc(&d, sizeof rope));
-		CK(cudaMemcpy(d, rope, sizeof rope, cudaMemcpyHostToDevice));
-		a.rope = d;
-	}
 	CK(cudaMalloc(&a.att, (size_t)L * MG_QR * 4));
-	CK(cudaMalloc(&a.part, (size_t)L * MG_NKV * a.S * 8 * MG_PS * 4));
+	const int S = (ctx + MG_T - 1) / MG_T;
+	CK(cudaMalloc(&a.part, (size_t)MG_NKV * S * 8 * MG_PS * 4));
 	CK(cudaMalloc(&a.rpart, (size_t)L * MG_O_TILES * MG_E * 4));
 	CK(cudaMalloc(&a.logits, (size_t)L * MG_E * 4));
 	CK(cudaMalloc(&a.act, (size_t)L * MG_K * MG_FI * 4));
@@ -157,12 +232,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int T, int
 	CK(cudaMalloc(&a.cnt, (size_t)L * MG_CNT * 4));
 	CK(cudaMalloc(&a.tl, (size_t)G * MG_TL * 8));
 	CK(cudaMemset(a.tl, 0, (size_t)G * MG_TL * 8));
-	a.csplit = getenv("MG_CSPLIT") ? atoi(getenv("MG_CSPLIT")) : 1;
-	a.exstatic = getenv("MG_EXSTATIC") ? atoi(getenv("MG_EXSTATIC")) : 0;
-	a.expool = getenv("MG_EXPOOL") ? atoi(getenv("MG_EXPOOL")) : 0;
-	a.poll = getenv("MG_POLL") ? atoi(getenv("MG_POLL")) : 0;
 	a.tl_layer = L / 2;
-	mg_fill_f<<<8, 256>>>(a.h, MG_H, 7, -1.0f, 1.0f);
 	CK(cudaGetLastError());
 }
 
@@ -209,8 +279,8 @@ static void mg_finish(cudaStream_t s)
 	exit(2);
 }
 
-/* one step: the records and counters cleared, then the launch (e0, when given, recorded between
- * the two so that it times the kernel alone) */
+/* one step: the counters cleared, then the launch (e0, when given, recorded between the two so
+ * that it times the kernel alone) */
 static void mg_launch(mg_run &r, cudaStream_t s, cudaEvent_t e0 = NULL)
 {
 	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
@@ -222,24 +292,6 @@ static void mg_launch(mg_run &r, cudaStream_t s, cudaEvent_t e0 = NULL)
 }
 
 /* ---- the CPU reference ---------------------------------------------------------------------- */
-
-/* rows [r0, r1) of a tiled matrix (K columns) decoded to floats (times post) */
-static void mg_decode(const uint8_t *t, int K, int r0, int r1, float post, float *out)
-{
-	const int KS = K < 2048 ? K : 2048, nch = K / KS, SB = KS / 128 * MG_STEP;
-	for (int r = r0; r < r1; r++) {
-		const int tile = r / 16, rr = r % 16, hh = rr / 8, g = rr % 8;
-		for (int k = 0; k < K; k++) {
-			const int c = k / KS, kk = k % KS, s = kk / 128, t4 = (kk % 128) / 32, j = (kk % 32) / 8, i = kk % 8;
-			const uint8_t *base = t + ((size_t)tile * nch + c) * SB + (size_t)s * MG_STEP;
-			uint32_t word;
-			memcpy(&word, base + hh * 512 + (g * 4 + t4) * 16 + j * 4, 4);
-			const uint32_t code = fp4s_e2m1_perm_code(word, i);
-			const uint8_t sc = base[1024 + (g * 4 + t4) * 4 + hh * 2 + (j >= 2)];
-			out[(size_t)(r - r0) * K + k] = fp4s_e2m1_to_f32(code) * fp4s_e4m3_to_f32(sc) * post;
-		}
-	}
-}
 
 static std::vector<uint8_t> mg_get(const void *d, size_t bytes)
 {
@@ -255,17 +307,20 @@ static std::vector<float> mg_getf(const float *d, size_t n)
 	return v;
 }
 
-static void mg_matvec(const std::vector<uint8_t> &t, int N, int K, float post, const float *x, float *y)
+/* y = ws2 W x for a row-major NVFP4 matrix (N rows, K columns; codes in the device's permuted
+ * word order, as uploaded) */
+static void mg_matvec(const uint8_t *codes, const uint8_t *scales, int N, int K, float ws2, const float *x, float *y)
 {
-	std::vector<float> w((size_t)16 * K);
-	for (int r0 = 0; r0 < N; r0 += 16) {
-		mg_decode(t.data(), K, r0, r0 + 16, post, w.data());
-		for (int r = 0; r < 16; r++) {
-			double s = 0.0;
-			for (int k = 0; k < K; k++)
-				s += (double)w[(size_t)r * K + k] * x[k];
-			y[r0 + r] = (float)s;
+	for (int r = 0; r < N; r++) {
+		double s = 0.0;
+		for (int k = 0; k < K; k += 8) {
+			uint32_t word;
+			memcpy(&word, codes + (size_t)r * K / 2 + k / 2, 4);
+			const float sc = fp4s_e4m3_to_f32(scales[(size_t)r * K / 16 + k / 16]);
+			for (int i = 0; i < 8; i++)
+				s += (double)(fp4s_e2m1_to_f32(fp4s_e2m1_perm_code(word, i)) * sc) * x[k + i];
 		}
+		y[r] = (float)(s * ws2);
 	}
 }
 
@@ -294,26 +349,26 @@ static int mg_cmp(const char *what, int l, const float *got, const float *want, 
 	return ok;
 }
 
-static int mg_check(const mg_model &m, int ctx, int T, int G)
+static int mg_check(const mg_model &m, int ctx, int G)
 {
 	const int L = 2;
 	mg_run r;
-	mg_run_make(r, m, L, ctx, T, G);
-	printf("check: ctx %d, %d splits of %d a kv head, %d blocks\n", ctx, r.a.S, T, G);
-	/* the cache rows before the launch (the kernel writes position ctx - 1) */
+	mg_run_make(r, m, L, ctx, G);
+	printf("check: ctx %d, %d splits a kv head, %d blocks\n", ctx, (ctx + MG_T - 1) / MG_T, G);
+	/* the cache before the launch (the kernel writes position ctx - 1) */
 	std::vector<std::vector<uint8_t>> kc(L), vc(L);
 	for (int l = 0; l < L; l++) {
 		kc[l] = mg_get(m.ly[l].kc, m.kv_b * 2);
 		vc[l] = mg_get(m.ly[l].vc, m.kv_b * 2);
 	}
-	std::vector<float> h = mg_getf(r.a.h, MG_H);
+	std::vector<float> h = mg_getf(r.a.hin, MG_H);
 	mg_launch(r, 0);
 	mg_finish(0);
 	CK(cudaDeviceSynchronize());
-	const float post = r.a.post;
 	int ok = 1;
 	const std::vector<float> gq = mg_getf(r.a.q, (size_t)L * MG_QR), gatt = mg_getf(r.a.att, (size_t)L * MG_QR);
-	const std::vector<float> gh2 = mg_getf(r.a.h2, (size_t)L * MG_H), gh = mg_getf(r.a.h, (size_t)(L + 1) * MG_H);
+	const std::vector<float> gh2 = mg_getf(r.a.h2, (size_t)L * MG_H), gh = mg_getf(r.a.h, (size_t)L * MG_H);
+	const std::vector<float> gout = mg_getf(r.a.hout, MG_H);
 	const std::vector<float> glog = mg_getf(r.a.logits, (size_t)L * MG_E);
 	const std::vector<float> gact = mg_getf(r.a.act, (size_t)L * MG_K * MG_FI);
 	std::vector<int32_t> gsel((size_t)L * MG_K);
@@ -323,7 +378,8 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 		const std::vector<float> n = mg_getf(y.n1, 2 * MG_H + 2 * MG_HD);
 		std::vector<float> x(MG_H), qkv(MG_QKV), att(MG_QR), h2(MG_H), lg(MG_E), hn(MG_H);
 		mg_norm(h.data(), n.data(), r.a.eps, x.data());
-		mg_matvec(mg_get(y.qkv, m.qkv_b), MG_QKV, MG_H, post, x.data(), qkv.data());
+		mg_matvec(mg_get(y.qkv, MB_C(MG_QKV, MG_H)).data(), mg_get(y.qkv_s, MB_S(MG_QKV, MG_H)).data(), MG_QKV, MG_H,
+		          y.qkv_ws2, x.data(), qkv.data());
 		ok &= mg_cmp("q", l, &gq[(size_t)l * MG_QR], qkv.data(), MG_QR, 1e-4);
 		/* q_norm, k_norm and rotary at pos, in place (v as it is) */
 		{
@@ -343,7 +399,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			std::vector<float> got(2 * MG_NKV * MG_HD);
 			for (int g = 0; g < MG_NKV; g++)
 				for (int d = 0; d < MG_HD; d++) {
-					const size_t at = ((size_t)g * m.ctx_max + ctx - 1) * MG_HD + MG_KVSW(d, ctx - 1);
+					const size_t at = mg_kv_at(m, ctx - 1, g) + d;
 					kb[at] = ((const uint16_t *)ka.data())[at];
 					vb[at] = ((const uint16_t *)va.data())[at];
 					got[g * MG_HD + d] = fp4s_bf16_to_f32(kb[at]);
@@ -356,25 +412,28 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			std::vector<double> p(ctx);
 			double mx = -INFINITY;
 			for (int t = 0; t < ctx; t++) {
+				const size_t at = mg_kv_at(m, t, g);
 				double s = 0.0;
 				for (int d = 0; d < MG_HD; d++)
-					s += (double)qkv[hq * MG_HD + d] *
-					     fp4s_bf16_to_f32(kb[((size_t)g * m.ctx_max + t) * MG_HD + MG_KVSW(d, t)]);
+					s += (double)qkv[hq * MG_HD + d] * fp4s_bf16_to_f32(kb[at + d]);
 				p[t] = s / sqrt(128.0);
 				mx = std::max(mx, p[t]);
 			}
 			double sum = 0.0;
 			for (int t = 0; t < ctx; t++)
 				sum += p[t] = exp(p[t] - mx);
-			for (int d = 0; d < MG_HD; d++) {
-				double o = 0.0;
-				for (int t = 0; t < ctx; t++)
-					o += p[t] * fp4s_bf16_to_f32(vb[((size_t)g * m.ctx_max + t) * MG_HD + MG_KVSW(d, t)]);
-				att[hq * MG_HD + d] = (float)(o / sum);
+			std::vector<double> o(MG_HD, 0.0);
+			for (int t = 0; t < ctx; t++) {
+				const size_t at = mg_kv_at(m, t, g);
+				for (int d = 0; d < MG_HD; d++)
+					o[d] += p[t] * fp4s_bf16_to_f32(vb[at + d]);
 			}
+			for (int d = 0; d < MG_HD; d++)
+				att[hq * MG_HD + d] = (float)(o[d] / sum);
 		}
 		ok &= mg_cmp("att", l, &gatt[(size_t)l * MG_QR], att.data(), MG_QR, 1e-4);
-		mg_matvec(mg_get(y.o, m.o_b), MG_H, MG_QR, post, att.data(), h2.data());
+		mg_matvec(mg_get(y.o, MB_C(MG_H, MG_QR)).data(), mg_get(y.o_s, MB_S(MG_H, MG_QR)).data(), MG_H, MG_QR, y.o_ws2,
+		          att.data(), h2.data());
 		for (int k = 0; k < MG_H; k++)
 			h2[k] += h[k];
 		ok &= mg_cmp("h2", l, &gh2[(size_t)l * MG_H], h2.data(), MG_H, 1e-4);
@@ -405,12 +464,14 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 		for (int k = 0; k < MG_K; k++)
 			printf("%d%s", gsel[(size_t)l * MG_K + k], k + 1 < MG_K ? " " : ")\n");
 		ok &= same;
+		const std::vector<float> wsg = mg_getf(y.gu_ws2, MG_E), wsd = mg_getf(y.dn_ws2, MG_E);
 		for (int k = 0; k < MG_H; k++)
 			hn[k] = h2[k];
 		for (int k = 0; k < MG_K; k++) {
 			const int e = idx[k];
 			std::vector<float> gu(2 * MG_FI), act(MG_FI), dn(MG_H);
-			mg_matvec(mg_get(y.gu + (size_t)e * m.gu_b, m.gu_b), 2 * MG_FI, MG_H, post, x.data(), gu.data());
+			mg_matvec(mg_get(y.gu + (size_t)e * m.gu_c, m.gu_c).data(), mg_get(y.gu_s + (size_t)e * m.gu_s, m.gu_s).data(),
+			          2 * MG_FI, MG_H, wsg[e], x.data(), gu.data());
 			for (int i = 0; i < MG_FI; i++) {
 				const float g = gu[2 * i], u = gu[2 * i + 1];
 				act[i] = g / (1.0f + expf(-g)) * u;
@@ -418,11 +479,12 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 			char what[16];
 			snprintf(what, sizeof what, "act%d", k);
 			ok &= mg_cmp(what, l, &gact[((size_t)l * MG_K + k) * MG_FI], act.data(), MG_FI, 1e-4);
-			mg_matvec(mg_get(y.dn + (size_t)e * m.dn_b, m.dn_b), MG_H, MG_FI, post, act.data(), dn.data());
+			mg_matvec(mg_get(y.dn + (size_t)e * m.dn_c, m.dn_c).data(), mg_get(y.dn_s + (size_t)e * m.dn_s, m.dn_s).data(),
+			          MG_H, MG_FI, wsd[e], act.data(), dn.data());
 			for (int i = 0; i < MG_H; i++)
 				hn[i] += (float)(w[k] / wsum) * dn[i];
 		}
-		ok &= mg_cmp("h out", l, &gh[(size_t)(l + 1) * MG_H], hn.data(), MG_H, 1e-4);
+		ok &= mg_cmp("h out", l, l + 1 < L ? &gh[(size_t)(l + 1) * MG_H] : gout.data(), hn.data(), MG_H, 1e-4);
 		h = hn;
 	}
 	return ok;
@@ -431,7 +493,7 @@ static int mg_check(const mg_model &m, int ctx, int T, int G)
 static void mg_time(const mg_model &m, int L, int ctx, int G)
 {
 	mg_run r;
-	mg_run_make(r, m, L, ctx, getenv("MG_TT") ? atoi(getenv("MG_TT")) : MG_T, G);
+	mg_run_make(r, m, L, ctx, G);
 	cudaStream_t s;
 	CK(cudaStreamCreate(&s));
 	cudaEvent_t e0, e1;
@@ -453,11 +515,12 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 	}
 	std::sort(us.begin(), us.end());
 	const double med = us[us.size() / 2];
-	const double bytes = (double)L * (m.qkv_b + m.o_b + m.rt_b + MG_K * (m.gu_b + m.dn_b) +
+	const double bytes = (double)L * (MB_C(MG_QKV, MG_H) + MB_S(MG_QKV, MG_H) + MB_C(MG_H, MG_QR) + MB_S(MG_H, MG_QR) +
+	                                  m.rt_b + MG_K * (m.gu_c + m.gu_s + m.dn_c + m.dn_s) +
 	                                  2.0 * MG_NKV * ctx * MG_HD * 2);
 	printf("time: %d layers, ctx %d (%d splits): step %.1f us (min %.1f, max %.1f), %.2f us a layer, %.0f GB/s "
 	       "(%.1f MB a step)\n",
-	       L, ctx, r.a.S, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
+	       L, ctx, (ctx + MG_T - 1) / MG_T, med, us.front(), us.back(), med / L, bytes / med / 1e3, bytes / 1e6);
 	/* one layer's phase ends, max over blocks, from the earliest start */
 	std::vector<unsigned long long> tl((size_t)G * MG_TL);
 	CK(cudaMemcpy(tl.data(), r.a.tl, tl.size() * 8, cudaMemcpyDeviceToHost));
@@ -511,10 +574,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "check")) {
 		mg_model m;
-		mg_model_make(m, 2, 512);
-		int ok = mg_check(m, 40, 16, G);
-		ok &= mg_check(m, 300, MG_T, G);
-		ok &= mg_check(m, 1, MG_T, G);
+		mg_model_make(m, 2, 9216);
+		int ok = mg_check(m, 300, G);
+		ok &= mg_check(m, 1, G);
+		ok &= mg_check(m, 9000, G);
 		printf("check: %s\n", ok ? "PASS" : "FAIL");
 		return ok ? 0 : 1;
 	}

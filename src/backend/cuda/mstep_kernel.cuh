@@ -1,10 +1,10 @@
-/* mega_kernel.cuh: dev/mega_bench.cu's persistent decode step: the attention split on the tensor
- * cores (K and V rows before pos through the ring) and the splits' merge, the route and the
- * kernel (mega_step.cuh describes the design). */
-#ifndef FP4S_MEGA_KERNEL_CUH
-#define FP4S_MEGA_KERNEL_CUH
+/* mstep_kernel.cuh: the one-launch decode step's attention split on the tensor cores (K and V
+ * rows before pos through the ring) and the splits' merge, the route and the kernel (mstep.cuh
+ * describes the design). */
+#ifndef FP4S_MSTEP_KERNEL_CUH
+#define FP4S_MSTEP_KERNEL_CUH
 
-#include "mega_step.cuh"
+#include "backend/cuda/mstep.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ void mg_ldsm4(uint32_t sa, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3)
@@ -24,27 +24,24 @@ static __device__ __forceinline__ void mg_ldsm4t(uint32_t sa, uint32_t &r0, uint
 /* The attention's two products on the tensor cores (a task: the 8 query heads of a kv head). mma
  * m16n8k16 with M = 16 rows: rows 0-7 the 8 heads' q (or P) rounded to BF16, rows 8-15 the BF16
  * residual, so that the row g + row g + 8 sum carries them to ~16 bits; K and V are BF16 already.
- * The swizzled rows (MG_KVSW) make the ldmatrix reads conflict-free.
+ * The stages' swizzle (mg_kv_sa) makes the ldmatrix reads conflict-free.
  * S = Q K^T: warp w takes keys 16 w .. + 16 (two n-tiles), K = the 128 dims in 8 steps; one
- * ldmatrix.x4 a step gives both n-tiles' B fragments. row(i): key i's row in shared memory. The
- * scores go to sc[head][MG_SCS]. */
-template <typename RowF>
-static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int t0, int n, RowF row, int warp,
-                                                 int lane)
+ * ldmatrix.x4 a step gives both n-tiles' B fragments. at(i, c): key i's 16-byte chunk c in shared
+ * memory. The scores go to sc[head][MG_SCS]. */
+template <typename AtF>
+static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int n, AtF at, int warp, int lane)
 {
 	if (16 * warp >= n)
 		return;
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
 	/* lane j * 8 + r: matrix j's row r = key 16 w + 8 (j >> 1) + r, chunk 2 kk + (j & 1) */
 	const int key = min(16 * warp + 8 * (j >> 1) + r, n - 1);
-	const uint32_t ra = row(key);
-	const int swz = (t0 + key) & 7;
 	const float *qg = qs + g * MG_HD + 2 * c;
 	float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 2
 	for (int kk = 0; kk < MG_HD / 16; kk++) {
 		uint32_t b0, b1, b2, b3;
-		mg_ldsm4(ra + (uint32_t)(((2 * kk + (j & 1)) ^ swz) << 4), b0, b1, b2, b3);
+		mg_ldsm4(at(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
 		const float2 x0 = *reinterpret_cast<const float2 *>(qg + 16 * kk);
 		const float2 x1 = *reinterpret_cast<const float2 *>(qg + 16 * kk + 8);
 		uint32_t l0, l1;
@@ -60,9 +57,8 @@ static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int
 /* O = P V: warp w takes dims 16 w .. + 16 (two n-tiles), K = the keys in steps of 16 (P past n
  * is zero, and the rows past n read key n - 1's, finite); ldmatrix.x4.trans gives both n-tiles'
  * B fragments a step. Head h's sums land in ot[h][128]. */
-template <typename RowF>
-static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int t0, int n, RowF row, int warp,
-                                                 int lane)
+template <typename AtF>
+static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int n, AtF at, int warp, int lane)
 {
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
 	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -77,7 +73,7 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 		/* lane j * 8 + r: matrix j's row r = key kb + 8 (j & 1) + r, chunk 2 w + (j >> 1) */
 		const int key = min(kb + 8 * (j & 1) + r, n - 1);
 		uint32_t b0, b1, b2, b3;
-		mg_ldsm4t(row(key) + (uint32_t)(((2 * warp + (j >> 1)) ^ ((t0 + key) & 7)) << 4), b0, b1, b2, b3);
+		mg_ldsm4t(at(key, 2 * warp + (j >> 1)), b0, b1, b2, b3);
 		gm_mma(o0, h0, l0, h1, l1, b0, b1);
 		gm_mma(o1, h0, l0, h1, l1, b2, b3);
 	}
@@ -86,12 +82,29 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
 }
 
-/* the lane's rotary cos (c) and sin (s) for dims 4 lane .. + 4 */
-static __device__ __forceinline__ void mg_rope_ld(const mg_args &a, int lane, float4 &c, float4 &s)
+/* the lane's rotary cos (c) and sin (s) for dims 4 lane .. + 4 at position p: angle p x
+ * inv_freq[i], times mscale (as attention_mma.cuh's prologue) */
+static __device__ __forceinline__ void mg_rope_ld(const mg_args &a, int p, int lane, float4 &c, float4 &s)
 {
 	const int i0 = (4 * lane) & (MG_HD / 2 - 1);
-	c = __ldg(reinterpret_cast<const float4 *>(a.rope + i0));
-	s = __ldg(reinterpret_cast<const float4 *>(a.rope + MG_HD / 2 + i0));
+	const float4 f = __ldg(reinterpret_cast<const float4 *>(a.inv_freq + i0));
+	const float an[4] = {(float)p * f.x, (float)p * f.y, (float)p * f.z, (float)p * f.w};
+	c = make_float4(cosf(an[0]) * a.mscale, cosf(an[1]) * a.mscale, cosf(an[2]) * a.mscale, cosf(an[3]) * a.mscale);
+	s = make_float4(sinf(an[0]) * a.mscale, sinf(an[1]) * a.mscale, sinf(an[2]) * a.mscale, sinf(an[3]) * a.mscale);
+}
+
+/* row i's (< 64) 16-byte chunk c (< 16) in a K or V stage at st: 4 blocks of 4 KB, each [half
+ * of the row][position][128 bytes] with the 128-byte swizzle (chunk c % 8 XOR the line's index %
+ * 8, which is the position's % 8: 8 consecutive rows' same chunk on 8 different bank groups) */
+static __device__ __forceinline__ uint32_t mg_kv_sa(uint32_t st, int i, int c)
+{
+	return st + (uint32_t)((i >> 4) * 4096 + (c >> 3) * 2048 + (i & 15) * 128 + (((c & 7) ^ (i & 7)) << 4));
+}
+
+/* position t's row of kv head g in a layer's K or V blocks (tab: the sequence's block table) */
+static __device__ __forceinline__ __nv_bfloat16 *mg_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
+{
+	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * MG_NKV + g) * MG_HD;
 }
 
 /* q_norm or k_norm (RMSNorm over the head's 128 dims, the lane's weights wv) and rotary
@@ -117,10 +130,10 @@ static __device__ __forceinline__ float4 mg_qk_norm_rope(const float4 v, const f
 
 /* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
  * step, copied through the ring in stages of up to 64 rows, K's then V's */
-static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
+static __device__ __forceinline__ int mg_attn_m(int ctx, int s)
 {
-	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T);
-	return max(0, min(t1, a.ctx - 1) - t0);
+	const int t0 = s * MG_T, t1 = min(ctx, t0 + MG_T);
+	return max(0, min(t1, ctx - 1) - t0);
 }
 
 /* one attention split: kv head g's 8 query heads over positions [s T, min(ctx, (s + 1) T)), by
@@ -128,13 +141,14 @@ static __device__ __forceinline__ int mg_attn_m(const mg_args &a, int s)
  * are staged with q. With one split (S = 1) the heads' outputs are written and counted (8);
  * otherwise the split leaves (unnormalized sums, max, sum) a head for mg_merge and counts itself
  * on its kv head's split counter. */
-static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, float *scr, int tid,
-                              gt_pos &rp, uint64_t *full, uint64_t *empty, uint32_t ring_sa)
+static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, int ctx, int S,
+                              const int32_t *tab, float *scr, int tid, gt_pos &rp, uint64_t *full, uint64_t *empty,
+                              uint32_t ring_sa)
 {
-	const int warp = tid >> 5, lane = tid & 31, pos = a.ctx - 1;
-	const int t0 = s * a.T, t1 = min(a.ctx, t0 + a.T), n = t1 - t0;
+	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
+	const int t0 = s * MG_T, t1 = min(ctx, t0 + MG_T), n = t1 - t0;
 	/* the ring's K and V stages of this split, landed long before */
-	const int nk = (mg_attn_m(a, s) + 63) / 64;
+	const int nk = (mg_attn_m(ctx, s) + 63) / 64;
 	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
 	{
 		gt_pos q = rp;
@@ -166,39 +180,37 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
 		const float4 qw = __ldg(reinterpret_cast<const float4 *>(ly.qn) + lane);
 		float4 c4, s4;
-		mg_rope_ld(a, lane, c4, s4);
-		const bool last = t1 == a.ctx;
+		mg_rope_ld(a, pos, lane, c4, s4);
+		const bool last = t1 == ctx;
 		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kw = kr;
 		if (last && warp == MG_W - 1) {
 			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * MG_NKV + g) * MG_HD) + lane);
 			kw = __ldg(reinterpret_cast<const float4 *>(ly.kn) + lane);
 		}
 		if (last && tid < 16)
-			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(ly.vc + ((size_t)g * a.ctx_max + pos) * MG_HD) + tid);
+			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g)) + tid);
 		const float4 qr = mg_qk_norm_rope(v, qw, c4, s4, a.eps, lane);
-		reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * 0.08838834764831845f, qr.y * 0.08838834764831845f,
-		                                                  qr.z * 0.08838834764831845f, qr.w * 0.08838834764831845f);
+		reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * a.scale, qr.y * a.scale, qr.z * a.scale, qr.w * a.scale);
 		if (last && warp == MG_W - 1) {
 			const float4 k4 = mg_qk_norm_rope(kr, kw, c4, s4, a.eps, lane);
-			/* dims 4 lane .. + 4: chunk lane / 2 (swizzled), half lane % 2 */
-			const int at = MG_KVSW(4 * lane, pos);
+			const int at = 4 * lane;
 			const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
 			uint2 kb;
 			kb.x = *reinterpret_cast<const uint32_t *>(&k01), kb.y = *reinterpret_cast<const uint32_t *>(&k23);
 			*reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(kvp) + at) = kb;
-			*reinterpret_cast<uint2 *>(ly.kc + ((size_t)g * a.ctx_max + pos) * MG_HD + at) = kb;
+			*reinterpret_cast<uint2 *>(mg_kvrow(ly.kc, tab, pos, g) + at) = kb;
 		}
 	}
 	gt_sync();
 	mg_mark(a, l, T_AQ, tid);
-	/* key i's K and V rows in shared memory */
-	auto krow = [&](int i) -> uint32_t {
-		return t0 + i < pos ? ((i >> 6) ? kst[1] : kst[0]) + (uint32_t)(i & 63) * 256 : kp_sa;
+	/* key i's 16-byte chunk c of K and V in shared memory */
+	auto kat = [&](int i, int c) -> uint32_t {
+		return t0 + i < pos ? mg_kv_sa((i >> 6) ? kst[1] : kst[0], i & 63, c) : kp_sa + (uint32_t)(c << 4);
 	};
-	auto vrow = [&](int i) -> uint32_t {
-		return t0 + i < pos ? ((i >> 6) ? vst[1] : vst[0]) + (uint32_t)(i & 63) * 256 : vp_sa;
+	auto vat = [&](int i, int c) -> uint32_t {
+		return t0 + i < pos ? mg_kv_sa((i >> 6) ? vst[1] : vst[0], i & 63, c) : vp_sa + (uint32_t)(c << 4);
 	};
-	mg_qk_mma(qs, sc, t0, n, krow, warp, lane);
+	mg_qk_mma(qs, sc, n, kat, warp, lane);
 	gt_sync();
 	mg_mark(a, l, T_AS, tid);
 	{ /* warp h: the softmax's max, weights and sum over the split */
@@ -221,7 +233,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	}
 	gt_sync();
 	mg_mark(a, l, T_ASM, tid);
-	mg_pv_mma(sc, ot, t0, n, vrow, warp, lane);
+	mg_pv_mma(sc, ot, n, vat, warp, lane);
 	mg_mark(a, l, T_APV, tid);
 	/* the K and V stages go back to the producer (this warp is past its reads) */
 	for (int c = 0; c < 2 * nk; c++) {
@@ -233,14 +245,14 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	/* warp h: head h's dims 4 lane .. + 4 */
 	const float4 o4 = reinterpret_cast<const float4 *>(ot + warp * MG_HD)[lane];
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
-	if (a.S == 1) {
+	if (S == 1) {
 		const float inv = 1.0f / lstat[warp];
 		*reinterpret_cast<float4 *>(a.att + (size_t)l * MG_QR + (g * 8 + warp) * MG_HD + 4 * lane) =
 			make_float4(o4.x * inv, o4.y * inv, o4.z * inv, o4.w * inv);
 		mg_cpub(cnt + C_ATT, 8, tid);
 		return;
 	}
-	float *pp = a.part + ((((size_t)l * MG_NKV + g) * a.S + s) * 8 + warp) * MG_PS;
+	float *pp = a.part + (((size_t)g * S + s) * 8 + warp) * MG_PS;
 	*reinterpret_cast<float4 *>(pp + 4 * lane) = o4;
 	if (lane == 0)
 		pp[MG_HD] = mstat[warp], pp[MG_HD + 1] = lstat[warp];
@@ -249,48 +261,57 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 }
 
 /* kv head g's query head h: its S splits' partials merged once all are in, by one block (blocks
- * 0 .. 31 take these after their own splits, so no wait here holds up a split). Warp w sums
- * splits w, w + 8, .. of the lane's 4 dims (all its loads in flight at once, S <= 64), weighted
- * by exp(m_j - M); the 8 warps' sums are added in order through shared memory (scr: 4 KB). One
- * L2 round trip for the partials, and 32 blocks share the merges' 2 MB of loads where the last
- * split of a kv head used to read its 8 heads' alone. */
-static __device__ void mg_merge(const mg_args &a, int l, int g, int h, float *scr, int tid)
+ * 0 .. 31 take these after their own splits, so no wait here holds up a split). In rounds of 64
+ * splits (one at contexts <= 8192), all of a round's loads in flight at once: warp w sums splits
+ * w, w + 8, .. of the lane's 4 dims weighted by exp(m_j - M), lane j holds split j's (max, sum);
+ * a later round rescales what the earlier ones summed. The 8 warps' sums are added in order
+ * through shared memory (scr: 4 KB). The partials are the layer's only while its o tiles wait for
+ * the merges, so one buffer serves every layer. */
+static __device__ void mg_merge(const mg_args &a, int l, int g, int h, int S, float *scr, int tid)
 {
 	const int warp = tid >> 5, lane = tid & 31;
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
-	mg_cwait(cnt + C_N + g, (unsigned)a.S, tid, a.poll);
+	mg_cwait(cnt + C_N + g, (unsigned)S, tid);
 	mg_mark(a, l, T_MSEEN, tid);
-	const float *p0 = a.part + (((size_t)l * MG_NKV + g) * a.S * 8 + h) * MG_PS;
+	const float *p0 = a.part + ((size_t)g * S * 8 + h) * MG_PS;
 	const size_t ps = (size_t)8 * MG_PS;
-	float4 v[8];
-#pragma unroll
-	for (int u = 0; u < 8; u++)
-		v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(warp + 8 * u, a.S - 1) * ps) + lane);
-	float mj[2], lj[2];
-#pragma unroll
-	for (int u = 0; u < 2; u++) {
-		const int j = lane + 32 * u;
-		mj[u] = j < a.S ? __ldcg(p0 + j * ps + MG_HD) : -INFINITY;
-		lj[u] = j < a.S ? __ldcg(p0 + j * ps + MG_HD + 1) : 0.0f;
-	}
-	float M = fmaxf(mj[0], mj[1]);
-	for (int o = 16; o; o >>= 1)
-		M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
-	float f[2], Lsum = 0.0f;
-#pragma unroll
-	for (int u = 0; u < 2; u++) {
-		f[u] = lane + 32 * u < a.S ? expf(mj[u] - M) : 0.0f;
-		Lsum += f[u] * lj[u];
-	}
-	for (int o = 16; o; o >>= 1)
-		Lsum += __shfl_xor_sync(0xFFFFFFFFu, Lsum, o);
+	float M = -INFINITY, Lsum = 0.0f;
 	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int j0 = 0; j0 < S; j0 += 64) {
+		float4 v[8];
 #pragma unroll
-	for (int u = 0; u < 8; u++) {
-		const int j = warp + 8 * u;
-		const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
-		if (j < a.S)
-			O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
+		for (int u = 0; u < 8; u++)
+			v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + warp + 8 * u, S - 1) * ps) + lane);
+		float mj[2], lj[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int j = j0 + lane + 32 * u;
+			mj[u] = j < S ? __ldcg(p0 + j * ps + MG_HD) : -INFINITY;
+			lj[u] = j < S ? __ldcg(p0 + j * ps + MG_HD + 1) : 0.0f;
+		}
+		float Mn = fmaxf(mj[0], mj[1]);
+		for (int o = 16; o; o >>= 1)
+			Mn = fmaxf(Mn, __shfl_xor_sync(0xFFFFFFFFu, Mn, o));
+		Mn = fmaxf(M, Mn);
+		const float r = expf(M - Mn); /* 0 in the first round */
+		M = Mn;
+		float f[2], Lr = 0.0f;
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			f[u] = j0 + lane + 32 * u < S ? expf(mj[u] - M) : 0.0f;
+			Lr += f[u] * lj[u];
+		}
+		for (int o = 16; o; o >>= 1)
+			Lr += __shfl_xor_sync(0xFFFFFFFFu, Lr, o);
+		Lsum = Lsum * r + Lr;
+		O.x *= r, O.y *= r, O.z *= r, O.w *= r;
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int j = warp + 8 * u;
+			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
+			if (j0 + j < S)
+				O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
+		}
 	}
 	float4 *red4 = reinterpret_cast<float4 *>(scr);
 	red4[warp * 32 + lane] = O;
@@ -388,6 +409,17 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
 	gt_sync();
 }
 
+/* a 5-D tensor-map copy (the K / V blocks) */
+static __device__ __forceinline__ void mg_copy_5d(void *dst, const CUtensorMap *map, int c0, int c1, int c2, int c3,
+                                                  int c4, uint64_t *b, uint64_t pol)
+{
+	asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+	             "[%1, {%2, %3, %4, %5, %6}], [%7], %8;" ::"r"(gt_sa(dst)),
+	             "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(gt_sa(b)),
+	             "l"(pol)
+	             : "memory");
+}
+
 __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 {
 	extern __shared__ __align__(128) uint8_t smem[];
@@ -402,7 +434,13 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 	float *sred = selw + 2 * MG_K;                          /* [8] */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int b = blockIdx.x, G = gridDim.x;
+	/* the step's token: its context (pos + 1), the attention's splits, its block table row (read
+	 * here, not passed: a graph replays the launch with new contents) */
+	const int ctx = __ldg(a.pos) + 1, S = (ctx + MG_T - 1) / MG_T;
+	const int32_t *tab = a.table + (size_t)__ldg(a.seq) * a.table_stride;
 	if (tid == 0) {
+		if (gt_sa(ring) & 1023) /* the K / V stages' swizzle (mg_kv_sa) counts lines from 1024-byte bounds */
+			__trap();
 		for (int i = 0; i < MG_NS; i++) {
 			gt_init(&full[i], 1);
 			gt_init(&empty[i], MG_W);
@@ -417,71 +455,75 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 		gt_pos pp = {0, 0, 0};
-		/* a slot's copy: bytes from src (and as many from src2 after them, when given) */
-		auto issue = [&](const uint8_t *src, unsigned bytes, const uint8_t *src2 = NULL) {
-			if (lane == 0) {
-				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
-				gt_expect(&full[pp.i], src2 ? 2 * bytes : bytes);
-				if (src2)
-					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + bytes, src2, bytes, &full[pp.i], pol);
-				const unsigned steps = bytes / MG_STEP, per = (steps + a.csplit - 1) / a.csplit;
-				if (a.csplit <= 1 || bytes % MG_STEP)
-					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE, src, bytes, &full[pp.i], pol);
-				else
-				for (unsigned s0 = 0; s0 < steps; s0 += per) {
-					const unsigned n = min(per, steps - s0) * MG_STEP;
-					gt_copy_ef(ring + (size_t)pp.i * MG_STAGE + s0 * MG_STEP, src + s0 * MG_STEP, n, &full[pp.i],
-					           pol);
-				}
-			}
-			gt_next(pp, MG_NS);
+		/* lane 0: the next slot, once free, expecting bytes */
+		auto take = [&](unsigned bytes) {
+			mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
+			gt_expect(&full[pp.i], bytes);
+			return ring + (size_t)pp.i * MG_STAGE;
 		};
-		for (int l = 0; l < a.L; l++) {
+		/* a tile of 16 contiguous rows: codes cb bytes a row from src, scales sb a row from ssrc,
+		 * at d (one bulk copy each) */
+		auto tile = [&](uint8_t *d, const uint8_t *src, unsigned cb, const uint8_t *ssrc, unsigned sb) {
+			gt_copy_ef(d, src, 16 * cb, &full[pp.i], pol);
+			gt_copy_ef(d + 16 * cb, ssrc, 16 * sb, &full[pp.i], pol);
+		};
+		const int l0 = lane == 0 ? 0 : a.L; /* lane 0 issues; the others go to the end */
+		for (int l = l0; l < a.L; l++) {
 			const mg_layer &ly = a.ly[l];
-			for (int j = b; j < MG_QKV_TILES; j += G)
-				issue(ly.qkv + (size_t)j * MG_STAGE, MG_STAGE);
-			for (int t = b; t < MG_NKV * a.S; t += G) {
-				const int g = t / a.S, s = t % a.S, m = mg_attn_m(a, s);
+			for (int j = b; j < MG_QKV_TILES; j += G) {
+				tile(take(MG_STAGE), ly.qkv + (size_t)j * 16 * MG_CB, MG_CB, ly.qkv_s + (size_t)j * 16 * MG_SB, MG_SB);
+				gt_next(pp, MG_NS);
+			}
+			/* the attention's K and V rows before pos, 64 a stage: a kv head's 16 rows of a block
+			 * a copy (the stage's last block may hold rows at and past pos: not read) */
+			for (int t = b; t < MG_NKV * S; t += G) {
+				const int g = t / S, s = t % S, m = mg_attn_m(ctx, s);
 				for (int kv = 0; kv < 2; kv++)
-					for (int c0 = 0; c0 < m; c0 += 64)
-						issue(reinterpret_cast<const uint8_t *>((kv ? ly.vc : ly.kc) +
-						                                        ((size_t)g * a.ctx_max + s * a.T + c0) * MG_HD),
-						      (unsigned)min(64, m - c0) * MG_HD * 2);
+					for (int c0 = 0; c0 < m; c0 += 64) {
+						const int nblk = (min(64, m - c0) + MG_KVB - 1) / MG_KVB;
+						uint8_t *d = take((unsigned)nblk * 4096);
+						for (int i = 0; i < nblk; i++)
+							mg_copy_5d(d + i * 4096, a.kvmap + kv, 0, 0, 0, g,
+							           l * a.nb + __ldg(tab + (s * MG_T + c0) / MG_KVB + i), &full[pp.i], pol);
+						gt_next(pp, MG_NS);
+					}
 			}
 			if (b < MG_O_TILES) {
-				issue(ly.o + (size_t)(2 * b) * MG_STAGE, MG_STAGE);
-				issue(ly.o + (size_t)(2 * b + 1) * MG_STAGE, MG_STAGE);
-				issue(reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)b * MG_RT_BYTES, MG_RT_BYTES);
+				for (int c = 0; c < 2; c++) {
+					uint8_t *d = take(MG_STAGE);
+					gt_copy_2d(d, a.omap + 2 * l, 128 * c, 16 * b, &full[pp.i], pol);
+					gt_copy_2d(d + 16 * MG_CB, a.omap + 2 * l + 1, 128 * c, 16 * b, &full[pp.i], pol);
+					gt_next(pp, MG_NS);
+				}
+				gt_copy_ef(take(MG_RT_BYTES), reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)b * MG_RT_BYTES,
+				           MG_RT_BYTES, &full[pp.i], pol);
+				gt_next(pp, MG_NS);
 			}
 			const int *sl = sel + (l & 1) * MG_K;
-			const uint8_t *gub = a.expool ? a.ly[0].gu : ly.gu, *dnb = a.expool ? a.ly[0].dn : ly.dn;
-			if (!a.exstatic) {
-				/* the consumers' top-k */
-				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
-				if (a.tl && l == a.tl_layer && lane == 0)
-					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
-			}
+			/* the consumers' top-k */
+			mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
+			if (a.tl && l == a.tl_layer)
+				a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
-				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
-				const int e = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
-				issue(gub + (size_t)e * a.gu_stride + (size_t)t * MG_STAGE, MG_STAGE);
+				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES, e = sl[slot];
+				tile(take(MG_STAGE), ly.gu + (size_t)e * a.gu_stride + (size_t)t * 16 * MG_CB, MG_CB,
+				     ly.gu_s + (size_t)e * a.gus_stride + (size_t)t * 16 * MG_SB, MG_SB);
+				gt_next(pp, MG_NS);
 			}
-			/* the down's stages two to a ring slot (6912 bytes each): with the block's <= 6 gate|up
-			 * tiles, all its expert copies fit in the 10 slots at once */
+			/* the down's stages two to a ring slot: with the block's <= 6 gate|up tiles, all its
+			 * expert copies fit in the 10 slots at once */
 			if (b < MG_D_TILES)
 				for (int slot = 0; slot < MG_K; slot += 2) {
-					const int e0 = a.exstatic ? (8 * l + slot) % MG_E : sl[slot];
-					const int e1 = a.exstatic ? (8 * l + slot + 1) % MG_E : sl[slot + 1];
-					issue(dnb + (size_t)e0 * a.dn_stride + (size_t)b * MG_DSTAGE, MG_DSTAGE,
-					      dnb + (size_t)e1 * a.dn_stride + (size_t)b * MG_DSTAGE);
+					uint8_t *d = take(2 * MG_DSTAGE);
+					for (int h = 0; h < 2; h++) {
+						const int e = sl[slot + h];
+						tile(d + h * MG_DSTAGE, ly.dn + (size_t)e * a.dn_stride + (size_t)b * 16 * MG_DCB, MG_DCB,
+						     ly.dn_s + (size_t)e * a.dns_stride + (size_t)b * 16 * MG_DSB, MG_DSB);
+					}
+					gt_next(pp, MG_NS);
 				}
-			if (a.tl && l == a.tl_layer && lane == 0)
+			if (a.tl && l == a.tl_layer)
 				a.tl[blockIdx.x * MG_TL + T_PCOPIED] = gm_now();
-			if (a.exstatic) {
-				mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
-				if (a.tl && l == a.tl_layer && lane == 0)
-					a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
-			}
 		}
 		return;
 	}
@@ -493,10 +535,10 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 	for (int l = 0; l < a.L; l++) {
 		const mg_layer &ly = a.ly[l];
 		unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
-		const float *h = a.h + (size_t)l * MG_H;
+		const float *h = l ? a.h + (size_t)l * MG_H : a.hin;
 		float *h2 = a.h2 + (size_t)l * MG_H;
 		if (l > 0)
-			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid, a.poll);
+			mg_cwait(a.cnt + (size_t)(l - 1) * MG_CNT + C_D, MG_D_TILES, tid);
 		mg_mark(a, l, T_START, tid);
 		/* qkv */
 		if (b < MG_QKV_TILES) {
@@ -509,14 +551,13 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_mark(a, l, T_QT, tid);
 			if (tid < 16 * n) {
 				const int k = tid >> 4, row = (b + k * G) * 16 + (tid & 15);
-				const float y = ldexpf(mg_rowsum_k<3>(rq, k, tid & 15), 14) * a.post;
+				const float y = ldexpf(mg_rowsum_k<3>(rq, k, tid & 15), 14) * ly.qkv_ws2;
 				if (row < MG_QR)
 					a.q[(size_t)l * MG_QR + row] = y;
 				else {
 					const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
 					if (kv)
-						ly.vc[((size_t)(rr / MG_HD) * a.ctx_max + (a.ctx - 1)) * MG_HD +
-						      MG_KVSW(rr % MG_HD, a.ctx - 1)] = __float2bfloat16_rn(y);
+						mg_kvrow(ly.vc, tab, ctx - 1, rr / MG_HD)[rr % MG_HD] = __float2bfloat16_rn(y);
 					else
 						a.kraw[(size_t)l * MG_NKV * MG_HD + rr] = y;
 				}
@@ -525,21 +566,22 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		}
 		mg_mark(a, l, T_QKV, tid);
 		/* attention */
-		for (int t = b; t < MG_NKV * a.S; t += G) {
-			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid, a.poll);
-			mg_attn(a, ly, l, t / a.S, t % a.S, reinterpret_cast<float *>(xs), tid, pos, full, empty, ring_sa);
+		for (int t = b; t < MG_NKV * S; t += G) {
+			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid);
+			mg_attn(a, ly, l, t / S, t % S, ctx, S, tab, reinterpret_cast<float *>(xs), tid, pos, full, empty,
+			        ring_sa);
 			gt_sync();
 		}
 		/* the merges, (kv head, query head) m on block m, after its splits */
-		if (a.S > 1)
+		if (S > 1)
 			for (int m = b; m < MG_NKV * 8; m += G) {
-				mg_merge(a, l, m / 8, m % 8, reinterpret_cast<float *>(xs), tid);
+				mg_merge(a, l, m / 8, m % 8, S, reinterpret_cast<float *>(xs), tid);
 				gt_sync();
 			}
 		mg_mark(a, l, T_ATT, tid);
 		/* o */
 		if (b < MG_O_TILES) {
-			mg_cwait(cnt + C_ATT, MG_NKV * 8, tid, a.poll);
+			mg_cwait(cnt + C_ATT, MG_NKV * 8, tid);
 			/* the residual's and norm's rows loaded with the staging (not after the tile) */
 			const float hr = tid < 16 ? __ldcg(h + b * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + b * 16 + tid) : 0.0f;
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
@@ -551,7 +593,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			float *hs = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
-				const float y = hr + ldexpf(mg_rowsum(rd, tid), 14) * a.post;
+				const float y = hr + ldexpf(mg_rowsum(rd, tid), 14) * ly.o_ws2;
 				h2[row] = y;
 				hs[tid] = y * nr;
 			}
@@ -580,13 +622,14 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, T_O, tid);
 		/* the route: x of the experts' gate|up = RMSNorm(h2), the logits and the top-k (every
 		 * block; its producer waits on selbar for the experts' copies) */
-		mg_cwait(cnt + C_O, MG_O_TILES, tid, a.poll);
+		mg_cwait(cnt + C_O, MG_O_TILES, tid);
 		mg_mark(a, l, T_OSEEN, tid);
 		mg_route(a, l, h2, ly.n2, xs, sred, reinterpret_cast<float *>(xs + 2 * MG_CS_H), sel + (l & 1) * MG_K,
 		         selw + (l & 1) * MG_K, tid);
 		if (tid == 0)
 			gt_arrive(&selbar[l & 1]);
 		mg_mark(a, l, T_TOPK, tid);
+		const int *sl = sel + (l & 1) * MG_K;
 		/* the experts' gate|up (their copies wait for the top-k) */
 		if (b < MG_K * MG_GU_TILES) {
 			/* the block's <= 6 tiles (G >= 128), one barrier for all (the route's scratch past x
@@ -596,8 +639,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_tiles<6>(n, pos, full, empty, ring_sa, xs_sa, rq, warp, lane);
 			if (tid < 8 * n) {
 				const int k = tid >> 3, i = tid & 7, j = b + k * G, slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES;
-				const float gt = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i), 14) * a.post;
-				const float up = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i + 1), 14) * a.post;
+				const float ws = __ldg(ly.gu_ws2 + sl[slot]);
+				const float gt = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i), 14) * ws;
+				const float up = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i + 1), 14) * ws;
 				a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + i] = silu_mul(gt, up);
 			}
 			mg_cpub(cnt + C_GU, n, tid);
@@ -606,7 +650,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
 			const float h2r = tid < 16 ? __ldcg(h2 + b * 16 + tid) : 0.0f; /* complete since the route */
-			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid, a.poll);
+			const float dws = __ldg(ly.dn_ws2 + sl[warp]);
+			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid);
 			mg_mark(a, l, T_DSEEN, tid);
 			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
 			gt_sync();
@@ -621,17 +666,12 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				gt_next_n(q, MG_NS, warp >> 1);
 				mg_wbar(&full[q.i], q.ph, 1, q.n);
 				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-				const int g8 = lane >> 2, t4 = lane & 3;
-				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)((g8 < 2 ? g8 : (g8 & 1)) * MG_CS_F)};
+				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)(((lane >> 2) & 1) * MG_CS_F)};
 				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE + (uint32_t)(warp & 1) * MG_DSTAGE;
 #pragma unroll 2
-				for (int s6 = 0; s6 < 6; s6++) {
-					const uint32_t sb = st + (uint32_t)s6 * MG_STEP;
-					const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
-					const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
-					gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, s6 * 4 + t4);
-				}
-				const float c = sw[warp] * 16384.0f * a.post;
+				for (int s6 = 0; s6 < 6; s6++)
+					mg_step<MG_DCB, MG_DSB>(acc, st, s6, xc, 0, lane);
+				const float c = sw[warp] * 16384.0f * dws;
 #pragma unroll
 				for (int e = 0; e < 4; e++)
 					tot[e] = c * acc[0][e];
@@ -646,7 +686,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			mg_rows(tot, rd, warp, lane);
 			if (tid < 16) {
 				const int row = b * 16 + tid;
-				a.h[(size_t)(l + 1) * MG_H + row] = h2r + mg_rowsum(rd, tid);
+				(l == a.L - 1 ? a.hout : a.h + (size_t)(l + 1) * MG_H)[row] = h2r + mg_rowsum(rd, tid);
 			}
 			mg_cpub(cnt + C_D, 1, tid);
 		}

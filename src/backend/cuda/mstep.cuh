@@ -1,11 +1,11 @@
-/* mega_step.cuh: what dev/mega_bench.cu's persistent decode step is built from: the geometry
- * (qwen3-30b-a3b), the argument block, the counters between phases, the hang diagnostics, staging
- * and the tile loops (mega_kernel.cuh: the attention, the merge, the route and the kernel).
+/* mstep.cuh: the one-launch decode step of a qwen3-moe model of qwen3-30b-a3b's geometry (all
+ * its layers for one token; mstep.cu launches it, mstep_kernel.cuh holds the attention, the
+ * merge, the route and the kernel): the geometry, the argument block, the counters between
+ * phases, the hang diagnostics, staging and the tile loops.
  *
- * Why: qwen3-30b-a3b's decode is bound by the latency chains of six launches a layer, not by its
- * bytes (issue #6, docs/status.md). The step runs all 48 layers in one launch, so a layer's
- * phases hand over through counters instead of kernel boundaries. A prototype in the kernel lab,
- * not an engine path: weights in a layout of its own, a contiguous KV cache.
+ * Why: that model's decode is bound by the latency chains of six launches a layer, not by its
+ * bytes (issue #6, docs/status.md). The step runs all layers in one launch, so a layer's phases
+ * hand over through counters instead of kernel boundaries (dev/mega_bench.cu measures it).
  *
  * One block an SM (a cooperative launch, so all are resident), 8 consumer warps and a producer
  * warp. Every block runs the same program over the layers and takes its share of each phase by
@@ -28,29 +28,31 @@
  * the experts' copies wait, for the top-k (every block's consumers run it from the o tiles' parts:
  * no router phase between the o and the top-k).
  *
- * KV cache: [kv head][position][128] BF16, each row's 16-byte chunks swizzled (MG_KVSW).
- *
- * Weight layout (a tile's stage: <= 2048 K of 16 rows), a 128-element step at a time: 1024 code
- * bytes as [row half h][lane] 16 bytes (lane = 4 g + t: row g + 8 h, chunk t of the step, each
- * 32-bit word in the device's permuted E2M1 order), then 128 scale bytes as [lane] {row g's two
- * E4M3, row g + 8's}. A warp's loads of a step are 512 contiguous bytes, conflict-free, and the
- * step's math is gemv_mma.cuh's gm_step.
+ * The weights are the backend's own (cuda_upload.cu, cuda_moe.cu): row-major FP4 codes (each
+ * 32-bit word in the device's permuted E2M1 order) and E4M3 scales a row, the experts stacked with
+ * gate and up rows alternating. A stage is 16 rows of <= 2048 K as they lie in memory: qkv's,
+ * gate|up's and down's tiles are contiguous (one bulk copy for the codes, one for the scales), o's
+ * half rows come by a 2-D tensor map. mg_step reads them conflict-free without padding (odd rows
+ * a step apart from even ones), with gemv_mma.cuh's gm_step for the math. (Copying a stage a row
+ * at a time into padded rows measured 43.5 us a layer against 27: the copy engine takes ~30 ns a
+ * bulk copy, and the experts' 448 copies a block sat between the top-k and the down.) The KV
+ * cache is the backend's paged one ([block][16][NKV x 128] BF16); a K or V stage is 4 blocks of
+ * a kv head, one tensor-map copy a block with the 128-byte swizzle (the ldmatrix reads of 8 rows
+ * then conflict-free; mg_kv_sa).
  */
-#ifndef FP4S_MEGA_STEP_CUH
-#define FP4S_MEGA_STEP_CUH
+#ifndef FP4S_MSTEP_CUH
+#define FP4S_MSTEP_CUH
 
+#include <cuda.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/arrive.cuh"
 #include "backend/cuda/gemv_mma.cuh"
 #include "backend/cuda/gemv_tma.cuh"
-#include "dev_util.h"
-#include "numerics/numerics.h"
+#include "backend/cuda/swiglu.cuh"
 
 #define MG_H 2048
 #define MG_NQ 32
@@ -61,15 +63,20 @@
 #define MG_E 128
 #define MG_K 8
 #define MG_FI 768
-#define MG_STEP 1152           /* 16 rows x 128 K: 1024 code bytes + 128 scale bytes */
-#define MG_STAGE (16 * MG_STEP) /* 16 rows x 2048 K */
-#define MG_DSTAGE (6 * MG_STEP) /* 16 rows x 768 K (two to a ring slot) */
+#define MG_CB 1024 /* a stage's code bytes a row (2048 K) */
+#define MG_SB 128  /* its scale bytes a row */
+#define MG_STAGE (16 * (MG_CB + MG_SB)) /* a multiple of 1024 (the K / V stages' swizzled copies) */
+#define MG_DCB 384 /* the down's (768 K) */
+#define MG_DSB 48
+#define MG_DSTAGE (16 * (MG_DCB + MG_DSB)) /* two to a ring slot */
+#define MG_KVB 16  /* positions a KV cache block (backend.h FP4S_KV_BLOCK) */
 #ifndef MG_NS
-#define MG_NS 10 /* ring stages (11 fit in the 227 KB a block may take) */
+#define MG_NS 10 /* ring stages */
 #endif
 #define MG_W 8
 #define MG_THREADS ((MG_W + 1) * 32)
 #define MG_T 128
+#define MG_SMAX 64 /* splits a kv head at most (mg_merge's loads): contexts <= MG_T x MG_SMAX */
 #define MG_SCS (MG_T + 8) /* the attention's score rows' stride (floats): P's float2 loads conflict-free */
 #define MG_PS (MG_HD + 4) /* an attention split's partial a head: 128 sums, max, sum, 2 spare (16-byte rows) */
 #define MG_QKV_TILES (MG_QKV / 16)
@@ -83,10 +90,6 @@
 #define MG_XS (MG_K * 2 * MG_CS_F + 512) /* the down's x; the attention's scratch is 512 B more */
 #define MG_SMEM (MG_NS * MG_STAGE + MG_XS + 2 * MG_W * 16 * 4 + 64 * 8 + 256)
 
-/* where dim d of position t's K or V row is: its 16-byte chunk XORed with t & 7, so that 8
- * consecutive rows' same chunk lie on 8 different banks once copied into shared memory */
-#define MG_KVSW(d, t) (((((d) >> 3) ^ ((t) & 7)) << 3) | ((d) & 7))
-
 enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 #define MG_CNT (C_N + MG_NKV) /* counters a layer: the phases', then each kv head's splits */
 /* timeline entries a block: the consumers' marks (start, qkv's x staged, its tiles done, qkv; the
@@ -99,40 +102,91 @@ enum {
 	T_TOPK, T_GU, T_DSEEN, T_DACT, T_D, T_PSEL, T_PCOPIED, MG_TL
 };
 
+/* a layer's weights: codes and scales of each matrix (qkv [5120][2048], o [2048][4096], the
+ * experts' gate|up [E][1536][2048] and down [E][2048][768], stacked at gu_stride / dn_stride code
+ * bytes and gus_stride / dns_stride scale bytes), their NVFP4 tensor scales (a float, or one an
+ * expert) */
 struct mg_layer {
-	const uint8_t *qkv, *o, *gu, *dn;
+	const uint8_t *qkv, *qkv_s, *o, *o_s, *gu, *gu_s, *dn, *dn_s;
+	float qkv_ws2, o_ws2;
+	const float *gu_ws2, *dn_ws2; /* [E] */
 	const __nv_bfloat16 *rt; /* the router, [H / 16][E][16]: an o tile's 16 columns together */
 	const float *n1, *n2;
 	const float *qn, *kn; /* q_norm's and k_norm's weights [HD] */
-	__nv_bfloat16 *kc, *vc; /* [NKV][ctx_max][HD] */
+	__nv_bfloat16 *kc, *vc; /* the layer's KV blocks, [block][MG_KVB][NKV][HD] */
 };
 
 struct mg_args {
 	const mg_layer *ly;
-	int L, ctx, ctx_max, S, T;
-	float post, eps;
-	float *h;      /* [L + 1][H]: h[0] the input, filled by the host */
+	int L;
+	float eps, scale, mscale; /* RMSNorm's eps, the attention's scale, rotary's factor */
+	const float *inv_freq;   /* rotary's [HD / 2] */
+	const int32_t *pos, *seq, *table; /* the token's position and sequence, the block table */
+	int table_stride;
+	int nb; /* KV blocks a layer */
+	const CUtensorMap *omap;  /* [L][2]: o's codes ([rows][256] u64, box 128 x 16) and scales */
+	const CUtensorMap *kvmap; /* [2]: the K and V pools as {64, pos 16, half 2, kv head, block}, box
+	                           * {64, 16, 2, 1, 1}, 128-byte swizzle */
+	const float *hin; /* layer 0's input */
+	float *hout;      /* the last layer's output (may be hin) */
+	float *h;      /* [L][H]: layer l's input at h + l H for l > 0 */
 	float *h2;     /* [L][H] */
 	float *q;      /* [L][QR] (before q_norm and rotary) */
 	float *kraw;   /* [L][NKV][HD] k at pos before k_norm and rotary (v goes to the cache directly) */
-	const float *rope; /* [2][HD / 2]: cos, sin of pos x theta^(-2i / HD) (the host's, in double) */
 	float *att;    /* [L][QR] */
-	float *part;   /* [L][NKV][S][8][MG_PS] */
+	float *part;   /* [NKV][S][8][MG_PS] (S of this step's context; one layer's at a time, mg_merge) */
 	float *rpart;  /* [L][O tiles][E]: each o tile's part of the router's logits */
-	float *logits; /* [L][E] (block 0's, for the check) */
+	float *logits; /* [L][E] (block 0's, for checks) */
 	float *act;    /* [L][K][FI] */
 	int32_t *sel;  /* [L][K] */
 	unsigned *cnt; /* [L][MG_CNT], zero at launch */
 	unsigned long long *tl; /* [G][MG_TL] marks of layer tl_layer (NULL: none) */
 	int tl_layer;
-	size_t gu_stride, dn_stride;
-	/* switches for experiments (MG_* environment variables, read for check and time alike): */
-	int csplit;   /* MG_CSPLIT: copies a stage (1: one bulk copy; 2, 4, 8, 16: by step groups) */
-	int exstatic; /* MG_EXSTATIC=1: the producer copies experts (8 l + slot) % 128 before the top-k
-	               * (results wrong: what the routing dependency costs) */
-	int expool;   /* MG_EXPOOL=1: every layer's experts are layer 0's (TLB / locality) */
-	int poll;     /* MG_POLL: mg_poll's form */
+	size_t gu_stride, dn_stride, gus_stride, dns_stride;
 };
+
+/* ---- host: the step's tensor maps ---------------------------------------------------------- */
+
+typedef CUresult (*mg_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* the driver's encoder (NULL where the driver has none) */
+static inline mg_encode_fn mg_encoder(void)
+{
+	void *fn = NULL;
+	cudaDriverEntryPointQueryResult q;
+	if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+	    q != cudaDriverEntryPointSuccess)
+		return NULL;
+	return (mg_encode_fn)fn;
+}
+
+/* o's maps (m[0] codes, m[1] scales): [H] rows of QR K, boxes of 16 rows x 2048 K. 0 on success. */
+static inline int mg_map_o(mg_encode_fn enc, const uint8_t *codes, const uint8_t *scales, CUtensorMap *m)
+{
+	const cuuint64_t cd[2] = {MG_QR / 16, MG_H}, cs[1] = {MG_QR / 2}; /* u64: 16 codes each */
+	const cuuint64_t sd[2] = {MG_QR / 16, MG_H}, ss[1] = {MG_QR / 16};
+	const cuuint32_t cb[2] = {128, 16}, sb[2] = {128, 16}, one[2] = {1, 1};
+	return enc(&m[0], CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, (void *)codes, cd, cs, cb, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+	           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+	               CUDA_SUCCESS ||
+	       enc(&m[1], CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)scales, sd, ss, sb, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+	           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+	               CUDA_SUCCESS;
+}
+
+/* a K or V pool's map: blocks ([blocks][16][NKV][HD] BF16, all layers') as {64 dims, position 16,
+ * half 2, kv head, block}, a box one kv head's 16 rows of a block, swizzled (mg_kv_sa). */
+static inline int mg_map_kv(mg_encode_fn enc, void *pool, int64_t blocks, CUtensorMap *m)
+{
+	const cuuint64_t d[5] = {64, MG_KVB, 2, MG_NKV, (cuuint64_t)blocks};
+	const cuuint64_t st[4] = {MG_NKV * MG_HD * 2, 128, MG_HD * 2, (cuuint64_t)MG_KVB * MG_NKV * MG_HD * 2};
+	const cuuint32_t box[5] = {64, MG_KVB, 2, 1, 1}, one[5] = {1, 1, 1, 1, 1};
+	return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, pool, d, st, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+	           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+	       CUDA_SUCCESS;
+}
 
 __device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
 
@@ -141,13 +195,6 @@ static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)
 {
 	unsigned v;
 	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
-	return v;
-}
-
-static __device__ __forceinline__ unsigned mg_ld_rlx(const unsigned *c)
-{
-	unsigned v;
-	asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
 	return v;
 }
 
@@ -200,24 +247,18 @@ static __device__ __forceinline__ void mg_wbar(uint64_t *b, unsigned parity, int
 	}
 }
 
-/* waits until *c >= target: acquire loads (poll 0), or relaxed loads and one fence after (1), the
- * same with a pause between loads (2) */
-static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned target, int poll)
+/* waits until *c >= target (acquire loads; a relaxed poll with one fence after, or with pauses,
+ * measured no faster) */
+static __device__ __forceinline__ void mg_poll(const unsigned *c, unsigned target)
 {
-	if (poll == 0) {
-		unsigned long long t0 = 0;
-		for (unsigned it = 0;; it++) {
-			const unsigned v = mg_ld_acq(c);
-			if (v >= target)
-				return;
-			if (mg_overdue(it, t0))
-				mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
-		}
+	unsigned long long t0 = 0;
+	for (unsigned it = 0;; it++) {
+		const unsigned v = mg_ld_acq(c);
+		if (v >= target)
+			return;
+		if (mg_overdue(it, t0))
+			mg_stuck(100, (unsigned)(uintptr_t)c, (v << 16) | target);
 	}
-	while (mg_ld_rlx(c) < target)
-		if (poll == 2)
-			__nanosleep(64);
-	asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 static __device__ __forceinline__ void mg_pub(unsigned *c, unsigned n)
@@ -235,18 +276,11 @@ static __device__ __forceinline__ void mg_cpub(unsigned *c, unsigned n, int tid)
 }
 
 /* the consumers wait until *c >= target (thread 0 polls; the barrier orders the others' loads) */
-static __device__ __forceinline__ void mg_cwait(const unsigned *c, unsigned target, int tid, int poll)
+static __device__ __forceinline__ void mg_cwait(const unsigned *c, unsigned target, int tid)
 {
 	if (tid == 0)
-		mg_poll(c, target, poll);
+		mg_poll(c, target);
 	gt_sync();
-}
-
-static __device__ __forceinline__ uint32_t mg_lds32(uint32_t sa)
-{
-	uint32_t v;
-	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(sa));
-	return v;
 }
 
 static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, int tid)
@@ -336,14 +370,39 @@ static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
 	}
 }
 
+/* one 128-K step s of a stage at st (16 code rows of RB bytes, then their scale rows of SB bytes,
+ * as in memory: one bulk copy each) into acc. Rows of a 128-byte multiple fall on the same banks,
+ * so odd rows take step s ^ 1 where even rows take s: a quarter warp's loads (rows 2p, 2p + 1,
+ * chunks t) then cover the 8 chunks of a 128-byte span, conflict-free. The MMA's B columns carry
+ * x (hi, lo) for both: columns 0-1 at step s (lanes g < 2), 2-3 at step s ^ 1 (g = 2, 3), so even
+ * rows' sums land in columns 0-1 (lane t = 0) and odd rows' in 2-3 (t = 1): mg_rows and mg_tiles
+ * read those. c0: the stage's first 32-K chunk in x (a step is 4). */
+template <int RB, int SB>
+static __device__ __forceinline__ void mg_step(float (&acc)[1][4], uint32_t st, int s, const uint32_t (&xc)[1], int c0,
+                                               int lane)
+{
+	const int g = lane >> 2, t4 = lane & 3, sp = s ^ (g & 1);
+	const uint32_t cb = st + (uint32_t)(g * RB + sp * 64 + t4 * 16);
+	const uint32_t sb = st + (uint32_t)(16 * RB + g * SB + sp * 8 + t4 * 2);
+	const uint4 wa = gm_lds128(cb), wb = gm_lds128(cb + 8 * RB);
+	const uint32_t sa = gt_lds16(sb), sc = gt_lds16(sb + 8 * SB);
+	gm_step<GM_NVFP4, 1>(acc, wa, wb, sa, sc, 0u, xc, c0 + (((g >> 1) == 1 ? s ^ 1 : s) << 2) + t4);
+}
+
+/* whether this lane holds its rows' sums (mg_step): t = 0 for even rows, t = 1 for odd */
+static __device__ __forceinline__ bool mg_holds(int lane)
+{
+	return (lane & 3) == ((lane >> 2) & 1);
+}
+
 /* nst stages of a tile from the ring into acc (this lane's MMA accumulator), x staged at xs_sa
  * (the lane's column picked here), chunk base cb0 + 64 a stage; steps a stage: nsteps */
 static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, uint64_t *full, uint64_t *empty,
                                                uint32_t ring_sa, uint32_t xs_sa, int cs, int nst, int nsteps,
                                                int cb0, int warp, int lane)
 {
-	const int g = lane >> 2, t4 = lane & 3;
-	const uint32_t xc[1] = {xs_sa + (uint32_t)((g < 2 ? g : (g & 1)) * cs)};
+	const int g = lane >> 2;
+	const uint32_t xc[1] = {xs_sa + (uint32_t)((g & 1) * cs)};
 	for (int c = 0; c < nst; c++) {
 		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * MG_STAGE;
@@ -353,10 +412,7 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
 #pragma unroll
 		for (int q = 0; q < nsteps / MG_W; q++) {
 			const int s = warp + q * MG_W;
-			const uint32_t sb = st + (uint32_t)s * MG_STEP;
-			const uint4 wa = gm_lds128(sb + lane * 16), wb = gm_lds128(sb + 512 + lane * 16);
-			const uint32_t sc = mg_lds32(sb + 1024 + lane * 4);
-			gm_step<GM_NVFP4, 1>(acc, wa, wb, sc & 0xFFFFu, sc >> 16, 0u, xc, cb0 + c * 64 + s * 4 + t4);
+			mg_step<MG_CB, MG_SB>(acc, st, s, xc, cb0 + c * 64, lane);
 		}
 		__syncwarp();
 		if (lane == 0)
@@ -368,7 +424,7 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
 /* the tile's 16 row sums (in order over the warps) into red, after the barrier */
 static __device__ __forceinline__ void mg_rows(const float (&acc)[4], float *red, int warp, int lane)
 {
-	if ((lane & 3) == 0) {
+	if (mg_holds(lane)) {
 		red[warp * 16 + (lane >> 2)] = acc[0] + acc[1];
 		red[warp * 16 + 8 + (lane >> 2)] = acc[2] + acc[3];
 	}
@@ -418,7 +474,7 @@ static __device__ __forceinline__ void mg_tiles(int n, gt_pos &pos, uint64_t *fu
 	for (int k = 0; k < n; k++) {
 		float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 		mg_tile(acc, pos, full, empty, ring_sa, xs_sa, MG_CS_H, 1, 16, 0, warp, lane);
-		if ((lane & 3) == 0) { /* the warp's own slots: no barrier until all tiles are done */
+		if (mg_holds(lane)) { /* the warp's own slots: no barrier until all tiles are done */
 			red[(warp * NT + k) * 16 + (lane >> 2)] = acc[0][0] + acc[0][1];
 			red[(warp * NT + k) * 16 + 8 + (lane >> 2)] = acc[0][2] + acc[0][3];
 		}
