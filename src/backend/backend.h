@@ -84,6 +84,26 @@ struct fp4s_moe_params {
 	void *dev; /* the backend's own stacked copy of the experts, when upload_moe made one */
 };
 
+/* What step_prepare sees of a model: its geometry and every layer's uploaded weights. */
+struct fp4s_step_layer {
+	const struct fp4s_mat *qkv; /* the fused q|k|v (NULL: not fused) */
+	const struct fp4s_mat *o;
+	const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+	int32_t has_bias;  /* any of q, k, v, o has a bias */
+	int32_t window;    /* sliding window (0: none) */
+	const float *sinks;
+	const struct fp4s_moe_params *moe; /* NULL: a dense MLP */
+};
+struct fp4s_step_desc {
+	int32_t n_layers, n_heads, n_kv_heads, head_dim, rot_dim;
+	int64_t hidden;
+	float eps, attn_scale, rope_mscale;
+	const float *inv_freq; /* backend memory, rot_dim / 2 */
+	enum fp4s_norm_kind norm_kind;
+	int32_t max_ctx;
+	const struct fp4s_step_layer *layers;
+};
+
 struct fp4s_backend {
 	const char *name;
 	void *impl;
@@ -223,6 +243,14 @@ struct fp4s_backend {
 	/* the whole routed MoE block: y[n, hidden] (overwritten) */
 	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	           float *y, struct fp4s_error *err);
+	/* Optional: a one-token step's every layer in one call, where the backend has a kernel for
+	 * the whole model (CUDA: qwen3-moe of qwen3-30b-a3b's geometry, cuda/mstep.cu). step_prepare
+	 * runs once, after the uploads and kv_init; FP4S_EUNSUPPORTED (nothing kept) where the model
+	 * is not one the backend takes, and step_layers is then never called. step_layers takes h
+	 * [1, hidden] (the embedded token of a one-token batch begun with begin()) through all
+	 * layers in place, writing the token's K and V into the cache as the layer ops would. */
+	int (*step_prepare)(struct fp4s_backend *be, const struct fp4s_step_desc *d, struct fp4s_error *err);
+	int (*step_layers)(struct fp4s_backend *be, float *h, struct fp4s_error *err);
 };
 
 /* The CPU reference backend. */

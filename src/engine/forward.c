@@ -178,6 +178,42 @@ static int layer_tensor(struct fp4s_fwd *f, const struct fp4s_weight *w, struct 
 	return FP4S_OK; /* tensors the forward pass does not use */
 }
 
+/* Offers the model to the backend's whole-step kernel (backend.h step_prepare); f->step_ok when
+ * it takes it. */
+static int step_prepare(struct fp4s_fwd *f, int32_t max_ctx, struct fp4s_error *err)
+{
+	const struct fp4s_config *c = f->cfg;
+	struct fp4s_backend *be = f->be;
+	f->step_ok = 0;
+	if (!be->step_prepare || !be->step_layers)
+		return FP4S_OK;
+	struct fp4s_step_layer *sl = calloc((size_t)c->n_layers, sizeof *sl);
+	int rc = own(f, sl, err);
+	if (rc)
+		return rc;
+	for (int32_t l = 0; l < c->n_layers; l++) {
+		const struct fp4s_fwd_layer *L = &f->layers[l];
+		sl[l] = (struct fp4s_step_layer){.qkv = L->fused_qkv ? &L->qkv : NULL, .o = &L->o,
+		                                 .attn_norm = L->attn_norm, .ffn_norm = L->ffn_norm,
+		                                 .q_norm = L->q_norm, .k_norm = L->k_norm,
+		                                 .has_bias = L->bq || L->bk || L->bv || L->bo, .window = L->window,
+		                                 .sinks = L->sinks, .moe = L->is_moe ? &L->moe : NULL};
+	}
+	const struct fp4s_step_desc d = {.n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+	                                 .head_dim = c->head_dim, .rot_dim = f->rot_dim, .hidden = c->hidden,
+	                                 .eps = (float)c->rms_eps, .attn_scale = 1.0f / sqrtf((float)c->head_dim),
+	                                 .rope_mscale = f->rope_mscale, .inv_freq = f->inv_freq,
+	                                 .norm_kind = f->norm_kind, .max_ctx = max_ctx, .layers = sl};
+	rc = be->step_prepare(be, &d, err);
+	if (rc == FP4S_EUNSUPPORTED) {
+		if (err)
+			err->code = FP4S_OK, err->msg[0] = 0;
+		return FP4S_OK;
+	}
+	f->step_ok = rc == FP4S_OK;
+	return rc;
+}
+
 int fp4s_fwd_init(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp4s_backend *be,
                   int32_t max_seqs, int32_t max_ctx, enum fp4s_kv_dtype kv, struct fp4s_error *err)
 {
@@ -331,8 +367,9 @@ int fp4s_fwd_init_pool(struct fp4s_fwd *f, const struct fp4s_model *m, struct fp
 		return rc;
 	for (int32_t i = 0; i < max_seqs * f->table_stride; i++)
 		f->ident_table[i] = i < f->n_blocks ? i : 0;
-	return be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, f->n_blocks, max_seqs, max_ctx,
-	                   kv, err);
+	if ((rc = be->kv_init(be, c->n_layers, c->n_kv_heads * c->head_dim, f->n_blocks, max_seqs, max_ctx, kv, err)))
+		return rc;
+	return step_prepare(f, max_ctx, err);
 }
 
 static void scratch_free(struct fp4s_fwd *f)
@@ -496,7 +533,12 @@ static int record_step(void *ctx, struct fp4s_error *err)
 	int rc;
 	if ((rc = be->embed(be, &f->embed, b, h, err)))
 		return rc;
-	for (int32_t l = 0; l < c->n_layers; l++) {
+	/* one token through the backend's whole-step kernel where it took the model; else layer by
+	 * layer */
+	const int whole = n == 1 && f->step_ok;
+	if (whole && (rc = be->step_layers(be, h, err)))
+		return rc;
+	for (int32_t l = 0; l < (whole ? 0 : c->n_layers); l++) {
 		struct fp4s_fwd_layer *L = &f->layers[l];
 		if (n == 1 && L->fused_qkv) {
 			/* one token: q|k|v come out of one matmul, back to back (the norm fused in where the

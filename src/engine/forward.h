@@ -48,6 +48,7 @@ struct fp4s_fwd {
 	int32_t scratch_tokens, scratch_out;
 	int32_t has_moe;
 	int32_t moe_on_device; /* every MoE layer routes on the backend (no host round trip) */
+	int32_t step_ok; /* the backend's step_layers runs one-token steps (backend.h step_prepare) */
 };
 
 /* Builds the views and the KV cache: max_seqs sequences of up to max_ctx positions over a pool

@@ -692,6 +692,33 @@ static int make_dir(const char *dir, struct fp4s_error *err)
 	return FP4S_OK;
 }
 
+/* The preset's config cut to its first L layers (its per-layer lists too): *text and *c
+ * replaced. */
+static int cut_layers(const char *preset, int32_t L, char **text, struct fp4s_config *c, struct fp4s_error *err)
+{
+	if (L > c->n_layers)
+		return fp4s_error_set(err, FP4S_EINVAL, "gen: %d layers asked, the preset %s has %d", L, preset,
+		                      c->n_layers);
+	json_t *j = json_loads(*text, 0, NULL);
+	if (!j)
+		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
+	json_object_set_new(j, "num_hidden_layers", json_integer(L));
+	json_t *lt = json_object_get(j, "layer_types");
+	while (json_is_array(lt) && json_array_size(lt) > (size_t)L)
+		json_array_remove(lt, json_array_size(lt) - 1);
+	json_t *mw = json_object_get(j, "max_window_layers");
+	if (json_is_integer(mw) && json_integer_value(mw) > L)
+		json_object_set_new(j, "max_window_layers", json_integer(L));
+	char *t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	if (!t)
+		return fp4s_error_set(err, FP4S_ENOMEM, "out of memory");
+	fp4s_config_free(c);
+	free(*text);
+	*text = t;
+	return fp4s_config_parse(t, strlen(t), preset, c, err);
+}
+
 int fp4s_gen(const char *preset, const char *out_dir, const struct fp4s_write_opts *o,
              struct fp4s_error *err)
 {
@@ -700,6 +727,10 @@ int fp4s_gen(const char *preset, const char *out_dir, const struct fp4s_write_op
 	int rc = fp4s_preset_config(preset, &text, &c, err);
 	if (rc)
 		return rc;
+	if (o->layers > 0 && (rc = cut_layers(preset, o->layers, &text, &c, err))) {
+		free(text);
+		return rc;
+	}
 	struct pipe p = {.cfg = &c, .fmt = o->format};
 	struct fp4s_tspec *specs = NULL;
 	json_t *cfg = NULL;

@@ -47,6 +47,7 @@ struct fp4s_write_opts {
 	uint64_t seed;            /* gen */
 	uint64_t shard_bytes;     /* 0: 5 GB (the HF default) */
 	int32_t threads;          /* 0: OpenMP default */
+	int32_t layers;           /* gen: the first this many of the preset's layers (0: all) */
 };
 
 /* Writes a random-weight checkpoint of the preset to out_dir (created if needed). */

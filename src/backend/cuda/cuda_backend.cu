@@ -940,6 +940,7 @@ static void cu_destroy(struct fp4s_backend *be)
 		for (int i = 0; i < 2; i++)
 			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);
 		cu_moe_free(c);
+		free(c->ms);
 		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);
@@ -1011,6 +1012,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->swiglu = cu_swiglu;
 	be->swiglu_pairs = cu_swiglu_pairs;
 	cu_moe_install(be);
+	cu_mstep_install(be);
 	*out = be;
 	return FP4S_OK;
 }

@@ -10,7 +10,9 @@
 #include "backend/backend.h"
 #include "util/status.h"
 
-struct cu_moe; /* cuda_moe.cu */
+struct cu_moe;   /* cuda_moe.cu */
+struct cu_mstep; /* mstep.cu */
+struct fp4s_stacked;
 
 /* The growable buffers of MoE batches (n > 1), one set for all layers: the layers run one after
  * another on the backend's stream, and graphs capture only one-token steps, which use each
@@ -59,6 +61,7 @@ struct cuda_impl {
 	int64_t workn_floats;
 	int32_t splits1;
 	struct cu_moe *moes;
+	struct cu_mstep *ms; /* the whole-step kernel's state (mstep.cu), NULL: not prepared */
 	struct cu_moe_bufs moeb;
 	/* Activations handed staged from one one-token matmul to the next (gemv_mma.h's
 	 * fp4s_gemv_link): two buffers in turn, what the last launch left in buf[1 - next]
@@ -132,6 +135,10 @@ int cu_permute_codes(const struct fp4s_mat *m, void *d, size_t bytes, cudaStream
 /* cuda_moe.cu: sets be's MoE ops (upload_moe, moe, moe_add, norm_moe_add); frees their state */
 void cu_moe_install(struct fp4s_backend *be);
 void cu_moe_free(struct cuda_impl *c);
+/* upload_moe's stacked experts (p->dev): which 0 gate|up, 1 down; *form its gate|up row order
+ * (cuda_moe.cu's struct cu_moe) */
+const struct fp4s_stacked *cu_moe_stacked(const void *dev, int which, int *form);
+void cu_mstep_install(struct fp4s_backend *be); /* mstep.cu */
 /* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's
  * logits, added in the add's blocks, for a one-launch MoE block that routes in every block
  * (moe_tma.cu, local); FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Reads

@@ -163,6 +163,13 @@ static int stack_experts(struct cuda_impl *c, const struct fp4s_mat *const *part
 	return fp4s_cuda_mx_scale_range_stacked(out, E, c->s, err);
 }
 
+const struct fp4s_stacked *cu_moe_stacked(const void *dev, int which, int *form)
+{
+	const struct cu_moe *m = (const struct cu_moe *)dev;
+	*form = m->form;
+	return which ? &m->down : &m->gu;
+}
+
 static int cu_upload_moe(struct fp4s_backend *be, struct fp4s_moe_params *p, struct fp4s_error *err)
 {
 	struct cuda_impl *c = impl_of(be);

@@ -1,0 +1,183 @@
+/* test_mstep.cu: the whole-step decode kernel (cuda/mstep.cu) in the engine (label gpu), against
+ * the layer-by-layer CUDA path (FP4S_MSTEP=0), which test_engine_cuda and test_golden hold to the
+ * CPU backend. The model: qwen3-30b-a3b's geometry cut to 2 layers (gen --layers 2, NVFP4, random
+ * weights), BF16 KV. Prompts of 5 to 700 tokens (contexts up to 6 attention splits), 48 greedy
+ * tokens each with logprobs: the tokens must agree until a near tie (the other run's token among
+ * the first's best, within TIE nats), and the logprobs of the agreeing prefix within TOL. The two
+ * paths sum in different orders and the router can flip an expert at a near tie of its logits
+ * (as test_engine_cuda's MoE allowance); up to FLIPS requests may differ beyond the tolerance.
+ * Skips where the kernel does not apply (not Hopper, fewer than 128 SMs). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern "C" {
+#include "engine/engine.h"
+#include "engine/forward.h"
+#include "model/mwrite.h"
+}
+#include "ops_test.h"
+#include "test_util.h"
+
+#define NREQ 12
+#define NGEN 48
+#define TOL 0.02f
+#define TIE 0.05f
+#define NTOP 5
+#define FLIPS 2
+
+struct outs {
+	int32_t tok[NREQ][NGEN];
+	float lp[NREQ][NGEN];
+	int32_t alt[NREQ][NGEN][NTOP];
+	float altlp[NREQ][NGEN][NTOP];
+	int32_t n[NREQ];
+};
+
+static int32_t prompts[NREQ][700];
+static int32_t plen[NREQ];
+
+/* request i alone, greedy, NGEN tokens with logprobs */
+static int run(struct fp4s_engine *e, int i, struct outs *o)
+{
+	struct fp4s_error err = {0};
+	struct fp4s_request r;
+	fp4s_request_defaults(&r);
+	r.sampling.temperature = 0;
+	r.sampling.max_tokens = NGEN;
+	r.sampling.ignore_eos = true;
+	r.sampling.logprobs = true;
+	r.sampling.top_logprobs = NTOP;
+	r.prompt = prompts[i];
+	r.n_prompt = plen[i];
+	int64_t id;
+	if (fp4s_engine_submit(e, &r, &id, &err)) {
+		fprintf(stderr, "submit: %s\n", err.msg);
+		return -1;
+	}
+	o->n[i] = 0;
+	for (int guard = 0; fp4s_engine_pending(e) > 0; guard++) {
+		const struct fp4s_event *ev;
+		const int n = fp4s_engine_step(e, &ev, &err);
+		if (n < 0 || guard > 100000) {
+			fprintf(stderr, "step: %s\n", n < 0 ? err.msg : "no progress");
+			return -1;
+		}
+		for (int k = 0; k < n; k++)
+			if (ev[k].id == id && ev[k].token >= 0 && o->n[i] < NGEN) {
+				const int t = o->n[i]++;
+				o->tok[i][t] = ev[k].token;
+				o->lp[i][t] = ev[k].sample.logprob;
+				for (int q = 0; q < NTOP; q++) {
+					const int have = q < ev[k].sample.n_top;
+					o->alt[i][t][q] = have ? ev[k].sample.top[q].token : -1;
+					o->altlp[i][t][q] = have ? ev[k].sample.top[q].logprob : -INFINITY;
+				}
+			}
+	}
+	const struct fp4s_event *ev;
+	fp4s_engine_step(e, &ev, &err);
+	return 0;
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+		TEST_SKIP("no CUDA device");
+	cudaDeviceProp pr;
+	cudaGetDeviceProperties(&pr, 0);
+	if (pr.major != 9 || pr.multiProcessorCount < 128)
+		TEST_SKIP("the whole-step kernel runs on Hopper GPUs of >= 128 SMs only");
+	t_seed_from_env();
+	char dir[256];
+	struct fp4s_error err = {0};
+	struct fp4s_write_opts wo = {};
+	wo.seed = 7;
+	wo.layers = 2;
+	wo.format = FP4S_QF_NVFP4;
+	snprintf(dir, sizeof dir, "/tmp/fp4s-test-mstep-%d", (int)getpid());
+	if (fp4s_gen("qwen3-30b-a3b", dir, &wo, &err)) {
+		CHECK_MSG(0, "gen: %s", err.msg);
+		return TEST_DONE();
+	}
+	struct fp4s_engine_opts o = {};
+	o.model = dir;
+	o.backend = "cuda";
+	o.max_seqs = 1;
+	o.max_ctx = 1024;
+	o.kv_cache_dtype = "bf16";
+	struct fp4s_engine *ms = NULL, *ly = NULL;
+	CHECK(fp4s_engine_open(&o, &ms, &err) == 0);
+	setenv("FP4S_MSTEP", "0", 1);
+	CHECK(fp4s_engine_open(&o, &ly, &err) == 0);
+	unsetenv("FP4S_MSTEP");
+	if (!ms || !ly) {
+		fprintf(stderr, "open: %s\n", err.msg);
+		return TEST_DONE();
+	}
+	CHECK_MSG(fp4s_engine_fwd(ms)->step_ok, "the whole-step kernel did not take qwen3-30b-a3b's geometry");
+	CHECK_MSG(!fp4s_engine_fwd(ly)->step_ok, "FP4S_MSTEP=0 did not turn the whole-step kernel off");
+	const int32_t V = (int32_t)fp4s_engine_model(ms)->cfg.vocab;
+	static const int32_t lens[NREQ] = {5, 17, 40, 100, 127, 128, 129, 200, 300, 450, 600, 700};
+	for (int i = 0; i < NREQ; i++) {
+		plen[i] = lens[i];
+		for (int j = 0; j < plen[i]; j++)
+			prompts[i][j] = 3 + (int32_t)(t_rand_u64() % (uint64_t)(V - 3));
+	}
+	static struct outs a, b;
+	int equal = 0, ties = 0, bad = 0;
+	float lp_max = 0.0f;
+	for (int i = 0; i < NREQ; i++) {
+		CHECK(run(ly, i, &a) == 0);
+		CHECK(run(ms, i, &b) == 0);
+		if (a.n[i] != NGEN || b.n[i] != NGEN) {
+			fprintf(stderr, "request %d: %d and %d tokens\n", i, a.n[i], b.n[i]);
+			bad++;
+			continue;
+		}
+		int t = 0;
+		for (; t < NGEN && a.tok[i][t] == b.tok[i][t]; t++) {
+			const float d = fabsf(a.lp[i][t] - b.lp[i][t]);
+			lp_max = fmaxf(lp_max, d);
+			if (!(d <= TOL)) {
+				fprintf(stderr, "request %d (prompt %d) step %d: logprob %.5f by layers, %.5f by the step\n", i,
+				        plen[i], t, a.lp[i][t], b.lp[i][t]);
+				bad++;
+				break;
+			}
+		}
+		if (t == NGEN) {
+			equal++;
+			continue;
+		}
+		if (a.tok[i][t] != b.tok[i][t]) {
+			int q = 0;
+			while (q < NTOP && a.alt[i][t][q] != b.tok[i][t])
+				q++;
+			if (q < NTOP && a.lp[i][t] - a.altlp[i][t][q] <= TIE)
+				ties++;
+			else {
+				fprintf(stderr, "request %d (prompt %d) step %d: token %d by layers, %d by the step\n", i, plen[i], t,
+				        a.tok[i][t], b.tok[i][t]);
+				bad++;
+			}
+		}
+	}
+	printf("mstep: %d of %d requests equal to the layer path for %d tokens, %d part at a near tie, %d beyond "
+	       "the tolerance; logprobs within %.2g where equal\n",
+	       equal, NREQ, NGEN, ties, bad, (double)lp_max);
+	CHECK_MSG(bad <= FLIPS, "%d requests differ beyond the tolerance (%d allowed)", bad, FLIPS);
+	CHECK_MSG(equal >= NREQ / 2, "only %d of %d requests equal throughout", equal, NREQ);
+	fp4s_engine_close(ms);
+	fp4s_engine_close(ly);
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0);
+	return TEST_DONE();
+}
