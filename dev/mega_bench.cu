@@ -65,7 +65,7 @@ struct mg_model {
 	mg_layer *d_ly;
 	size_t gu_c, gu_s, dn_c, dn_s, rt_b, kv_b;
 	int32_t *d_table; /* [nb]: a shuffled block order */
-	CUtensorMap *d_omap, *d_kvmap; /* [L][2], [2] */
+	CUtensorMap *d_maps, *d_kvmap; /* [L][4] (mg_map_w), [2] */
 	std::vector<int32_t> table;
 	float *d_inv;
 	std::vector<void *> bufs;
@@ -104,7 +104,7 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 		printf("mega_bench: no cuTensorMapEncodeTiled\n");
 		exit(1);
 	}
-	std::vector<CUtensorMap> om(2 * L), kvm(2);
+	std::vector<CUtensorMap> om(4 * L), kvm(2);
 	std::uniform_real_distribution<float> ud(0.5f, 2.0f);
 	for (int l = 0; l < L; l++) {
 		mg_layer &y = m.ly[l];
@@ -130,8 +130,8 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 		mg_fill_f<<<16, 256>>>(n, 2 * MG_H + 2 * MG_HD, 2000 + l, 0.8f, 1.2f);
 		y.n1 = n, y.n2 = n + MG_H, y.qn = n + 2 * MG_H, y.kn = y.qn + MG_HD;
 		y.kc = kp + l * m.kv_b, y.vc = vp + l * m.kv_b;
-		if (mg_map_o(enc, y.o, y.o_s, &om[2 * l])) {
-			printf("mega_bench: o's tensor maps failed\n");
+		if (mg_map_w(enc, y.o, y.o_s, y.qkv_s, y.gu_s, (int64_t)MG_E * 2 * MG_FI, &om[4 * l])) {
+			printf("mega_bench: the weights' tensor maps failed\n");
 			exit(1);
 		}
 	}
@@ -139,9 +139,9 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 		printf("mega_bench: the KV tensor maps failed\n");
 		exit(1);
 	}
-	m.d_omap = (CUtensorMap *)mg_alloc(m, om.size() * sizeof(CUtensorMap));
+	m.d_maps = (CUtensorMap *)mg_alloc(m, om.size() * sizeof(CUtensorMap));
 	m.d_kvmap = (CUtensorMap *)mg_alloc(m, kvm.size() * sizeof(CUtensorMap));
-	CK(cudaMemcpy(m.d_omap, om.data(), om.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+	CK(cudaMemcpy(m.d_maps, om.data(), om.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
 	CK(cudaMemcpy(m.d_kvmap, kvm.data(), kvm.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
 	m.table.resize(m.nb);
 	for (int i = 0; i < m.nb; i++)
@@ -211,7 +211,7 @@ static void mg_run_make(mg_run &r, const mg_model &m, int L, int ctx, int G)
 	CK(cudaMemcpy(r.d_pos, ps, 8, cudaMemcpyHostToDevice));
 	r.d_seq = r.d_pos + 1;
 	a.pos = r.d_pos, a.seq = r.d_seq, a.table = m.d_table, a.table_stride = m.nb;
-	a.nb = m.nb, a.omap = m.d_omap, a.kvmap = m.d_kvmap;
+	a.nb = m.nb, a.maps = m.d_maps, a.kvmap = m.d_kvmap;
 	a.gu_stride = m.gu_c, a.gus_stride = m.gu_s, a.dn_stride = m.dn_c, a.dns_stride = m.dn_s;
 	float *hin;
 	CK(cudaMalloc(&hin, (size_t)MG_H * 4));

@@ -106,7 +106,7 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	const int smax = (d->max_ctx + MG_T - 1) / MG_T;
 	struct cu_mstep *ms = (struct cu_mstep *)calloc(1, sizeof *ms);
 	mg_layer *hl = (mg_layer *)calloc((size_t)L, sizeof *hl);
-	CUtensorMap *om = (CUtensorMap *)calloc((size_t)2 * L + 2, sizeof *om);
+	CUtensorMap *om = (CUtensorMap *)calloc((size_t)4 * L + 2, sizeof *om);
 	if (!ms || !hl || !om) {
 		free(ms), free(hl), free(om);
 		return fp4s_error_set(err, FP4S_ENOMEM, "mstep: out of host memory");
@@ -129,7 +129,7 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 		{(void **)&a.sel, (size_t)L * MG_K * 4},
 		{(void **)&a.cnt, (size_t)L * MG_CNT * 4},
 		{(void **)&ms->ly, (size_t)L * sizeof(mg_layer)},
-		{(void **)&a.omap, ((size_t)2 * L + 2) * sizeof(CUtensorMap)},
+		{(void **)&a.maps, ((size_t)4 * L + 2) * sizeof(CUtensorMap)},
 	};
 	for (size_t i = 0; !rc && i < sizeof bufs / sizeof bufs[0]; i++)
 		if (!(rc = cu_dev_alloc(c, bufs[i].p, bufs[i].bytes, err)))
@@ -153,17 +153,17 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 		y.rt = rt;
 		y.n1 = S->attn_norm, y.n2 = S->ffn_norm, y.qn = S->q_norm, y.kn = S->k_norm;
 		y.kc = (__nv_bfloat16 *)c->kc + (size_t)l * layer_kv, y.vc = (__nv_bfloat16 *)c->vc + (size_t)l * layer_kv;
-		if (mg_map_o(enc, y.o, y.o_s, &om[2 * l]))
-			rc = fp4s_error_set(err, FP4S_ECUDA, "mstep: layer %d's o tensor maps", l);
+		if (mg_map_w(enc, y.o, y.o_s, y.qkv_s, y.gu_s, (int64_t)MG_E * 2 * MG_FI, &om[4 * l]))
+			rc = fp4s_error_set(err, FP4S_ECUDA, "mstep: layer %d's tensor maps", l);
 		a.gu_stride = (size_t)gu->stride_data, a.gus_stride = (size_t)gu->stride_scales;
 		a.dn_stride = (size_t)dn->stride_data, a.dns_stride = (size_t)dn->stride_scales;
 	}
-	if (!rc && (mg_map_kv(enc, c->kc, (int64_t)L * c->n_blocks, &om[2 * L]) ||
-	            mg_map_kv(enc, c->vc, (int64_t)L * c->n_blocks, &om[2 * L + 1])))
+	if (!rc && (mg_map_kv(enc, c->kc, (int64_t)L * c->n_blocks, &om[4 * L]) ||
+	            mg_map_kv(enc, c->vc, (int64_t)L * c->n_blocks, &om[4 * L + 1])))
 		rc = fp4s_error_set(err, FP4S_ECUDA, "mstep: the KV cache's tensor maps");
 	if (!rc) {
 		const cudaError_t e1 = cudaMemcpy(ms->ly, hl, (size_t)L * sizeof(mg_layer), cudaMemcpyHostToDevice);
-		const cudaError_t e2 = cudaMemcpy((void *)a.omap, om, ((size_t)2 * L + 2) * sizeof(CUtensorMap),
+		const cudaError_t e2 = cudaMemcpy((void *)a.maps, om, ((size_t)4 * L + 2) * sizeof(CUtensorMap),
 		                                  cudaMemcpyHostToDevice);
 		const cudaError_t e3 = cudaFuncSetAttribute(mg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MG_SMEM);
 		const cudaError_t e4 = cudaStreamSynchronize(c->s); /* the routers' reorder */
@@ -178,7 +178,7 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	a.ly = ms->ly, a.L = L;
 	a.eps = d->eps, a.scale = d->attn_scale, a.mscale = d->rope_mscale, a.inv_freq = d->inv_freq;
 	a.nb = c->n_blocks;
-	a.kvmap = a.omap + 2 * L;
+	a.kvmap = a.maps + 4 * L;
 	a.tl = NULL, a.tl_layer = -1;
 	ms->cnt_bytes = (unsigned)((size_t)L * MG_CNT * 4);
 	free(c->ms);

@@ -124,7 +124,7 @@ struct mg_args {
 	const int32_t *pos, *seq, *table; /* the token's position and sequence, the block table */
 	int table_stride;
 	int nb; /* KV blocks a layer */
-	const CUtensorMap *omap;  /* [L][2]: o's codes ([rows][256] u64, box 128 x 16) and scales */
+	const CUtensorMap *maps;  /* [L][4]: o's codes and scales, qkv's and gate|up's scales (mg_map_w) */
 	const CUtensorMap *kvmap; /* [2]: the K and V pools as {64, pos 16, half 2, kv head, block}, box
 	                           * {64, 16, 2, 1, 1}, 128-byte swizzle */
 	const float *hin; /* layer 0's input */
@@ -162,18 +162,31 @@ static inline mg_encode_fn mg_encoder(void)
 	return (mg_encode_fn)fn;
 }
 
-/* o's maps (m[0] codes, m[1] scales): [H] rows of QR K, boxes of 16 rows x 2048 K. 0 on success. */
-static inline int mg_map_o(mg_encode_fn enc, const uint8_t *codes, const uint8_t *scales, CUtensorMap *m)
+/* a layer's maps (mg_args.maps): m[0] o's codes ([H] rows of QR / 16 u64, a box 128 x 16: half
+ * a row's K), m[1] o's scales, m[2] qkv's scales, m[3] the stacked experts' gate|up scales (gus:
+ * their rows), each a box of 16 rows of 128 bytes with the 128-byte swizzle (mg_step). 0 on
+ * success. */
+static inline int mg_map_w(mg_encode_fn enc, const uint8_t *o, const uint8_t *o_s, const uint8_t *qkv_s,
+                           const uint8_t *gu_s, int64_t gus, CUtensorMap *m)
 {
 	const cuuint64_t cd[2] = {MG_QR / 16, MG_H}, cs[1] = {MG_QR / 2}; /* u64: 16 codes each */
-	const cuuint64_t sd[2] = {MG_QR / 16, MG_H}, ss[1] = {MG_QR / 16};
-	const cuuint32_t cb[2] = {128, 16}, sb[2] = {128, 16}, one[2] = {1, 1};
-	return enc(&m[0], CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, (void *)codes, cd, cs, cb, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
-	           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
-	               CUDA_SUCCESS ||
-	       enc(&m[1], CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)scales, sd, ss, sb, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
-	           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
-	               CUDA_SUCCESS;
+	const cuuint32_t box[2] = {128, 16}, one[2] = {1, 1};
+	const struct {
+		const uint8_t *p;
+		cuuint64_t w, rows;
+	} sc[3] = {{o_s, MG_QR / 16, MG_H}, {qkv_s, MG_H / 16, MG_QKV}, {gu_s, MG_H / 16, (cuuint64_t)gus}};
+	if (enc(&m[0], CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, (void *)o, cd, cs, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+	        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
+	    CUDA_SUCCESS)
+		return 1;
+	for (int i = 0; i < 3; i++) {
+		const cuuint64_t d[2] = {sc[i].w, sc[i].rows}, st[1] = {sc[i].w};
+		if (enc(&m[1 + i], CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)sc[i].p, d, st, box, one,
+		        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+		        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+			return 1;
+	}
+	return 0;
 }
 
 /* a K or V pool's map: blocks ([blocks][16][NKV][HD] BF16, all layers') as {64 dims, position 16,
@@ -377,13 +390,18 @@ static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
  * x (hi, lo) for both: columns 0-1 at step s (lanes g < 2), 2-3 at step s ^ 1 (g = 2, 3), so even
  * rows' sums land in columns 0-1 (lane t = 0) and odd rows' in 2-3 (t = 1): mg_rows and mg_tiles
  * read those. c0: the stage's first 32-K chunk in x (a step is 4). */
-template <int RB, int SB>
+template <int RB, int SB, bool SWZ>
 static __device__ __forceinline__ void mg_step(float (&acc)[1][4], uint32_t st, int s, const uint32_t (&xc)[1], int c0,
                                                int lane)
 {
 	const int g = lane >> 2, t4 = lane & 3, sp = s ^ (g & 1);
 	const uint32_t cb = st + (uint32_t)(g * RB + sp * 64 + t4 * 16);
-	const uint32_t sb = st + (uint32_t)(16 * RB + g * SB + sp * 8 + t4 * 2);
+	/* SWZ: the scale rows (128 bytes) came by a tensor map with the 128-byte swizzle (chunk XOR
+	 * row % 8): the 8 rows' same byte on 8 bank groups. Plain rows 128 bytes apart put them on one
+	 * (4-way conflicts: a quarter of the loads' wavefronts). */
+	const int sbyte = sp * 8 + t4 * 2;
+	const uint32_t sb = st + (uint32_t)(16 * RB + g * SB +
+	                                    (SWZ ? ((((sbyte >> 4) ^ (g & 7)) << 4) | (sbyte & 15)) : sbyte));
 	const uint4 wa = gm_lds128(cb), wb = gm_lds128(cb + 8 * RB);
 	const uint32_t sa = gt_lds16(sb), sc = gt_lds16(sb + 8 * SB);
 	gm_step<GM_NVFP4, 1>(acc, wa, wb, sa, sc, 0u, xc, c0 + (((g >> 1) == 1 ? s ^ 1 : s) << 2) + t4);
@@ -412,7 +430,7 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
 #pragma unroll
 		for (int q = 0; q < nsteps / MG_W; q++) {
 			const int s = warp + q * MG_W;
-			mg_step<MG_CB, MG_SB>(acc, st, s, xc, cb0 + c * 64, lane);
+			mg_step<MG_CB, MG_SB, true>(acc, st, s, xc, cb0 + c * 64, lane);
 		}
 		__syncwarp();
 		if (lane == 0)

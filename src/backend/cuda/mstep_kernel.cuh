@@ -467,11 +467,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			gt_copy_ef(d, src, 16 * cb, &full[pp.i], pol);
 			gt_copy_ef(d + 16 * cb, ssrc, 16 * sb, &full[pp.i], pol);
 		};
+		/* a 2048-K tile of 16 contiguous rows: the codes a bulk copy from src, the scales rows y .. +
+		 * 16 of a swizzling map */
+		auto tilem = [&](uint8_t *d, const uint8_t *src, const CUtensorMap *smap, int y) {
+			gt_copy_ef(d, src, 16 * MG_CB, &full[pp.i], pol);
+			gt_copy_2d(d + 16 * MG_CB, smap, 0, y, &full[pp.i], pol);
+		};
 		const int l0 = lane == 0 ? 0 : a.L; /* lane 0 issues; the others go to the end */
 		for (int l = l0; l < a.L; l++) {
 			const mg_layer &ly = a.ly[l];
 			for (int j = b; j < MG_QKV_TILES; j += G) {
-				tile(take(MG_STAGE), ly.qkv + (size_t)j * 16 * MG_CB, MG_CB, ly.qkv_s + (size_t)j * 16 * MG_SB, MG_SB);
+				tilem(take(MG_STAGE), ly.qkv + (size_t)j * 16 * MG_CB, a.maps + 4 * l + 2, 16 * j);
 				gt_next(pp, MG_NS);
 			}
 			/* the attention's K and V rows before pos, 64 a stage: a kv head's 16 rows of a block
@@ -491,8 +497,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			if (b < MG_O_TILES) {
 				for (int c = 0; c < 2; c++) {
 					uint8_t *d = take(MG_STAGE);
-					gt_copy_2d(d, a.omap + 2 * l, 128 * c, 16 * b, &full[pp.i], pol);
-					gt_copy_2d(d + 16 * MG_CB, a.omap + 2 * l + 1, 128 * c, 16 * b, &full[pp.i], pol);
+					gt_copy_2d(d, a.maps + 4 * l, 128 * c, 16 * b, &full[pp.i], pol);
+					gt_copy_2d(d + 16 * MG_CB, a.maps + 4 * l + 1, 128 * c, 16 * b, &full[pp.i], pol);
 					gt_next(pp, MG_NS);
 				}
 				gt_copy_ef(take(MG_RT_BYTES), reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)b * MG_RT_BYTES,
@@ -506,8 +512,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				a.tl[blockIdx.x * MG_TL + T_PSEL] = gm_now();
 			for (int j = b; j < MG_K * MG_GU_TILES; j += G) {
 				const int slot = j / MG_GU_TILES, t = j - slot * MG_GU_TILES, e = sl[slot];
-				tile(take(MG_STAGE), ly.gu + (size_t)e * a.gu_stride + (size_t)t * 16 * MG_CB, MG_CB,
-				     ly.gu_s + (size_t)e * a.gus_stride + (size_t)t * 16 * MG_SB, MG_SB);
+				tilem(take(MG_STAGE), ly.gu + (size_t)e * a.gu_stride + (size_t)t * 16 * MG_CB, a.maps + 4 * l + 3,
+				      e * 2 * MG_FI + 16 * t);
 				gt_next(pp, MG_NS);
 			}
 			/* the down's stages two to a ring slot: with the block's <= 6 gate|up tiles, all its
@@ -670,7 +676,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE + (uint32_t)(warp & 1) * MG_DSTAGE;
 #pragma unroll 2
 				for (int s6 = 0; s6 < 6; s6++)
-					mg_step<MG_DCB, MG_DSB>(acc, st, s6, xc, 0, lane);
+					mg_step<MG_DCB, MG_DSB, false>(acc, st, s6, xc, 0, lane);
 				const float c = sw[warp] * 16384.0f * dws;
 #pragma unroll
 				for (int e = 0; e < 4; e++)

@@ -11,6 +11,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader > $
 cmake -S . -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr \
 	> $L/build.log 2>&1 && cmake --build /tmp/b -j16 --target fp4serve ${TESTS:-test_mstep} >> $L/build.log 2>&1
 rc=$?; ts "build rc=$rc"; [ $rc = 0 ] || { tail -40 $L/build.log; exit 1; }
+[ -n "${MG:-}" ] && { OUT=$OUT/mg bash bench/results/raw/2026-11-29s41/run_mg.sh 2>&1 | tail -4 | tee -a $S; }
 B=/tmp/b/fp4serve
 ( $B gen --preset qwen3-30b-a3b --format nvfp4 /dev/shm/q > $L/gen.log 2>&1; ts "gen rc=$?" ) &
 for t in ${TESTS:-test_mstep}; do
@@ -18,7 +19,7 @@ for t in ${TESTS:-test_mstep}; do
 	timeout ${TT:-300} $x > $L/t-$t.txt 2>&1; ts "$t rc=$?"; grep -E "mstep:|FAIL|differ|request" $L/t-$t.txt | head -20 | tee -a $S
 done
 wait
-[ -n "${NOBENCH:-}" ] && exit 0
+[ -n "${NOBENCH:-}" ] && { (cd $OUT && tar czf logs.tgz log $([ -d mg ] && echo mg) && rm -rf log mg); exit 0; }
 bench() { local lab=$1; shift; env "$@" > $L/b-$lab.txt 2>&1; ts "$lab $(grep -E '^(tg|pp)' $L/b-$lab.txt | tail -1)"; }
 for r in $(seq ${RUNS:-2}); do
 	bench q-M-$r $B bench -m /dev/shm/q -p 0 -n 128 --reps 3
@@ -26,3 +27,4 @@ for r in $(seq ${RUNS:-2}); do
 	bench qd-M-$r $B bench -m /dev/shm/q -p 0 --ctx 4096 -n 64 --reps 2
 	bench qd-A-$r FP4S_MSTEP=0 $B bench -m /dev/shm/q -p 0 --ctx 4096 -n 64 --reps 2
 done
+(cd $OUT && tar czf logs.tgz log $([ -d mg ] && echo mg) && rm -rf log mg)

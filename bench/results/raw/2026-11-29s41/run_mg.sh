@@ -10,3 +10,12 @@ grep -E "FAIL|DIFFER|check|HANG|experts" $OUT/log/check.txt | head -40
 grep -q "check: PASS" $OUT/log/check.txt || { grep -B2 -A40 HANG $OUT/log/check.txt | head -80; exit 1; }
 timeout 100 /tmp/mega_bench time 48 ${CTXS:-128 4096} 2>&1 | grep -v "^mega_bench" > $OUT/log/time.txt 2>&1
 cat $OUT/log/time.txt
+# variants (VARIANTS: ';'-separated nvcc flags), timed only
+IFS=';' read -ra VV <<< "${VARIANTS:-}"
+for v in "${VV[@]}"; do
+	[ -z "$v" ] && continue
+	/usr/local/cuda/bin/nvcc -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a -Isrc -I. -Idev -std=c++17 $v \
+		dev/mega_bench.cu -o /tmp/mega_bench_v -lcuda >> $OUT/log/build.txt 2>&1 || { echo "build $v failed"; continue; }
+	echo "== $v"; timeout 100 /tmp/mega_bench_v time 48 ${CTXS:-128 4096} 2>&1 | grep -v "^mega_bench"
+done > $OUT/log/time_v.txt 2>&1
+cat $OUT/log/time_v.txt
