@@ -33,6 +33,13 @@ grep -q '<|im_end|>' "$tmp/tiny-qwen3-bf16/tokenizer.json" && ok "qwen3 tokenize
 out=$("$bin" inspect --preset llama3-8b --format nvfp4 --brief --bandwidth 3350)
 echo "$out" | grep -q "^decode      4.97[0-9] GB" && ok "llama3-8b nvfp4 4.98 GB/token" || { echo "$out"; bad "llama3-8b bytes"; }
 echo "$out" | grep -q "^roofline    67[0-9] tok/s at 3350" && ok "roofline at 3350 GB/s" || bad "roofline"
+# --layers: the first N layers (per-layer lists cut too), loadable; more than the preset has is an error
+for p in tiny-qwen3-moe tiny-gpt-oss; do
+	"$bin" gen --preset $p --layers 1 --shard-mb 1 "$tmp/$p-l1" 2>/dev/null && grep -q '"num_hidden_layers": 1' "$tmp/$p-l1/config.json" \
+		&& "$bin" inspect -m "$tmp/$p-l1" >/dev/null && ok "$p --layers 1" || bad "$p --layers 1"
+done
+"$bin" gen --preset tiny-qwen3 --layers 5 "$tmp/l5" 2>"$tmp/err"; [ $? = 1 ] && grep -q "has 2" "$tmp/err" && ok "--layers past the preset's" || bad "--layers 5"
+"$bin" gen --preset tiny-qwen3 --layers 0 "$tmp/l0" 2>/dev/null; [ $? = 2 ] && ok "--layers 0 is a usage error" || bad "--layers 0"
 # errors
 "$bin" gen --preset nope "$tmp/x" 2>"$tmp/err"; [ $? = 2 ] && grep -q "unknown preset" "$tmp/err" && ok "unknown preset" || bad "unknown preset"
 "$bin" gen 2>/dev/null; [ $? = 2 ] && ok "gen usage" || bad "gen usage"

@@ -16,6 +16,7 @@ for v in "${VV[@]}"; do
 	[ -z "$v" ] && continue
 	/usr/local/cuda/bin/nvcc -O3 -DNDEBUG --generate-code=arch=compute_90a,code=sm_90a -Isrc -I. -Idev -std=c++17 $v \
 		dev/mega_bench.cu -o /tmp/mega_bench_v -lcuda >> $OUT/log/build.txt 2>&1 || { echo "build $v failed"; continue; }
-	echo "== $v"; timeout 100 /tmp/mega_bench_v time 48 ${CTXS:-128 4096} 2>&1 | grep -v "^mega_bench"
+	echo "== $v"; timeout 90 /tmp/mega_bench_v check 2>&1 | grep -E "check:|FAIL|DIFFER|HANG"
+	timeout 100 /tmp/mega_bench_v time 48 ${CTXS:-128 4096} 2>&1 | grep -v "^mega_bench"
 done > $OUT/log/time_v.txt 2>&1
 cat $OUT/log/time_v.txt
