@@ -285,9 +285,6 @@ static void mg_launch(mg_run &r, cudaStream_t s, cudaEvent_t e0 = NULL)
 {
 	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
-#ifdef MG_RATOM
-	CK(cudaMemsetAsync(r.a.rpart, 0, (size_t)r.a.L * MG_E * 4, s));
-#endif
 	if (e0)
 		CK(cudaEventRecord(e0, s));
 	void *args[] = {(void *)&r.a};

@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/forward.h"
 #include "engine/sampler.h"
 
 static double now_s(void)
@@ -247,16 +248,18 @@ int cmd_bench(int argc, char **argv)
 		const double gbs = tg_s > 0 && nb == 1 ? bytes / tg_s / 1e9 : 0;
 		const double tg_tps = tg_s > 0 ? nb / tg_s : 0;
 		const char *be = fp4s_engine_backend_name(e);
+		/* one-token steps through the backend's whole-step kernel (backend.h step_prepare) */
+		const int whole = fp4s_engine_fwd(e)->step_ok;
 		if (json) {
 			printf("{\"model\":\"%s\",\"backend\":\"%s\",\"arch\":\"%s\",\"load_s\":%.3f,"
 			       "\"prompt_tokens\":%d,\"pp_tok_s\":%.2f,\"ctx\":%d,\"gen_tokens\":%d,\"batch\":%d,"
 			       "\"tg_tok_s\":%.3f,\"tg_ms_median\":%.3f,\"bytes_per_token\":%.0f,"
 			       "\"gb_s\":%.2f,\"copy_ceiling_gb_s\":%.1f,\"pct_of_ceiling\":%.1f,"
-			       "\"roofline_tok_s\":%.2f,\"reps\":%d}\n",
+			       "\"roofline_tok_s\":%.2f,\"reps\":%d,\"whole_step\":%s}\n",
 			       eo.model, be, fp4s_arch_name(m->cfg.arch), load_s, prompt_len,
 			       pp_s > 0 ? prompt_len / pp_s : 0, ctx, tg, nb, tg_tps, tg_s * 1e3,
 			       bytes, gbs, ceiling, ceiling > 0 ? 100 * gbs / ceiling : 0,
-			       ceiling > 0 && nb == 1 ? ceiling * 1e9 / bytes : 0, reps);
+			       ceiling > 0 && nb == 1 ? ceiling * 1e9 / bytes : 0, reps, whole ? "true" : "false");
 		} else {
 			printf("model      %s (%s, %s backend, loaded in %.2f s)\n", eo.model,
 			       fp4s_arch_name(m->cfg.arch), be, load_s);
@@ -266,8 +269,9 @@ int cmd_bench(int argc, char **argv)
 				printf("sampling   temperature %g, top_p %g, top_k %d, logprobs %s (top %d), on the %s\n",
 				       (double)sp.temperature, (double)sp.top_p, sp.top_k, sp.logprobs ? "yes" : "no",
 				       sp.top_logprobs, dev_sample ? "device" : "host");
-			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)\n",
-			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2);
+			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)%s\n",
+			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2,
+			       whole ? "; one launch a token (whole-step kernel)" : "");
 			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", nb > 1 ? "ms/step" : "ms/token", "GB/s",
 			       "% ceil");
 			if (pp > 0)

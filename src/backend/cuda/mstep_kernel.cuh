@@ -343,19 +343,6 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
                                 float *scr, int *sel, float *selw, int tid)
 {
 	const int warp = tid >> 5, lane = tid & 31;
-#ifdef MG_RATOM
-	(void)lane;
-	const float lgv = tid < MG_E ? __ldcg(a.rpart + (size_t)l * MG_E + tid) : 0.0f;
-	const float4 ha = __ldcg(reinterpret_cast<const float4 *>(h2 + tid * 8));
-	const float4 hb = __ldcg(reinterpret_cast<const float4 *>(h2 + tid * 8 + 4));
-	const float4 na = __ldg(reinterpret_cast<const float4 *>(nw + tid * 8));
-	const float4 nb = __ldg(reinterpret_cast<const float4 *>(nw + tid * 8 + 4));
-	float *lg = scr, *sv = scr + MG_E, *ws = sv + 16;
-	int *rk = reinterpret_cast<int *>(ws + MG_W * MG_E);
-	if (tid < MG_E)
-		lg[tid] = lgv;
-	const float r = mg_stage_norm_x(ha, hb, na, nb, a.eps, xs, sred, tid);
-#else
 	/* warp w sums tiles 16 w .. + 16 of experts 4 lane .. + 4 (16 float4 loads a thread in flight,
 	 * with the norm's); then thread e adds the 8 warps' sums in order */
 	const float4 *rp = reinterpret_cast<const float4 *>(a.rpart + ((size_t)l * MG_O_TILES + 16 * warp) * MG_E) + lane;
@@ -386,7 +373,6 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
 		lg[tid] = v;
 	}
 	gt_sync();
-#endif
 	mg_mark(a, l, T_RSUM, tid);
 	/* thread (e, half) counts the logits of its half above logit e (lower index first on ties) */
 	const int e = tid & (MG_E - 1), j0 = (tid >> 7) * (MG_E / 2);
@@ -630,13 +616,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 					p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
 				}
 				p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
-#ifdef MG_RATOM
-				if (!(tid & 1))
-					atomicAdd(a.rpart + (size_t)l * MG_E + (tid >> 1), p);
-#else
 				if (!(tid & 1))
 					a.rpart[((size_t)l * MG_O_TILES + b) * MG_E + (tid >> 1)] = p;
-#endif
 			}
 			__syncwarp();
 			if (lane == 0)
