@@ -130,6 +130,10 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 		mg_fill_f<<<16, 256>>>(n, 2 * MG_H + 2 * MG_HD, 2000 + l, 0.8f, 1.2f);
 		y.n1 = n, y.n2 = n + MG_H, y.qn = n + 2 * MG_H, y.kn = y.qn + MG_HD;
 		y.kc = kp + l * m.kv_b, y.vc = vp + l * m.kv_b;
+		/* MG_EXPOOL=1 (time only): every layer's experts are layer 0's (their pages' TLB entries
+		 * and DRAM rows warm: what the experts' spread over memory costs) */
+		if (l > 0 && getenv("MG_EXPOOL") && atoi(getenv("MG_EXPOOL")))
+			y.gu = m.ly[0].gu, y.gu_s = m.ly[0].gu_s, y.dn = m.ly[0].dn, y.dn_s = m.ly[0].dn_s;
 		if (mg_map_w(enc, y.o, y.o_s, y.qkv_s, y.gu_s, (int64_t)MG_E * 2 * MG_FI, &om[4 * l])) {
 			printf("mega_bench: the weights' tensor maps failed\n");
 			exit(1);
@@ -529,7 +533,7 @@ static void mg_time(const mg_model &m, int L, int ctx, int G)
 		t0 = std::min(t0, tl[(size_t)b * MG_TL]);
 	const char *names[MG_TL] = {"start", "q-x",  "q-t",    "qkv",   "a-q",   "a-s",  "a-sm",   "a-pv",
 	                            "a-pw",  "m-seen", "m-sums", "attn", "o",   "o-seen", "rsum", "topk",
-	                            "gu",    "d-seen", "d-act",  "down", "p-sel", "p-copied"};
+	                            "gu",    "d-seen", "d-act",  "d-land", "down", "p-sel", "p-copied"};
 	printf("  layer %d phase ends (us from its first start, max / median over blocks):", r.a.tl_layer);
 	for (int p = 0; p < MG_TL; p++) {
 		std::vector<double> v;

@@ -95,11 +95,11 @@ enum { C_QKV, C_ATT, C_O, C_GU, C_D, C_N };
 /* timeline entries a block: the consumers' marks (start, qkv's x staged, its tiles done, qkv; the
  * attention's q staged, scores, softmax, P V summed, partials written; the merge's splits seen, its
  * sums; end; o, o seen, the route's logits summed, top-k, gu, the
- * down's count seen, its act staged, down), then the producer's (top-k seen, last expert copy
- * issued) */
+ * down's count seen, its act staged, warp 0's stage landed, down), then the producer's (top-k
+ * seen, last expert copy issued) */
 enum {
 	T_START, T_QX, T_QT, T_QKV, T_AQ, T_AS, T_ASM, T_APV, T_APW, T_MSEEN, T_MLD, T_ATT, T_O, T_OSEEN, T_RSUM,
-	T_TOPK, T_GU, T_DSEEN, T_DACT, T_D, T_PSEL, T_PCOPIED, MG_TL
+	T_TOPK, T_GU, T_DSEEN, T_DACT, T_DLAND, T_D, T_PSEL, T_PCOPIED, MG_TL
 };
 
 /* a layer's weights: codes and scales of each matrix (qkv [5120][2048], o [2048][4096], the

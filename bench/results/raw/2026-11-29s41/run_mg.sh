@@ -20,3 +20,10 @@ for v in "${VV[@]}"; do
 	timeout 100 /tmp/mega_bench_v time 48 ${CTXS:-128 4096} 2>&1 | grep -v "^mega_bench"
 done > $OUT/log/time_v.txt 2>&1
 cat $OUT/log/time_v.txt
+# environment variants (ENVS: ';'-separated settings) of the default build, timed only
+IFS=';' read -ra EE <<< "${ENVS:-}"
+for v in "${EE[@]}"; do
+	[ -z "$v" ] && continue
+	echo "== env $v"; env $v timeout 100 /tmp/mega_bench time 48 ${CTXS:-128 4096} 2>&1 | grep -v "^mega_bench"
+done > $OUT/log/time_e.txt 2>&1
+cat $OUT/log/time_e.txt
