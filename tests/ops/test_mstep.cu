@@ -6,7 +6,9 @@
  * the first's best, within TIE nats), and the logprobs of the agreeing prefix within TOL. The two
  * paths sum in different orders and the router can flip an expert at a near tie of its logits
  * (as test_engine_cuda's MoE allowance); up to FLIPS requests may differ beyond the tolerance.
- * Skips where the kernel does not apply (not Hopper, fewer than 128 SMs). */
+ * Then 4 of the requests together in a 4-slot pool, with 12 to 48 new tokens, against their
+ * alone runs: the last runs alone in another slot, on blocks the pool placed. Skips where the
+ * kernel does not apply (not Hopper, fewer than 128 SMs). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -41,34 +43,40 @@ struct outs {
 static int32_t prompts[NREQ][700];
 static int32_t plen[NREQ];
 
-/* request i alone, greedy, NGEN tokens with logprobs */
-static int run(struct fp4s_engine *e, int i, struct outs *o)
+/* requests is[0..n) together, greedy, gen[j] tokens each (<= NGEN) with logprobs */
+static int run_many(struct fp4s_engine *e, const int *is, const int *gen, int n, struct outs *o)
 {
 	struct fp4s_error err = {0};
 	struct fp4s_request r;
 	fp4s_request_defaults(&r);
 	r.sampling.temperature = 0;
-	r.sampling.max_tokens = NGEN;
 	r.sampling.ignore_eos = true;
 	r.sampling.logprobs = true;
 	r.sampling.top_logprobs = NTOP;
-	r.prompt = prompts[i];
-	r.n_prompt = plen[i];
-	int64_t id;
-	if (fp4s_engine_submit(e, &r, &id, &err)) {
-		fprintf(stderr, "submit: %s\n", err.msg);
-		return -1;
-	}
-	o->n[i] = 0;
-	for (int guard = 0; fp4s_engine_pending(e) > 0; guard++) {
-		const struct fp4s_event *ev;
-		const int n = fp4s_engine_step(e, &ev, &err);
-		if (n < 0 || guard > 100000) {
-			fprintf(stderr, "step: %s\n", n < 0 ? err.msg : "no progress");
+	int64_t id[NREQ];
+	for (int j = 0; j < n; j++) {
+		const int i = is[j];
+		r.prompt = prompts[i];
+		r.n_prompt = plen[i];
+		r.sampling.max_tokens = gen[j];
+		if (fp4s_engine_submit(e, &r, &id[j], &err)) {
+			fprintf(stderr, "submit: %s\n", err.msg);
 			return -1;
 		}
-		for (int k = 0; k < n; k++)
-			if (ev[k].id == id && ev[k].token >= 0 && o->n[i] < NGEN) {
+		o->n[i] = 0;
+	}
+	for (int guard = 0; fp4s_engine_pending(e) > 0; guard++) {
+		const struct fp4s_event *ev;
+		const int m = fp4s_engine_step(e, &ev, &err);
+		if (m < 0 || guard > 100000) {
+			fprintf(stderr, "step: %s\n", m < 0 ? err.msg : "no progress");
+			return -1;
+		}
+		for (int k = 0; k < m; k++)
+			for (int j = 0; j < n; j++) {
+				const int i = is[j];
+				if (ev[k].id != id[j] || ev[k].token < 0 || o->n[i] >= NGEN)
+					continue;
 				const int t = o->n[i]++;
 				o->tok[i][t] = ev[k].token;
 				o->lp[i][t] = ev[k].sample.logprob;
@@ -82,6 +90,49 @@ static int run(struct fp4s_engine *e, int i, struct outs *o)
 	const struct fp4s_event *ev;
 	fp4s_engine_step(e, &ev, &err);
 	return 0;
+}
+
+/* request i alone, NGEN tokens */
+static int run(struct fp4s_engine *e, int i, struct outs *o)
+{
+	const int gen = NGEN;
+	return run_many(e, &i, &gen, 1, o);
+}
+
+/* b's request i against a's over its first n tokens (see the header); counts into the totals */
+static void compare(const struct outs *a, const struct outs *b, int i, int n, int *equal, int *ties, int *bad,
+                    float *lp_max)
+{
+	if (a->n[i] < n || b->n[i] < n) {
+		fprintf(stderr, "request %d: %d and %d tokens\n", i, a->n[i], b->n[i]);
+		(*bad)++;
+		return;
+	}
+	int t = 0;
+	for (; t < n && a->tok[i][t] == b->tok[i][t]; t++) {
+		const float d = fabsf(a->lp[i][t] - b->lp[i][t]);
+		*lp_max = fmaxf(*lp_max, d);
+		if (!(d <= TOL)) {
+			fprintf(stderr, "request %d (prompt %d) step %d: logprob %.5f by layers, %.5f by the step\n", i, plen[i],
+			        t, a->lp[i][t], b->lp[i][t]);
+			(*bad)++;
+			return;
+		}
+	}
+	if (t == n) {
+		(*equal)++;
+		return;
+	}
+	int q = 0;
+	while (q < NTOP && a->alt[i][t][q] != b->tok[i][t])
+		q++;
+	if (q < NTOP && a->lp[i][t] - a->altlp[i][t][q] <= TIE)
+		(*ties)++;
+	else {
+		fprintf(stderr, "request %d (prompt %d) step %d: token %d by layers, %d by the step\n", i, plen[i], t,
+		        a->tok[i][t], b->tok[i][t]);
+		(*bad)++;
+	}
 }
 
 int main(void)
@@ -136,44 +187,34 @@ int main(void)
 	for (int i = 0; i < NREQ; i++) {
 		CHECK(run(ly, i, &a) == 0);
 		CHECK(run(ms, i, &b) == 0);
-		if (a.n[i] != NGEN || b.n[i] != NGEN) {
-			fprintf(stderr, "request %d: %d and %d tokens\n", i, a.n[i], b.n[i]);
-			bad++;
-			continue;
-		}
-		int t = 0;
-		for (; t < NGEN && a.tok[i][t] == b.tok[i][t]; t++) {
-			const float d = fabsf(a.lp[i][t] - b.lp[i][t]);
-			lp_max = fmaxf(lp_max, d);
-			if (!(d <= TOL)) {
-				fprintf(stderr, "request %d (prompt %d) step %d: logprob %.5f by layers, %.5f by the step\n", i,
-				        plen[i], t, a.lp[i][t], b.lp[i][t]);
-				bad++;
-				break;
-			}
-		}
-		if (t == NGEN) {
-			equal++;
-			continue;
-		}
-		if (a.tok[i][t] != b.tok[i][t]) {
-			int q = 0;
-			while (q < NTOP && a.alt[i][t][q] != b.tok[i][t])
-				q++;
-			if (q < NTOP && a.lp[i][t] - a.altlp[i][t][q] <= TIE)
-				ties++;
-			else {
-				fprintf(stderr, "request %d (prompt %d) step %d: token %d by layers, %d by the step\n", i, plen[i], t,
-				        a.tok[i][t], b.tok[i][t]);
-				bad++;
-			}
-		}
+		compare(&a, &b, i, NGEN, &equal, &ties, &bad, &lp_max);
 	}
 	printf("mstep: %d of %d requests equal to the layer path for %d tokens, %d part at a near tie, %d beyond "
 	       "the tolerance; logprobs within %.2g where equal\n",
 	       equal, NREQ, NGEN, ties, bad, (double)lp_max);
 	CHECK_MSG(bad <= FLIPS, "%d requests differ beyond the tolerance (%d allowed)", bad, FLIPS);
 	CHECK_MSG(equal >= NREQ / 2, "only %d of %d requests equal throughout", equal, NREQ);
+
+	/* in a pool of 4 slots: 4 requests together with 12, 24, 36 and 48 new tokens, so that the
+	 * last decodes alone (one-token steps through the whole-step kernel) in a slot other than
+	 * the first, its blocks wherever the pool had them; each against its alone run above */
+	o.max_seqs = 4;
+	struct fp4s_engine *pool = NULL;
+	CHECK(fp4s_engine_open(&o, &pool, &err) == 0);
+	if (pool) {
+		static const int is[4] = {9, 2, 7, 11}, gen[4] = {12, 24, 36, 48};
+		static struct outs c;
+		int eq2 = 0, ties2 = 0, bad2 = 0;
+		CHECK(run_many(pool, is, gen, 4, &c) == 0);
+		for (int j = 0; j < 4; j++)
+			compare(&a, &c, is[j], gen[j], &eq2, &ties2, &bad2, &lp_max);
+		printf("mstep pool: %d of 4 requests run together equal to their alone runs, %d at a near tie, %d beyond "
+		       "the tolerance\n",
+		       eq2, ties2, bad2);
+		CHECK_MSG(bad2 <= 1, "%d of 4 pooled requests differ beyond the tolerance", bad2);
+		CHECK_MSG(fp4s_engine_fwd(pool)->step_ok, "the whole-step kernel did not take the pooled engine");
+	}
+	fp4s_engine_close(pool);
 	fp4s_engine_close(ms);
 	fp4s_engine_close(ly);
 	char cmd[300];
