@@ -153,14 +153,15 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 		y.rt = rt;
 		y.n1 = S->attn_norm, y.n2 = S->ffn_norm, y.qn = S->q_norm, y.kn = S->k_norm;
 		y.kc = (__nv_bfloat16 *)c->kc + (size_t)l * layer_kv, y.vc = (__nv_bfloat16 *)c->vc + (size_t)l * layer_kv;
+		/* a driver that will not encode these maps: the layer path instead */
 		if (mg_map_w(enc, y.o, y.o_s, y.qkv_s, y.gu_s, (int64_t)MG_E * 2 * MG_FI, &om[4 * l]))
-			rc = fp4s_error_set(err, FP4S_ECUDA, "mstep: layer %d's tensor maps", l);
+			rc = FP4S_EUNSUPPORTED;
 		a.gu_stride = (size_t)gu->stride_data, a.gus_stride = (size_t)gu->stride_scales;
 		a.dn_stride = (size_t)dn->stride_data, a.dns_stride = (size_t)dn->stride_scales;
 	}
 	if (!rc && (mg_map_kv(enc, c->kc, (int64_t)L * c->n_blocks, &om[4 * L]) ||
 	            mg_map_kv(enc, c->vc, (int64_t)L * c->n_blocks, &om[4 * L + 1])))
-		rc = fp4s_error_set(err, FP4S_ECUDA, "mstep: the KV cache's tensor maps");
+		rc = FP4S_EUNSUPPORTED;
 	if (!rc) {
 		const cudaError_t e1 = cudaMemcpy(ms->ly, hl, (size_t)L * sizeof(mg_layer), cudaMemcpyHostToDevice);
 		const cudaError_t e2 = cudaMemcpy((void *)a.maps, om, ((size_t)4 * L + 2) * sizeof(CUtensorMap),
