@@ -142,8 +142,8 @@ static __device__ __forceinline__ int mg_attn_m(int ctx, int s)
  * otherwise the split leaves (unnormalized sums, max, sum) a head for mg_merge and counts itself
  * on its kv head's split counter. */
 static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int g, int s, int ctx, int S,
-                              const int32_t *tab, float *scr, int tid, gt_pos &rp, uint64_t *full, uint64_t *empty,
-                              uint32_t ring_sa)
+                              const int32_t *tab, const unsigned *qkv_cnt, float *scr, int tid, gt_pos &rp,
+                              uint64_t *full, uint64_t *empty, uint32_t ring_sa)
 {
 	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
 	const int t0 = s * MG_T, t1 = min(ctx, t0 + MG_T), n = t1 - t0;
@@ -176,17 +176,20 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	{
 		/* warp h: head h's q (lane: dims 4 lane .. + 4), normed and rotated, times 1 / sqrt(128).
 		 * In the last split the last warp also finishes k at pos (normed, rotated, rounded to
-		 * bf16 into the cache and kvp), and threads 0-15 stage v's row into kvp */
-		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
+		 * bf16 into the cache and kvp), and threads 0-15 stage v's row into kvp. The norms'
+		 * weights and rotary's cos / sin before the wait for the qkv tiles (on the path from
+		 * the last of them to the attention otherwise) */
 		const float4 qw = __ldg(reinterpret_cast<const float4 *>(ly.qn) + lane);
 		float4 c4, s4;
 		mg_rope_ld(a, pos, lane, c4, s4);
 		const bool last = t1 == ctx;
 		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kw = kr;
-		if (last && warp == MG_W - 1) {
-			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * MG_NKV + g) * MG_HD) + lane);
+		if (last && warp == MG_W - 1)
 			kw = __ldg(reinterpret_cast<const float4 *>(ly.kn) + lane);
-		}
+		mg_cwait(qkv_cnt, MG_QKV_TILES, tid);
+		const float4 v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * MG_QR + g * 8 * MG_HD) + tid);
+		if (last && warp == MG_W - 1)
+			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * MG_NKV + g) * MG_HD) + lane);
 		if (last && tid < 16)
 			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g)) + tid);
 		const float4 qr = mg_qk_norm_rope(v, qw, c4, s4, a.eps, lane);
@@ -573,9 +576,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, T_QKV, tid);
 		/* attention */
 		for (int t = b; t < MG_NKV * S; t += G) {
-			mg_cwait(cnt + C_QKV, MG_QKV_TILES, tid);
-			mg_attn(a, ly, l, t / S, t % S, ctx, S, tab, reinterpret_cast<float *>(xs), tid, pos, full, empty,
-			        ring_sa);
+			mg_attn(a, ly, l, t / S, t % S, ctx, S, tab, cnt + C_QKV, reinterpret_cast<float *>(xs), tid, pos, full,
+			        empty, ring_sa);
 			gt_sync();
 		}
 		/* the merges, (kv head, query head) m on block m, after its splits */
@@ -587,9 +589,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, T_ATT, tid);
 		/* o */
 		if (b < MG_O_TILES) {
-			mg_cwait(cnt + C_ATT, MG_NKV * 8, tid);
-			/* the residual's and norm's rows loaded with the staging (not after the tile) */
+			/* the residual's and norm's rows loaded before the wait (not after the tile) */
 			const float hr = tid < 16 ? __ldcg(h + b * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + b * 16 + tid) : 0.0f;
+			mg_cwait(cnt + C_ATT, MG_NKV * 8, tid);
 			mg_stage_plain(a.att + (size_t)l * MG_QR, MG_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, red, rpar, warp, lane);
