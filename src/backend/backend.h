@@ -84,7 +84,8 @@ struct fp4s_moe_params {
 	void *dev; /* the backend's own stacked copy of the experts, when upload_moe made one */
 };
 
-/* What step_prepare sees of a model: its geometry and every layer's uploaded weights. */
+/* What step_prepare sees of a model: its geometry and every layer's uploaded weights (the
+ * descriptor itself lives only for the call; the weights it points at for the model's life). */
 struct fp4s_step_layer {
 	const struct fp4s_mat *qkv; /* the fused q|k|v (NULL: not fused) */
 	const struct fp4s_mat *o;

@@ -187,10 +187,10 @@ static int step_prepare(struct fp4s_fwd *f, int32_t max_ctx, struct fp4s_error *
 	f->step_ok = 0;
 	if (!be->step_prepare || !be->step_layers)
 		return FP4S_OK;
+	/* read during step_prepare only (the backend keeps what it needs) */
 	struct fp4s_step_layer *sl = calloc((size_t)c->n_layers, sizeof *sl);
-	int rc = own(f, sl, err);
-	if (rc)
-		return rc;
+	if (!sl)
+		return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of host memory");
 	for (int32_t l = 0; l < c->n_layers; l++) {
 		const struct fp4s_fwd_layer *L = &f->layers[l];
 		sl[l] = (struct fp4s_step_layer){.qkv = L->fused_qkv ? &L->qkv : NULL, .o = &L->o,
@@ -204,7 +204,8 @@ static int step_prepare(struct fp4s_fwd *f, int32_t max_ctx, struct fp4s_error *
 	                                 .eps = (float)c->rms_eps, .attn_scale = 1.0f / sqrtf((float)c->head_dim),
 	                                 .rope_mscale = f->rope_mscale, .inv_freq = f->inv_freq,
 	                                 .norm_kind = f->norm_kind, .max_ctx = max_ctx, .layers = sl};
-	rc = be->step_prepare(be, &d, err);
+	const int rc = be->step_prepare(be, &d, err);
+	free(sl);
 	if (rc == FP4S_EUNSUPPORTED) {
 		if (err)
 			err->code = FP4S_OK, err->msg[0] = 0;

@@ -76,7 +76,6 @@
 #define MG_W 8
 #define MG_THREADS ((MG_W + 1) * 32)
 #define MG_T 128
-#define MG_SMAX 64 /* splits a kv head at most (mg_merge's loads): contexts <= MG_T x MG_SMAX */
 #define MG_SCS (MG_T + 8) /* the attention's score rows' stride (floats): P's float2 loads conflict-free */
 #define MG_PS (MG_HD + 4) /* an attention split's partial a head: 128 sums, max, sum, 2 spare (16-byte rows) */
 #define MG_QKV_TILES (MG_QKV / 16)
