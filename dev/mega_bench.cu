@@ -139,7 +139,7 @@ static void mg_model_make(mg_model &m, int L, int ctx_max)
 			exit(1);
 		}
 	}
-	if (mg_map_kv(enc, kp, (int64_t)L * m.nb, &kvm[0]) || mg_map_kv(enc, vp, (int64_t)L * m.nb, &kvm[1])) {
+	if (mg_map_kv(enc, kp, (int64_t)L * m.nb, MG_NKV, &kvm[0]) || mg_map_kv(enc, vp, (int64_t)L * m.nb, MG_NKV, &kvm[1])) {
 		printf("mega_bench: the KV tensor maps failed\n");
 		exit(1);
 	}

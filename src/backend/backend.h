@@ -94,6 +94,9 @@ struct fp4s_step_layer {
 	int32_t window;    /* sliding window (0: none) */
 	const float *sinks;
 	const struct fp4s_moe_params *moe; /* NULL: a dense MLP */
+	/* a dense MLP's gate|up with rows alternating (upload_gate_up; NULL: not so uploaded) and
+	 * down */
+	const struct fp4s_mat *gate_up, *down;
 };
 struct fp4s_step_desc {
 	int32_t n_layers, n_heads, n_kv_heads, head_dim, rot_dim;

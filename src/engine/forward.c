@@ -197,7 +197,9 @@ static int step_prepare(struct fp4s_fwd *f, int32_t max_ctx, struct fp4s_error *
 		                                 .attn_norm = L->attn_norm, .ffn_norm = L->ffn_norm,
 		                                 .q_norm = L->q_norm, .k_norm = L->k_norm,
 		                                 .has_bias = L->bq || L->bk || L->bv || L->bo, .window = L->window,
-		                                 .sinks = L->sinks, .moe = L->is_moe ? &L->moe : NULL};
+		                                 .sinks = L->sinks, .moe = L->is_moe ? &L->moe : NULL,
+		                                 .gate_up = !L->is_moe && L->fused_gu && L->gu_pairs ? &L->gate_up : NULL,
+		                                 .down = L->is_moe ? NULL : &L->down};
 	}
 	const struct fp4s_step_desc d = {.n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
 	                                 .head_dim = c->head_dim, .rot_dim = f->rot_dim, .hidden = c->hidden,

@@ -1,14 +1,16 @@
-/* test_mstep.cu: the whole-step decode kernel (cuda/mstep.cu) in the engine (label gpu), against
- * the layer-by-layer CUDA path (FP4S_MSTEP=0), which test_engine_cuda and test_golden hold to the
- * CPU backend. The model: qwen3-30b-a3b's geometry cut to 2 layers (gen --layers 2, NVFP4, random
+/* test_mstep.cu: the whole-step decode kernels (cuda/mstep.cu for qwen3-30b-a3b's geometry,
+ * cuda/dstep.cu for the dense llama3-8b's and qwen3-8b's) in the engine (label gpu), against the
+ * layer-by-layer CUDA path (FP4S_MSTEP=0), which test_engine_cuda and test_golden hold to the
+ * CPU backend. Each model: the preset's geometry cut to 2 layers (gen --layers 2, NVFP4, random
  * weights), BF16 KV. Prompts of 5 to 700 tokens (contexts up to 6 attention splits), 48 greedy
  * tokens each with logprobs: the tokens must agree until a near tie (the other run's token among
  * the first's best, within TIE nats), and the logprobs of the agreeing prefix within TOL. The two
- * paths sum in different orders and the router can flip an expert at a near tie of its logits
+ * paths sum in different orders and a router can flip an expert at a near tie of its logits
  * (as test_engine_cuda's MoE allowance); up to FLIPS requests may differ beyond the tolerance.
  * Then 4 of the requests together in a 4-slot pool, with 12 to 48 new tokens, against the same
  * on a pool of the layer path: the last runs alone in another slot, on blocks the pool placed.
- * Skips where the kernel does not apply (not Hopper, fewer than 128 SMs). */
+ * Arguments: the presets to run (default all three). Skips where the kernels do not apply (not
+ * Hopper, fewer than 128 SMs). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -135,27 +137,20 @@ static void compare(const struct outs *a, const struct outs *b, int i, int n, in
 	}
 }
 
-int main(void)
+/* one preset: the whole-step kernel against the layer path (see the header) */
+static void run_preset(const char *preset)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	int ndev = 0;
-	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
-		TEST_SKIP("no CUDA device");
-	cudaDeviceProp pr;
-	cudaGetDeviceProperties(&pr, 0);
-	if (pr.major != 9 || pr.multiProcessorCount < 128)
-		TEST_SKIP("the whole-step kernel runs on Hopper GPUs of >= 128 SMs only");
-	t_seed_from_env();
+	printf("%s\n", preset);
 	char dir[256];
 	struct fp4s_error err = {0};
 	struct fp4s_write_opts wo = {};
 	wo.seed = 7;
 	wo.layers = 2;
 	wo.format = FP4S_QF_NVFP4;
-	snprintf(dir, sizeof dir, "/tmp/fp4s-test-mstep-%d", (int)getpid());
-	if (fp4s_gen("qwen3-30b-a3b", dir, &wo, &err)) {
-		CHECK_MSG(0, "gen: %s", err.msg);
-		return TEST_DONE();
+	snprintf(dir, sizeof dir, "/tmp/fp4s-test-mstep-%s-%d", preset, (int)getpid());
+	if (fp4s_gen(preset, dir, &wo, &err)) {
+		CHECK_MSG(0, "gen %s: %s", preset, err.msg);
+		return;
 	}
 	struct fp4s_engine_opts o = {};
 	o.model = dir;
@@ -170,9 +165,9 @@ int main(void)
 	unsetenv("FP4S_MSTEP");
 	if (!ms || !ly) {
 		fprintf(stderr, "open: %s\n", err.msg);
-		return TEST_DONE();
+		return;
 	}
-	CHECK_MSG(fp4s_engine_fwd(ms)->step_ok, "the whole-step kernel did not take qwen3-30b-a3b's geometry");
+	CHECK_MSG(fp4s_engine_fwd(ms)->step_ok, "the whole-step kernel did not take %s's geometry", preset);
 	CHECK_MSG(!fp4s_engine_fwd(ly)->step_ok, "FP4S_MSTEP=0 did not turn the whole-step kernel off");
 	const int32_t V = (int32_t)fp4s_engine_model(ms)->cfg.vocab;
 	static const int32_t lens[NREQ] = {5, 17, 40, 100, 127, 128, 129, 200, 300, 450, 600, 700};
@@ -189,11 +184,11 @@ int main(void)
 		CHECK(run(ms, i, &b) == 0);
 		compare(&a, &b, i, NGEN, &equal, &ties, &bad, &lp_max);
 	}
-	printf("mstep: %d of %d requests equal to the layer path for %d tokens, %d part at a near tie, %d beyond "
+	printf("%s: %d of %d requests equal to the layer path for %d tokens, %d part at a near tie, %d beyond "
 	       "the tolerance; logprobs within %.2g where equal\n",
-	       equal, NREQ, NGEN, ties, bad, (double)lp_max);
-	CHECK_MSG(bad <= FLIPS, "%d requests differ beyond the tolerance (%d allowed)", bad, FLIPS);
-	CHECK_MSG(equal >= NREQ / 2, "only %d of %d requests equal throughout", equal, NREQ);
+	       preset, equal, NREQ, NGEN, ties, bad, (double)lp_max);
+	CHECK_MSG(bad <= FLIPS, "%s: %d requests differ beyond the tolerance (%d allowed)", preset, bad, FLIPS);
+	CHECK_MSG(equal >= NREQ / 2, "%s: only %d of %d requests equal throughout", preset, equal, NREQ);
 
 	/* in a pool of 4 slots: 4 requests together with 12, 24, 36 and 48 new tokens, so that the
 	 * last decodes alone (one-token steps through the whole-step kernel) in a slot other than
@@ -213,9 +208,9 @@ int main(void)
 		CHECK(run_many(pool, is, gen, 4, &d) == 0);
 		for (int j = 0; j < 4; j++)
 			compare(&c, &d, is[j], gen[j], &eq2, &ties2, &bad2, &lp_max);
-		printf("mstep pool: %d of 4 requests run together equal to the layer path's pool, %d at a near tie, %d "
+		printf("%s pool: %d of 4 requests run together equal to the layer path's pool, %d at a near tie, %d "
 		       "beyond the tolerance\n",
-		       eq2, ties2, bad2);
+		       preset, eq2, ties2, bad2);
 		CHECK_MSG(bad2 == 0, "%d of 4 pooled requests differ beyond the tolerance", bad2);
 		CHECK_MSG(eq2 >= 3, "only %d of 4 pooled requests equal throughout", eq2);
 		CHECK_MSG(fp4s_engine_fwd(pool)->step_ok, "the whole-step kernel did not take the pooled engine");
@@ -227,5 +222,26 @@ int main(void)
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	CHECK(system(cmd) == 0);
+}
+
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+		TEST_SKIP("no CUDA device");
+	cudaDeviceProp pr;
+	cudaGetDeviceProperties(&pr, 0);
+	if (pr.major != 9 || pr.multiProcessorCount < 128)
+		TEST_SKIP("the whole-step kernels run on Hopper GPUs of >= 128 SMs only");
+	t_seed_from_env();
+	static const char *const all[] = {"qwen3-30b-a3b", "llama3-8b", "qwen3-8b"};
+	if (argc > 1)
+		for (int i = 1; i < argc; i++)
+			run_preset(argv[i]);
+	else
+		for (int i = 0; i < 3; i++)
+			run_preset(all[i]);
 	return TEST_DONE();
 }

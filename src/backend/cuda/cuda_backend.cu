@@ -941,6 +941,7 @@ static void cu_destroy(struct fp4s_backend *be)
 			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);
 		cu_moe_free(c);
 		free(c->ms);
+		free(c->ds);
 		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);

@@ -12,6 +12,7 @@
 
 struct cu_moe;   /* cuda_moe.cu */
 struct cu_mstep; /* mstep.cu */
+struct cu_dstep; /* dstep.cu */
 struct fp4s_stacked;
 
 /* The growable buffers of MoE batches (n > 1), one set for all layers: the layers run one after
@@ -62,6 +63,7 @@ struct cuda_impl {
 	int32_t splits1;
 	struct cu_moe *moes;
 	struct cu_mstep *ms; /* the whole-step kernel's state (mstep.cu), NULL: not prepared */
+	struct cu_dstep *ds; /* the dense models' (dstep.cu), NULL: not prepared */
 	struct cu_moe_bufs moeb;
 	/* Activations handed staged from one one-token matmul to the next (gemv_mma.h's
 	 * fp4s_gemv_link): two buffers in turn, what the last launch left in buf[1 - next]
@@ -139,6 +141,9 @@ void cu_moe_free(struct cuda_impl *c);
  * (cuda_moe.cu's struct cu_moe) */
 const struct fp4s_stacked *cu_moe_stacked(const void *dev, int which, int *form);
 void cu_mstep_install(struct fp4s_backend *be); /* mstep.cu */
+/* dstep.cu: the dense models' whole-step kernel (mstep.cu's hooks call these) */
+int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct fp4s_error *err);
+int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err);
 /* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's
  * logits, added in the add's blocks, for a one-launch MoE block that routes in every block
  * (moe_tma.cu, local); FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Reads

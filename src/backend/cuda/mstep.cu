@@ -1,5 +1,6 @@
 /* mstep.cu: the CUDA backend's whole-step kernel (backend.h step_prepare, step_layers): one
- * launch for every layer of a qwen3-moe model of qwen3-30b-a3b's geometry (mstep.cuh). The
+ * launch for every layer of a qwen3-moe model of qwen3-30b-a3b's geometry (mstep.cuh; dense
+ * models go to dstep.cu). The
  * kernel reads the backend's own weights and paged KV cache; step_prepare checks that the model
  * is that one and makes the step's buffers, the router in the kernel's column order and the
  * tensor maps. FP4S_MSTEP=0 turns it off (the layer-by-layer path then runs). */
@@ -96,8 +97,13 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev);
 	/* Hopper only (the kernel was measured there); a block an o tile and a down tile, <= 3 qkv
 	 * tiles and <= 6 gate|up tiles a block: >= 128 SMs */
-	if ((env && !strcmp(env, "0")) || major != 9 || smem < MG_SMEM || c->sm_count < MG_O_TILES ||
-	    !mg_takes(c, d))
+	if (env && !strcmp(env, "0"))
+		return FP4S_EUNSUPPORTED;
+	free(c->ms), free(c->ds);
+	c->ms = NULL, c->ds = NULL;
+	if (d->n_layers > 0 && !d->layers[0].moe)
+		return cu_dstep_prepare(c, d, err);
+	if (major != 9 || smem < MG_SMEM || c->sm_count < MG_O_TILES || !mg_takes(c, d))
 		return FP4S_EUNSUPPORTED;
 	const mg_encode_fn enc = mg_encoder();
 	if (!enc)
@@ -159,8 +165,8 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 		a.gu_stride = (size_t)gu->stride_data, a.gus_stride = (size_t)gu->stride_scales;
 		a.dn_stride = (size_t)dn->stride_data, a.dns_stride = (size_t)dn->stride_scales;
 	}
-	if (!rc && (mg_map_kv(enc, c->kc, (int64_t)L * c->n_blocks, &om[4 * L]) ||
-	            mg_map_kv(enc, c->vc, (int64_t)L * c->n_blocks, &om[4 * L + 1])))
+	if (!rc && (mg_map_kv(enc, c->kc, (int64_t)L * c->n_blocks, MG_NKV, &om[4 * L]) ||
+	            mg_map_kv(enc, c->vc, (int64_t)L * c->n_blocks, MG_NKV, &om[4 * L + 1])))
 		rc = FP4S_EUNSUPPORTED;
 	if (!rc) {
 		const cudaError_t e1 = cudaMemcpy(ms->ly, hl, (size_t)L * sizeof(mg_layer), cudaMemcpyHostToDevice);
@@ -182,7 +188,6 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	a.kvmap = a.maps + 4 * L;
 	a.tl = NULL, a.tl_layer = -1;
 	ms->cnt_bytes = (unsigned)((size_t)L * MG_CNT * 4);
-	free(c->ms);
 	c->ms = ms;
 	return FP4S_OK;
 }
@@ -191,9 +196,11 @@ static int cu_step_layers(struct fp4s_backend *be, float *h, struct fp4s_error *
 {
 	struct cuda_impl *c = impl_of(be);
 	struct cu_mstep *ms = c->ms;
-	if (!ms)
+	if (!ms && !c->ds)
 		return fp4s_error_set(err, FP4S_EINVAL, "mstep: step_layers before step_prepare");
 	cu_link_clear(c);
+	if (!ms)
+		return cu_dstep_launch(c, h, err);
 	mg_args a = ms->a;
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;

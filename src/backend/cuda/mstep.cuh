@@ -188,19 +188,20 @@ static inline int mg_map_w(mg_encode_fn enc, const uint8_t *o, const uint8_t *o_
 	return 0;
 }
 
-/* a K or V pool's map: blocks ([blocks][16][NKV][HD] BF16, all layers') as {64 dims, position 16,
+/* a K or V pool's map: blocks ([blocks][16][nkv][HD] BF16, all layers') as {64 dims, position 16,
  * half 2, kv head, block}, a box one kv head's 16 rows of a block, swizzled (mg_kv_sa). */
-static inline int mg_map_kv(mg_encode_fn enc, void *pool, int64_t blocks, CUtensorMap *m)
+static inline int mg_map_kv(mg_encode_fn enc, void *pool, int64_t blocks, int nkv, CUtensorMap *m)
 {
-	const cuuint64_t d[5] = {64, MG_KVB, 2, MG_NKV, (cuuint64_t)blocks};
-	const cuuint64_t st[4] = {MG_NKV * MG_HD * 2, 128, MG_HD * 2, (cuuint64_t)MG_KVB * MG_NKV * MG_HD * 2};
+	const cuuint64_t d[5] = {64, MG_KVB, 2, (cuuint64_t)nkv, (cuuint64_t)blocks};
+	const cuuint64_t st[4] = {(cuuint64_t)nkv * MG_HD * 2, 128, MG_HD * 2, (cuuint64_t)MG_KVB * nkv * MG_HD * 2};
 	const cuuint32_t box[5] = {64, MG_KVB, 2, 1, 1}, one[5] = {1, 1, 1, 1, 1};
 	return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, pool, d, st, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
 	           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) !=
 	       CUDA_SUCCESS;
 }
 
-__device__ int *mg_dg; /* mg_stuck's records (host-mapped), NULL: none */
+/* mg_stuck's records (host-mapped), NULL: none. Static: every file that includes this has its own */
+static __device__ int *mg_dg;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned mg_ld_acq(const unsigned *c)

@@ -423,6 +423,8 @@ static __device__ __forceinline__ void mg_copy_5d(void *dst, const CUtensorMap *
 	             : "memory");
 }
 
+/* MG_HELPERS_ONLY: a file that takes the helpers above without this kernel (dstep.cuh) */
+#ifndef MG_HELPERS_ONLY
 __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 {
 	extern __shared__ __align__(128) uint8_t smem[];
@@ -702,8 +704,11 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 		mg_mark(a, l, T_D, tid);
 	}
 }
+#endif /* MG_HELPERS_ONLY */
 #else
+#ifndef MG_HELPERS_ONLY
 __global__ void mg_kernel(const mg_args a) { (void)a; }
+#endif
 #endif
 
 #endif

@@ -1,0 +1,539 @@
+/* dstep.cuh: the one-launch decode step of a dense model of Llama-3-8B's or Qwen3-8B's attention
+ * geometry (hidden 4096, 32 query heads over 8 kv heads of 128, NVFP4 weights, BF16 KV; the
+ * MLP's width and the layer count are arguments, Qwen3's q / k norms optional). dstep.cu
+ * launches it. It is the MoE step's form (mstep.cuh: one cooperative launch for all layers, a
+ * layer's phases handing over through counters, a producer warp a block streaming weights into
+ * a shared-memory ring in program order) with the dense layer's phases:
+ *   qkv   384 tiles of 16 rows, K 4096 in two stages (x = RMSNorm(h)); v into the cache at pos,
+ *         k to kraw (the last split of its kv head applies k_norm and rotary and writes it)
+ *   attn  8 x S splits of <= MG_T positions, a kv head's 4 query heads each; with S > 1 then 32
+ *         merges, one (kv head, query head) a block
+ *   o     256 tiles (K 4096), h2 = h + o
+ *   gu    2 FI / 16 tiles of (gate, up) row pairs (the backend's upload_gate_up), K 4096 (x =
+ *         RMSNorm(h2)), SwiGLU out
+ *   down  256 tiles, K = FI in FI / 2048 stages, h' = h2 + down
+ * Why: a dense layer's four matmuls stream ~120 MB, so its decode is bound by bytes, but the
+ * layer path pays ~4 us a launch besides (docs/status.md); here a phase waiting on its counter
+ * costs nothing while the ring holds the next phase's stages (8 of 18 KB a block, ~19 MB on 132
+ * SMs). No phase waits for data it could not prefetch: every copy's address is known before the
+ * step, so the producer never waits for anything but a free slot.
+ *
+ * Every matrix comes by 2-D tensor maps (dstep.cu ds_map): a stage is 16 rows x 2048 K, the
+ * codes one box (16 rows of 1024 bytes) and the scales another (16 x 128 bytes, the 128-byte
+ * swizzle mg_step reads), so mg_tile's loop serves every phase. The ring has 8 stages (not the
+ * MoE step's 10): the down's x (FI <= 14336 values as BF16 hi / lo, 57 KB) takes the room. */
+#ifndef FP4S_DSTEP_CUH
+#define FP4S_DSTEP_CUH
+
+#define MG_NS 8
+#define MG_HELPERS_ONLY
+#include "backend/cuda/mstep_kernel.cuh"
+
+#define DS_H 4096
+#define DS_NQ 32
+#define DS_NKV 8
+#define DS_GQ (DS_NQ / DS_NKV) /* query heads a kv head */
+#define DS_HD 128
+#define DS_QR (DS_NQ * DS_HD)                  /* 4096 */
+#define DS_QKV ((DS_NQ + 2 * DS_NKV) * DS_HD)  /* 6144 */
+#define DS_FMAX 14336 /* the MLP's width at most (the down's x in shared memory) */
+#define DS_QKV_TILES (DS_QKV / 16)
+#define DS_O_TILES (DS_H / 16)
+#define DS_D_TILES (DS_H / 16)
+#define DS_NT 16 /* gate|up tiles a block at most (their row sums held until all are done) */
+#define DS_QT 4  /* qkv tiles a block at most */
+#define DS_XS (2 * 28704) /* 2 gm_col_stride(DS_FMAX / 32): the down's x */
+#define DS_SMEM (MG_NS * MG_STAGE + DS_XS + 2 * MG_W * 16 * 4 + 2 * MG_NS * 8 + 64)
+
+enum { D_QKV, D_ATT, D_O, D_GU, D_D, D_N };
+#define DS_CNT (D_N + DS_NKV) /* counters a layer: the phases', then each kv head's splits */
+
+/* a layer: its NVFP4 tensor scales (the codes and scales come by the maps), the norms' weights
+ * (qn, kn NULL: none) and its KV blocks */
+struct ds_layer {
+	float qkv_ws2, o_ws2, gu_ws2, dn_ws2;
+	const float *n1, *n2, *qn, *kn;
+	__nv_bfloat16 *kc, *vc; /* [block][MG_KVB][NKV][HD] */
+};
+
+enum { DM_QKV, DM_O, DM_GU, DM_DN, DM_N }; /* a layer's matrices; maps [L][DM_N][codes, scales] */
+
+struct ds_args {
+	const ds_layer *ly;
+	int L, fi; /* layers, the MLP's width (a multiple of 2048, <= DS_FMAX) */
+	float eps, scale, mscale;
+	const float *inv_freq;
+	const int32_t *pos, *seq, *table;
+	int table_stride, nb;
+	const CUtensorMap *maps;  /* [L][DM_N][2] */
+	const CUtensorMap *kvmap; /* [2] (mg_map_kv) */
+	const float *hin;
+	float *hout;
+	float *h, *h2, *q, *kraw, *att;
+	float *part; /* [NKV][S][GQ][MG_PS] */
+	float *act;  /* [L][fi] */
+	unsigned *cnt; /* [L][DS_CNT], zero at launch */
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* x = v * rsqrt(mean(v^2) + eps) * nw over 4096, staged (hi, lo) into xs at MG_CS_Q (16 values a
+ * thread, every load in flight at once) */
+static __device__ void ds_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
+{
+	float4 x[4], w[4];
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		x[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid * 4 + u);
+		w[u] = __ldg(reinterpret_cast<const float4 *>(nw) + tid * 4 + u);
+	}
+	float ss = 0.0f;
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		ss += x[u].x * x[u].x + x[u].y * x[u].y + x[u].z * x[u].z + x[u].w * x[u].w;
+	for (int o = 16; o; o >>= 1)
+		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+	if ((tid & 31) == 0)
+		sred[tid >> 5] = ss;
+	gt_sync();
+	float tot = 0.0f;
+#pragma unroll
+	for (int w8 = 0; w8 < MG_W; w8++)
+		tot += sred[w8];
+	const float r = 1.0f / sqrtf(tot / (float)DS_H + eps);
+	const int k0 = tid * 16;
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		gm_st_put(xs, MG_CS_Q, k0 + 4 * u, x[u].x * r * w[u].x);
+		gm_st_put(xs, MG_CS_Q, k0 + 4 * u + 1, x[u].y * r * w[u].y);
+		gm_st_put(xs, MG_CS_Q, k0 + 4 * u + 2, x[u].z * r * w[u].z);
+		gm_st_put(xs, MG_CS_Q, k0 + 4 * u + 3, x[u].w * r * w[u].w);
+	}
+	gt_sync();
+}
+
+/* the down's x: n (<= DS_FMAX, % 4 == 0) values of v staged at column stride cs, in two rounds of
+ * 7 float4 loads a thread in flight (all 14 at once spilled) */
+static __device__ void ds_stage_act(const float *v, int n, uint8_t *xs, int cs, int tid)
+{
+	constexpr int U = DS_FMAX / 8 / (MG_W * 32);
+#pragma unroll 1
+	for (int h = 0; h < 2; h++) {
+		float4 r[U];
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int i = tid + (h * U + u) * MG_W * 32;
+			if (4 * i < n)
+				r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + i);
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int i = tid + (h * U + u) * MG_W * 32;
+			if (4 * i < n) {
+				gm_st_put(xs, cs, 4 * i, r[u].x);
+				gm_st_put(xs, cs, 4 * i + 1, r[u].y);
+				gm_st_put(xs, cs, 4 * i + 2, r[u].z);
+				gm_st_put(xs, cs, 4 * i + 3, r[u].w);
+			}
+		}
+	}
+}
+
+/* n <= NT tiles of nst stages each (x at xs_sa, column stride cs) in ring order, the warps going
+ * on to their next tile without waiting for the others: one barrier for all (mg_tiles with
+ * several stages a tile). mg_rowsum_k<NT> reads the sums. */
+template <int NT>
+static __device__ __forceinline__ void ds_tiles(int n, int nst, gt_pos &pos, uint64_t *full, uint64_t *empty,
+                                                uint32_t ring_sa, uint32_t xs_sa, int cs, float *red, int warp,
+                                                int lane)
+{
+#pragma unroll 1
+	for (int k = 0; k < n; k++) {
+		float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+		mg_tile(acc, pos, full, empty, ring_sa, xs_sa, cs, nst, 16, 0, warp, lane);
+		if (mg_holds(lane)) {
+			red[(warp * NT + k) * 16 + (lane >> 2)] = acc[0][0] + acc[0][1];
+			red[(warp * NT + k) * 16 + 8 + (lane >> 2)] = acc[0][2] + acc[0][3];
+		}
+	}
+	gt_sync();
+}
+
+/* rotary's cos and sin for the lane's dims at p (mg_rope_ld with this step's arguments) */
+static __device__ __forceinline__ void ds_rope_ld(const ds_args &a, int p, int lane, float4 &c, float4 &s)
+{
+	const int i0 = (4 * lane) & (DS_HD / 2 - 1);
+	const float4 f = __ldg(reinterpret_cast<const float4 *>(a.inv_freq + i0));
+	const float an[4] = {(float)p * f.x, (float)p * f.y, (float)p * f.z, (float)p * f.w};
+	c = make_float4(cosf(an[0]) * a.mscale, cosf(an[1]) * a.mscale, cosf(an[2]) * a.mscale, cosf(an[3]) * a.mscale);
+	s = make_float4(sinf(an[0]) * a.mscale, sinf(an[1]) * a.mscale, sinf(an[2]) * a.mscale, sinf(an[3]) * a.mscale);
+}
+
+/* rotary (and with norm, q_norm / k_norm first: mg_qk_norm_rope) of one head held by a warp, 4
+ * dims a lane; norm is the same for the whole warp */
+static __device__ __forceinline__ float4 ds_norm_rope(const float4 v, const float4 wv, const float4 c4, const float4 s4,
+                                                      float eps, bool norm, int lane)
+{
+	if (norm)
+		return mg_qk_norm_rope(v, wv, c4, s4, eps, lane);
+	const float x[4] = {v.x, v.y, v.z, v.w};
+	const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
+	float y[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float p = __shfl_xor_sync(0xFFFFFFFFu, x[i], 16); /* dims d +- 64 */
+		y[i] = lane < 16 ? x[i] * cs[i] - p * sn[i] : x[i] * cs[i] + p * sn[i];
+	}
+	return make_float4(y[0], y[1], y[2], y[3]);
+}
+
+static __device__ __forceinline__ __nv_bfloat16 *ds_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
+{
+	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * DS_NKV + g) * DS_HD;
+}
+
+/* one attention split: kv head g's 4 query heads over positions [s T, min(ctx, (s + 1) T)) (as
+ * mstep_kernel.cuh's mg_attn, whose MMA rows 0-7 are 8 heads: here rows 4-7 are zero) */
+static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int g, int s, int ctx, int S,
+                               const int32_t *tab, const unsigned *qkv_cnt, float *scr, int tid, gt_pos &rp,
+                               uint64_t *full, uint64_t *empty, uint32_t ring_sa)
+{
+	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
+	const int t0 = s * MG_T, t1 = min(ctx, t0 + MG_T), n = t1 - t0;
+	const int nk = (mg_attn_m(ctx, s) + 63) / 64;
+	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
+	{
+		gt_pos q = rp;
+		auto landed = [&] {
+			mg_wbar(&full[q.i], q.ph, 2, q.n);
+			const uint32_t sa = ring_sa + (uint32_t)q.i * MG_STAGE;
+			gt_next(q, MG_NS);
+			return sa;
+		};
+#pragma unroll
+		for (int c = 0; c < 2; c++)
+			if (c < nk)
+				kst[c] = landed();
+#pragma unroll
+		for (int c = 0; c < 2; c++)
+			if (c < nk)
+				vst[c] = landed();
+	}
+	float *qs = scr, *sc = scr + 8 * DS_HD, *mstat = sc + 8 * MG_SCS, *lstat = mstat + 8;
+	uint4 *kvp = reinterpret_cast<uint4 *>(lstat + 8);
+	float *ot = lstat + 8 + DS_HD;
+	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + DS_HD * 2;
+	{
+		/* warp h < 4: head h's q; the rest write zeros into rows 4-7; in the last split warp 7
+		 * also finishes k at pos and threads 0-15 stage v's row (mg_attn) */
+		const bool norm = ly.qn != nullptr, last = t1 == ctx, kw7 = last && warp == MG_W - 1;
+		const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+		const float4 qw = norm ? __ldg(reinterpret_cast<const float4 *>(ly.qn) + lane) : one;
+		const float4 kw = norm && kw7 ? __ldg(reinterpret_cast<const float4 *>(ly.kn) + lane) : one;
+		float4 c4, s4;
+		ds_rope_ld(a, pos, lane, c4, s4);
+		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v = kr;
+		mg_cwait(qkv_cnt, DS_QKV_TILES, tid);
+		if (warp < DS_GQ)
+			v = __ldcg(reinterpret_cast<const float4 *>(a.q + (size_t)l * DS_QR + g * DS_GQ * DS_HD) + tid);
+		if (kw7)
+			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * DS_NKV + g) * DS_HD) + lane);
+		if (last && tid < 16)
+			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(ds_kvrow(ly.vc, tab, pos, g)) + tid);
+		if (warp < DS_GQ) {
+			const float4 qr = ds_norm_rope(v, qw, c4, s4, a.eps, norm, lane);
+			reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * a.scale, qr.y * a.scale, qr.z * a.scale,
+			                                                  qr.w * a.scale);
+		} else
+			reinterpret_cast<float4 *>(qs)[tid] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (kw7) {
+			const float4 k4 = ds_norm_rope(kr, kw, c4, s4, a.eps, norm, lane);
+			const int at = 4 * lane;
+			const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
+			uint2 kb;
+			kb.x = *reinterpret_cast<const uint32_t *>(&k01), kb.y = *reinterpret_cast<const uint32_t *>(&k23);
+			*reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(kvp) + at) = kb;
+			*reinterpret_cast<uint2 *>(ds_kvrow(ly.kc, tab, pos, g) + at) = kb;
+		}
+	}
+	gt_sync();
+	auto kat = [&](int i, int c) -> uint32_t {
+		return t0 + i < pos ? mg_kv_sa((i >> 6) ? kst[1] : kst[0], i & 63, c) : kp_sa + (uint32_t)(c << 4);
+	};
+	auto vat = [&](int i, int c) -> uint32_t {
+		return t0 + i < pos ? mg_kv_sa((i >> 6) ? vst[1] : vst[0], i & 63, c) : vp_sa + (uint32_t)(c << 4);
+	};
+	mg_qk_mma(qs, sc, n, kat, warp, lane);
+	gt_sync();
+	if (warp < DS_GQ) { /* warp h: head h's softmax over the split (rows 4-7 stay 0: P 0) */
+		float *sh = sc + warp * MG_SCS;
+		float m = -INFINITY;
+		for (int i = lane; i < n; i += 32)
+			m = fmaxf(m, sh[i]);
+		for (int o = 16; o; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+		float sum = 0.0f;
+		for (int i = lane; i < n; i += 32) {
+			const float p = expf(sh[i] - m);
+			sh[i] = p;
+			sum += p;
+		}
+		for (int o = 16; o; o >>= 1)
+			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+		if (lane == 0)
+			mstat[warp] = m, lstat[warp] = sum;
+	}
+	gt_sync();
+	mg_pv_mma(sc, ot, n, vat, warp, lane);
+	for (int c = 0; c < 2 * nk; c++) {
+		if (lane == 0)
+			gt_arrive(&empty[rp.i]);
+		gt_next(rp, MG_NS);
+	}
+	gt_sync();
+	unsigned *cnt = a.cnt + (size_t)l * DS_CNT;
+	if (S == 1) {
+		if (warp < DS_GQ) {
+			const float4 o4 = reinterpret_cast<const float4 *>(ot + warp * DS_HD)[lane];
+			const float inv = 1.0f / lstat[warp];
+			*reinterpret_cast<float4 *>(a.att + (size_t)l * DS_QR + (g * DS_GQ + warp) * DS_HD + 4 * lane) =
+				make_float4(o4.x * inv, o4.y * inv, o4.z * inv, o4.w * inv);
+		}
+		mg_cpub(cnt + D_ATT, DS_GQ, tid);
+		return;
+	}
+	if (warp < DS_GQ) {
+		const float4 o4 = reinterpret_cast<const float4 *>(ot + warp * DS_HD)[lane];
+		float *pp = a.part + (((size_t)g * S + s) * DS_GQ + warp) * MG_PS;
+		*reinterpret_cast<float4 *>(pp + 4 * lane) = o4;
+		if (lane == 0)
+			pp[DS_HD] = mstat[warp], pp[DS_HD + 1] = lstat[warp];
+	}
+	mg_cpub(cnt + D_N + g, 1, tid);
+}
+
+/* kv head g's query head h: its S splits merged (mg_merge with 4 heads a kv head) */
+static __device__ void ds_merge(const ds_args &a, int l, int g, int h, int S, float *scr, int tid)
+{
+	const int warp = tid >> 5, lane = tid & 31;
+	unsigned *cnt = a.cnt + (size_t)l * DS_CNT;
+	mg_cwait(cnt + D_N + g, (unsigned)S, tid);
+	const float *p0 = a.part + ((size_t)g * S * DS_GQ + h) * MG_PS;
+	const size_t ps = (size_t)DS_GQ * MG_PS;
+	float M = -INFINITY, Lsum = 0.0f;
+	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int j0 = 0; j0 < S; j0 += 64) {
+		float4 v[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++)
+			v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + warp + 8 * u, S - 1) * ps) + lane);
+		float mj[2], lj[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int j = j0 + lane + 32 * u;
+			mj[u] = j < S ? __ldcg(p0 + j * ps + DS_HD) : -INFINITY;
+			lj[u] = j < S ? __ldcg(p0 + j * ps + DS_HD + 1) : 0.0f;
+		}
+		float Mn = fmaxf(mj[0], mj[1]);
+		for (int o = 16; o; o >>= 1)
+			Mn = fmaxf(Mn, __shfl_xor_sync(0xFFFFFFFFu, Mn, o));
+		Mn = fmaxf(M, Mn);
+		const float r = expf(M - Mn);
+		M = Mn;
+		float f[2], Lr = 0.0f;
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			f[u] = j0 + lane + 32 * u < S ? expf(mj[u] - M) : 0.0f;
+			Lr += f[u] * lj[u];
+		}
+		for (int o = 16; o; o >>= 1)
+			Lr += __shfl_xor_sync(0xFFFFFFFFu, Lr, o);
+		Lsum = Lsum * r + Lr;
+		O.x *= r, O.y *= r, O.z *= r, O.w *= r;
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int j = warp + 8 * u;
+			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
+			if (j0 + j < S)
+				O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
+		}
+	}
+	float4 *red4 = reinterpret_cast<float4 *>(scr);
+	red4[warp * 32 + lane] = O;
+	gt_sync();
+	if (warp == 0) {
+		float4 t = red4[lane];
+#pragma unroll
+		for (int w = 1; w < MG_W; w++) {
+			const float4 q = red4[w * 32 + lane];
+			t.x += q.x, t.y += q.y, t.z += q.z, t.w += q.w;
+		}
+		const float inv = 1.0f / Lsum;
+		*reinterpret_cast<float4 *>(a.att + (size_t)l * DS_QR + (g * DS_GQ + h) * DS_HD + 4 * lane) =
+			make_float4(t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+	}
+	mg_cpub(cnt + D_ATT, 1, tid);
+}
+
+__global__ void __launch_bounds__(MG_THREADS, 1) ds_kernel(const ds_args a)
+{
+	extern __shared__ __align__(1024) uint8_t smem[];
+	uint8_t *ring = smem;
+	uint8_t *xs = ring + MG_NS * MG_STAGE;
+	float *red = reinterpret_cast<float *>(xs + DS_XS); /* [2][8][16] */
+	uint64_t *full = reinterpret_cast<uint64_t *>(red + 2 * MG_W * 16);
+	uint64_t *empty = full + MG_NS;
+	float *sred = reinterpret_cast<float *>(empty + MG_NS); /* [8] */
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int b = blockIdx.x, G = gridDim.x;
+	const int ctx = __ldg(a.pos) + 1, S = (ctx + MG_T - 1) / MG_T;
+	const int32_t *tab = a.table + (size_t)__ldg(a.seq) * a.table_stride;
+	const int gu_tiles = 2 * a.fi / 16, dst = a.fi / 2048; /* the down's stages a tile */
+	const int cs_f = gm_col_stride(a.fi / 32);
+	if (tid == 0) {
+		if (gt_sa(ring) & 1023) /* the K / V stages' swizzle counts lines from 1024-byte bounds */
+			__trap();
+		for (int i = 0; i < MG_NS; i++) {
+			gt_init(&full[i], 1);
+			gt_init(&empty[i], MG_W);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+
+	if (warp == MG_W) { /* the producer: every stage in the consumers' order */
+		if (lane)
+			return;
+		uint64_t pol;
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		gt_pos pp = {0, 0, 0};
+		/* nst stages of tile j of a matrix's maps m (codes, scales) */
+		auto tile = [&](const CUtensorMap *m, int j, int nst) {
+			for (int c = 0; c < nst; c++) {
+				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
+				gt_expect(&full[pp.i], MG_STAGE);
+				uint8_t *d = ring + (size_t)pp.i * MG_STAGE;
+				gt_copy_2d(d, m, 128 * c, 16 * j, &full[pp.i], pol);
+				gt_copy_2d(d + 16 * MG_CB, m + 1, 128 * c, 16 * j, &full[pp.i], pol);
+				gt_next(pp, MG_NS);
+			}
+		};
+		for (int l = 0; l < a.L; l++) {
+			const CUtensorMap *m = a.maps + (size_t)l * DM_N * 2;
+			for (int j = b; j < DS_QKV_TILES; j += G)
+				tile(m + 2 * DM_QKV, j, 2);
+			for (int t = b; t < DS_NKV * S; t += G) {
+				const int g = t / S, s = t % S, mm = mg_attn_m(ctx, s);
+				for (int kv = 0; kv < 2; kv++)
+					for (int c0 = 0; c0 < mm; c0 += 64) {
+						const int nblk = (min(64, mm - c0) + MG_KVB - 1) / MG_KVB;
+						mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
+						gt_expect(&full[pp.i], (unsigned)nblk * 4096);
+						uint8_t *d = ring + (size_t)pp.i * MG_STAGE;
+						for (int i = 0; i < nblk; i++)
+							mg_copy_5d(d + i * 4096, a.kvmap + kv, 0, 0, 0, g,
+							           l * a.nb + __ldg(tab + (s * MG_T + c0) / MG_KVB + i), &full[pp.i], pol);
+						gt_next(pp, MG_NS);
+					}
+			}
+			for (int j = b; j < DS_O_TILES; j += G)
+				tile(m + 2 * DM_O, j, 2);
+			for (int j = b; j < gu_tiles; j += G)
+				tile(m + 2 * DM_GU, j, 2);
+			for (int j = b; j < DS_D_TILES; j += G)
+				tile(m + 2 * DM_DN, j, dst);
+		}
+		return;
+	}
+
+	gt_pos pos = {0, 0, 0};
+	const uint32_t ring_sa = gt_sa(ring), xs_sa = gt_sa(xs);
+	int rpar = 0;
+	for (int l = 0; l < a.L; l++) {
+		const ds_layer &ly = a.ly[l];
+		unsigned *cnt = a.cnt + (size_t)l * DS_CNT;
+		const float *h = l ? a.h + (size_t)l * DS_H : a.hin;
+		float *h2 = a.h2 + (size_t)l * DS_H;
+		if (l > 0)
+			mg_cwait(a.cnt + (size_t)(l - 1) * DS_CNT + D_D, DS_D_TILES, tid);
+		/* qkv: the block's <= 4 tiles, one barrier for all; row sums past x in xs */
+		if (b < DS_QKV_TILES) {
+			ds_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
+			const int n = (DS_QKV_TILES - b + G - 1) / G;
+			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
+			ds_tiles<DS_QT>(n, 2, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, rq, warp, lane);
+			if (tid < 16 * n) {
+				const int k = tid >> 4, row = (b + k * G) * 16 + (tid & 15);
+				const float y = ldexpf(mg_rowsum_k<DS_QT>(rq, k, tid & 15), 14) * ly.qkv_ws2;
+				if (row < DS_QR)
+					a.q[(size_t)l * DS_QR + row] = y;
+				else {
+					const int r = row - DS_QR, kv = r / (DS_NKV * DS_HD), rr = r % (DS_NKV * DS_HD);
+					if (kv)
+						ds_kvrow(ly.vc, tab, ctx - 1, rr / DS_HD)[rr % DS_HD] = __float2bfloat16_rn(y);
+					else
+						a.kraw[(size_t)l * DS_NKV * DS_HD + rr] = y;
+				}
+			}
+			mg_cpub(cnt + D_QKV, n, tid);
+		}
+		for (int t = b; t < DS_NKV * S; t += G) {
+			ds_attn(a, ly, l, t / S, t % S, ctx, S, tab, cnt + D_QKV, reinterpret_cast<float *>(xs), tid, pos, full,
+			        empty, ring_sa);
+			gt_sync();
+		}
+		if (S > 1)
+			for (int m = b; m < DS_NQ; m += G) {
+				ds_merge(a, l, m / DS_GQ, m % DS_GQ, S, reinterpret_cast<float *>(xs), tid);
+				gt_sync();
+			}
+		/* o: h2 = h + o, the residual's rows loaded before the wait */
+		if (b < DS_O_TILES) {
+			mg_cwait(cnt + D_ATT, DS_NQ, tid);
+			mg_stage_plain(a.att + (size_t)l * DS_QR, DS_QR, xs, MG_CS_Q, tid);
+			gt_sync();
+			int n = 0;
+			for (int j = b; j < DS_O_TILES; j += G, n++) {
+				const float hr = tid < 16 ? __ldcg(h + j * 16 + tid) : 0.0f;
+				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, MG_CS_Q, 2, red, rpar, warp, lane);
+				if (tid < 16)
+					h2[j * 16 + tid] = hr + ldexpf(mg_rowsum(rd, tid), 14) * ly.o_ws2;
+			}
+			mg_cpub(cnt + D_O, n, tid);
+		}
+		/* gate|up: x = RMSNorm(h2), the block's <= 16 tiles, SwiGLU of each row pair */
+		if (b < gu_tiles) {
+			mg_cwait(cnt + D_O, DS_O_TILES, tid);
+			ds_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
+			const int n = (gu_tiles - b + G - 1) / G;
+			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
+			ds_tiles<DS_NT>(n, 2, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, rq, warp, lane);
+			if (tid < 8 * n) {
+				const int k = tid >> 3, i = tid & 7, j = b + k * G;
+				const float gt = ldexpf(mg_rowsum_k<DS_NT>(rq, k, 2 * i), 14) * ly.gu_ws2;
+				const float up = ldexpf(mg_rowsum_k<DS_NT>(rq, k, 2 * i + 1), 14) * ly.gu_ws2;
+				a.act[(size_t)l * a.fi + j * 8 + i] = silu_mul(gt, up);
+			}
+			mg_cpub(cnt + D_GU, n, tid);
+		}
+		/* down: h' = h2 + down(act) (h2 complete since the gate|up's wait) */
+		if (b < DS_D_TILES) {
+			float *ho = l == a.L - 1 ? a.hout : a.h + (size_t)(l + 1) * DS_H;
+			mg_cwait(cnt + D_GU, (unsigned)gu_tiles, tid);
+			ds_stage_act(a.act + (size_t)l * a.fi, a.fi, xs, cs_f, tid);
+			gt_sync();
+			int n = 0;
+			for (int j = b; j < DS_D_TILES; j += G, n++) {
+				const float hr = tid < 16 ? __ldcg(h2 + j * 16 + tid) : 0.0f;
+				const float *rd = mg_tile_rows(pos, full, empty, ring_sa, xs_sa, cs_f, dst, red, rpar, warp, lane);
+				if (tid < 16)
+					ho[j * 16 + tid] = hr + ldexpf(mg_rowsum(rd, tid), 14) * ly.dn_ws2;
+			}
+			mg_cpub(cnt + D_D, n, tid);
+		}
+	}
+}
+#else
+__global__ void ds_kernel(const ds_args a) { (void)a; }
+#endif
+
+#endif
