@@ -427,11 +427,15 @@ static __device__ __forceinline__ void mg_tile(float (&acc)[1][4], gt_pos &pos, 
 		/* a fixed count of steps a warp, unrolled: the loop from warp to nsteps by MG_W was not,
 		 * and the warp's two steps then ran one after the other (f8step_bench: 32 against 40
 		 * GB/s an SM with the weights in shared memory) */
+#ifndef MG_NOMATH /* a measurement build: the ring and the phases without the tiles' math */
 #pragma unroll
 		for (int q = 0; q < nsteps / MG_W; q++) {
 			const int s = warp + q * MG_W;
 			mg_step<MG_CB, MG_SB, true>(acc, st, s, xc, cb0 + c * 64, lane);
 		}
+#else
+		(void)st, (void)xc;
+#endif
 		__syncwarp();
 		if (lane == 0)
 			gt_arrive(&empty[pos.i]);
