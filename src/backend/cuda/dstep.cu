@@ -150,7 +150,7 @@ int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;
 	at[0].val.cooperative = 1;
-	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(MG_THREADS);
+	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(DS_THREADS);
 	cfg.dynamicSmemBytes = DS_SMEM, cfg.stream = c->s;
 	cfg.attrs = at, cfg.numAttrs = 1;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, ds_kernel, a));

@@ -2,7 +2,7 @@
 # Session 42's variant calls: fp4serve built per VARIANTS entry ("name:nvcc flags", e.g.
 # "ns9:-DDS_NS=9"; "base:" the default) in /tmp/b-name, each benched on MODELS (gen, /dev/shm)
 # with the whole-step kernel: tg128 (3 reps) and depth 4096 (-n 64, 2 reps); LAYERS=1 adds
-# FP4S_MSTEP=0 runs of the base build.
+# FP4S_MSTEP=0 runs of the base build; TESTS (e.g. test_mstep) built and run with the first variant.
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 L=$OUT/log; mkdir -p $L; S=$OUT/sum.txt
@@ -13,11 +13,15 @@ first=""
 for v in ${VARIANTS:-base:}; do
 	n=${v%%:*}; f=${v#*:}
 	cmake -S . -B /tmp/b-$n -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr \
-		"-DCMAKE_CUDA_FLAGS=$f" > $L/build-$n.log 2>&1 && cmake --build /tmp/b-$n -j16 --target fp4serve >> $L/build-$n.log 2>&1
+		"-DCMAKE_CUDA_FLAGS=$f" > $L/build-$n.log 2>&1 && cmake --build /tmp/b-$n -j16 --target fp4serve $([ -z "$first" ] && echo ${TESTS:-}) >> $L/build-$n.log 2>&1
 	ts "build $n ($f) rc=$?"
 	if [ -z "$first" ]; then first=$n
 		( for m in $MODELS; do /tmp/b-$n/fp4serve gen --preset $m --format nvfp4 /dev/shm/$m > $L/gen-$m.log 2>&1; ts "gen $m rc=$?"; done ) &
 	fi
+done
+for t in ${TESTS:-}; do
+	x=$(find /tmp/b-$first -name $t -type f | head -1)
+	timeout ${TT:-300} $x > $L/t-$t.txt 2>&1; ts "$t rc=$?"; grep -E "pool:|requests equal|FAIL|differ|request|did not" $L/t-$t.txt | head -30 | tee -a $S
 done
 wait
 bench() { local lab=$1; shift; timeout 150 env "$@" > $L/b-$lab.txt 2>&1; echo "rc=$?" >> $L/b-$lab.txt; ts "$lab $(grep -E '^(tg|pp)|rc=' $L/b-$lab.txt | tr '\n' ' ' | tail -c 200)"; }
