@@ -47,10 +47,7 @@
 #define DS_QT 4  /* qkv tiles a block at most */
 #define DS_XS (2 * 28704) /* 2 gm_col_stride(DS_FMAX / 32): the down's x */
 #define DS_SMEM (MG_NS * MG_STAGE + DS_XS + 2 * MG_W * 16 * 4 + 2 * MG_NS * 8 + 64)
-#ifndef DS_PF
-#define DS_PF 8 /* stages the L2 prefetcher runs ahead of the copies (0: no prefetcher) */
-#endif
-#define DS_THREADS ((MG_W + 2) * 32) /* the consumers, the copier, the prefetcher */
+#define DS_THREADS MG_THREADS
 
 enum { D_QKV, D_ATT, D_O, D_GU, D_D, D_N };
 #define DS_CNT (D_N + DS_NKV) /* counters a layer: the phases', then each kv head's splits */
@@ -381,23 +378,6 @@ static __device__ void ds_merge(const ds_args &a, int l, int g, int h, int S, fl
 	mg_cpub(cnt + D_ATT, 1, tid);
 }
 
-/* a tensor-map box into L2 only */
-static __device__ __forceinline__ void ds_pf_2d(const CUtensorMap *map, int x, int y)
-{
-	asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
-	                 reinterpret_cast<uint64_t>(map)),
-	             "r"(x), "r"(y)
-	             : "memory");
-}
-
-static __device__ __forceinline__ void ds_pf_5d(const CUtensorMap *map, int g, int blk)
-{
-	asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];" ::"l"(
-	                 reinterpret_cast<uint64_t>(map)),
-	             "r"(0), "r"(0), "r"(0), "r"(g), "r"(blk)
-	             : "memory");
-}
-
 /* block b's stages in the order its consumers take them: tile(m, c, j) for stage c of tile j of
  * the matrix whose maps are m, m + 1; kvs(kv, g, blk, nblk) for a K (kv 0) or V stage of kv head
  * g: nblk cache blocks (their indices in the pools at blk) */
@@ -444,7 +424,6 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 	uint64_t *full = reinterpret_cast<uint64_t *>(red + 2 * MG_W * 16);
 	uint64_t *empty = full + MG_NS;
 	float *sred = reinterpret_cast<float *>(empty + MG_NS); /* [8] */
-	volatile unsigned *issued = reinterpret_cast<volatile unsigned *>(sred + MG_W); /* the copier's stages */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int b = blockIdx.x, G = gridDim.x;
 	const int ctx = __ldg(a.pos) + 1, S = (ctx + MG_T - 1) / MG_T;
@@ -459,62 +438,33 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 			gt_init(&empty[i], MG_W);
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-		*issued = 0;
 	}
 	__syncthreads();
 
-	if (warp >= MG_W) {
+	if (warp == MG_W) { /* the producer: every stage into the ring in the consumers' order */
 		if (lane)
 			return;
 		uint64_t pol;
 		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-		if (warp == MG_W) { /* the copier: every stage into the ring in the consumers' order */
-			gt_pos pp = {0, 0, 0};
-			auto slot = [&](unsigned bytes) {
-				mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
-				gt_expect(&full[pp.i], bytes);
-				return ring + (size_t)pp.i * MG_STAGE;
-			};
-			auto done = [&] {
-				gt_next(pp, MG_NS);
-				*issued = pp.n;
-			};
-			ds_walk(a, b, G, ctx, S, tab,
-			        [&](const CUtensorMap *m, int c, int j) {
-				        uint8_t *d = slot(MG_STAGE);
-				        gt_copy_2d(d, m, 128 * c, 16 * j, &full[pp.i], pol);
-				        gt_copy_2d(d + 16 * MG_CB, m + 1, 128 * c, 16 * j, &full[pp.i], pol);
-				        done();
-			        },
-			        [&](int kv, int g, const int *blk, int nblk) {
-				        uint8_t *d = slot((unsigned)nblk * 4096);
-				        for (int i = 0; i < nblk; i++)
-					        mg_copy_5d(d + i * 4096, a.kvmap + kv, 0, 0, 0, g, blk[i], &full[pp.i], pol);
-				        done();
-			        });
-		} else if (DS_PF > 0) {
-			/* the prefetcher: the same stages into L2, up to DS_PF ahead of the copier. Why: the
-			 * ring holds what the next small phases need (qkv, o), so while the consumers wait
-			 * at a phase boundary it is soon full and the copier idles; the bytes of the stages
-			 * after it then come from DRAM during the wait instead of after it */
-			unsigned n = 0;
-			auto pace = [&] {
-				while (n >= *issued + DS_PF)
-					__nanosleep(64);
-				n++;
-			};
-			ds_walk(a, b, G, ctx, S, tab,
-			        [&](const CUtensorMap *m, int c, int j) {
-				        pace();
-				        ds_pf_2d(m, 128 * c, 16 * j);
-				        ds_pf_2d(m + 1, 128 * c, 16 * j);
-			        },
-			        [&](int kv, int g, const int *blk, int nblk) {
-				        pace();
-				        for (int i = 0; i < nblk; i++)
-					        ds_pf_5d(a.kvmap + kv, g, blk[i]);
-			        });
-		}
+		gt_pos pp = {0, 0, 0};
+		auto slot = [&](unsigned bytes) { /* the next ring slot, once free, expecting bytes */
+			mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
+			gt_expect(&full[pp.i], bytes);
+			return ring + (size_t)pp.i * MG_STAGE;
+		};
+		ds_walk(a, b, G, ctx, S, tab,
+		        [&](const CUtensorMap *m, int c, int j) {
+			        uint8_t *d = slot(MG_STAGE);
+			        gt_copy_2d(d, m, 128 * c, 16 * j, &full[pp.i], pol);
+			        gt_copy_2d(d + 16 * MG_CB, m + 1, 128 * c, 16 * j, &full[pp.i], pol);
+			        gt_next(pp, MG_NS);
+		        },
+		        [&](int kv, int g, const int *blk, int nblk) {
+			        uint8_t *d = slot((unsigned)nblk * 4096);
+			        for (int i = 0; i < nblk; i++)
+				        mg_copy_5d(d + i * 4096, a.kvmap + kv, 0, 0, 0, g, blk[i], &full[pp.i], pol);
+			        gt_next(pp, MG_NS);
+		        });
 		return;
 	}
 
