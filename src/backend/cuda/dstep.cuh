@@ -13,10 +13,13 @@
  *         RMSNorm(h2)), SwiGLU out
  *   down  256 tiles, K = FI in FI / 2048 stages, h' = h2 + down
  * Why: a dense layer's four matmuls stream ~120 MB, so its decode is bound by bytes, but the
- * layer path pays ~4 us a launch besides (docs/status.md); here a phase waiting on its counter
- * costs nothing while the ring holds the next phase's stages (8 of 18 KB a block, ~19 MB on 132
- * SMs). No phase waits for data it could not prefetch: every copy's address is known before the
- * step, so the producer never waits for anything but a free slot.
+ * layer path pays ~4 us a launch besides (docs/status.md). Every copy's address is known before
+ * the step, so the producer waits for nothing but a free slot. Measured on the H200 (llama3-8b
+ * 468 -> 528 tok/s, bench/results/2026-11-30-h200-session42.md), what bounds it is the phase
+ * chain, not the math (without the tiles' math: 591): qkv, attention and o fit in the ring, so
+ * they are latency while the full ring stops the copies; only gate|up and down stream beyond it.
+ * A ninth stage and L2 prefetches of the stages ahead (a second producer warp) did not help:
+ * the prefetches made it 6-14 % slower.
  *
  * Every matrix comes by 2-D tensor maps (dstep.cu ds_map): a stage is 16 rows x 2048 K, the
  * codes one box (16 rows of 1024 bytes) and the scales another (16 x 128 bytes, the 128-byte
@@ -26,7 +29,7 @@
 #define FP4S_DSTEP_CUH
 
 #ifndef DS_NS
-#define DS_NS 8 /* ring stages (measured: bench/results/) */
+#define DS_NS 8 /* ring stages (9, the most that fits, measured no faster) */
 #endif
 #define MG_NS DS_NS
 #define MG_HELPERS_ONLY
