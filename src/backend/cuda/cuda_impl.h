@@ -144,6 +144,8 @@ void cu_mstep_install(struct fp4s_backend *be); /* mstep.cu */
 /* dstep.cu: the dense models' whole-step kernel (mstep.cu's hooks call these) */
 int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct fp4s_error *err);
 int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err);
+/* FP4S_DSTEP_TL=L: layer L's phase marks of the last step, to stderr (at the backend's end) */
+void cu_dstep_report(struct cuda_impl *c);
 /* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's
  * logits, added in the add's blocks, for a one-launch MoE block that routes in every block
  * (moe_tma.cu, local); FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Reads

@@ -2,6 +2,7 @@
  * (Llama-3-8B's or Qwen3-8B's attention geometry, NVFP4 fused qkv and gate|up pairs, BF16 KV),
  * its buffers and tensor maps, and the launch. mstep.cu's step_prepare and step_layers hand
  * dense models here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 struct cu_dstep {
 	ds_args a;
 	unsigned cnt_bytes;
+	int grid; /* blocks a launch (the timeline's rows) */
 };
 
 static int ds_fits(const struct fp4s_mat *m, int64_t rows, int64_t cols)
@@ -135,6 +137,20 @@ int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	a.nb = c->n_blocks;
 	a.kvmap = a.maps + nmaps - 2;
 	ds->cnt_bytes = (unsigned)((size_t)L * DS_CNT * 4);
+	ds->grid = c->sm_count;
+	/* FP4S_DSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_dstep_report prints them) */
+	const char *tl = getenv("FP4S_DSTEP_TL");
+	a.tl = NULL, a.tl_layer = -1;
+	if (tl && *tl) {
+		const int tll = atoi(tl);
+		if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&a.tl, (size_t)ds->grid * DT_N * 8, err) &&
+		    !cu_track(c, a.tl, err))
+			a.tl_layer = tll;
+		else
+			a.tl = NULL;
+		if (err)
+			err->code = FP4S_OK, err->msg[0] = 0;
+	}
 	free(c->ds);
 	c->ds = ds;
 	return FP4S_OK;
@@ -146,6 +162,8 @@ int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->ds->cnt_bytes, c->s));
+	if (a.tl)
+		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->ds->grid * DT_N * 8, c->s));
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;
@@ -155,4 +173,42 @@ int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	cfg.attrs = at, cfg.numAttrs = 1;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, ds_kernel, a));
 	return FP4S_OK;
+}
+
+static int ds_cmp(const void *x, const void *y)
+{
+	const double a = *(const double *)x, b = *(const double *)y;
+	return (a > b) - (a < b);
+}
+
+void cu_dstep_report(struct cuda_impl *c)
+{
+	if (!c->ds || !c->ds->a.tl)
+		return;
+	const int G = c->ds->grid;
+	unsigned long long *t = (unsigned long long *)malloc((size_t)G * DT_N * 8);
+	double *v = (double *)malloc((size_t)G * sizeof(double));
+	if (!t || !v || cudaMemcpy(t, c->ds->a.tl, (size_t)G * DT_N * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+		free(t), free(v);
+		return;
+	}
+	static const char *const names[DT_N] = {"start", "qkv x", "qkv", "attn q", "attn", "o seen", "o",
+	                                         "gu seen", "gu x", "gu", "down seen", "down x", "down"};
+	unsigned long long t0 = ~0ull;
+	for (int b = 0; b < G; b++)
+		if (t[(size_t)b * DT_N] && t[(size_t)b * DT_N] < t0)
+			t0 = t[(size_t)b * DT_N];
+	fprintf(stderr, "dstep timeline, layer %d of the last step (us from its first start: median / max over the "
+	        "blocks that mark it, count)\n", c->ds->a.tl_layer);
+	for (int p = 0; p < DT_N; p++) {
+		int n = 0;
+		for (int b = 0; b < G; b++)
+			if (t[(size_t)b * DT_N + p] >= t0 && t0 != ~0ull) /* blocks without the phase leave it 0 */
+				v[n++] = (double)(t[(size_t)b * DT_N + p] - t0) / 1e3;
+		if (!n)
+			continue;
+		qsort(v, (size_t)n, sizeof *v, ds_cmp);
+		fprintf(stderr, "  %-9s %7.2f / %7.2f  (%d)\n", names[p], v[n / 2], v[n - 1], n);
+	}
+	free(t), free(v);
 }

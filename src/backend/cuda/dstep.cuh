@@ -53,6 +53,11 @@
 #define DS_THREADS MG_THREADS
 
 enum { D_QKV, D_ATT, D_O, D_GU, D_D, D_N };
+/* timeline marks a block (FP4S_DSTEP_TL): the layer's start (the last one's down seen), qkv's x
+ * staged, qkv published, the block's last attention task's q staged, the attention and merges done,
+ * o's wait over, o published, gate|up's wait over, its x staged, gate|up published, the down's
+ * wait over, its x staged, the down published */
+enum { DT_START, DT_QX, DT_QKV, DT_AQ, DT_ATT, DT_OSEEN, DT_O, DT_GSEEN, DT_GX, DT_GU, DT_DSEEN, DT_DX, DT_D, DT_N };
 #define DS_CNT (D_N + DS_NKV) /* counters a layer: the phases', then each kv head's splits */
 
 /* a layer: its NVFP4 tensor scales (the codes and scales come by the maps), the norms' weights
@@ -80,9 +85,17 @@ struct ds_args {
 	float *part; /* [NKV][S][GQ][MG_PS] */
 	float *act;  /* [L][fi] */
 	unsigned *cnt; /* [L][DS_CNT], zero at launch */
+	unsigned long long *tl; /* [G][DT_N] marks of layer tl_layer (NULL: none), zero at launch */
+	int tl_layer;
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ void ds_mark(const ds_args &a, int l, int ph, int tid)
+{
+	if (a.tl && l == a.tl_layer && tid == 0)
+		a.tl[blockIdx.x * DT_N + ph] = gm_now();
+}
+
 /* x = v * rsqrt(mean(v^2) + eps) * nw over 4096, staged (hi, lo) into xs at MG_CS_Q (16 values a
  * thread, every load in flight at once) */
 static __device__ void ds_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
@@ -263,6 +276,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		}
 	}
 	gt_sync();
+	ds_mark(a, l, DT_AQ, tid); /* the block's last task's */
 	auto kat = [&](int i, int c) -> uint32_t {
 		return t0 + i < pos ? mg_kv_sa((i >> 6) ? kst[1] : kst[0], i & 63, c) : kp_sa + (uint32_t)(c << 4);
 	};
@@ -481,9 +495,11 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 		float *h2 = a.h2 + (size_t)l * DS_H;
 		if (l > 0)
 			mg_cwait(a.cnt + (size_t)(l - 1) * DS_CNT + D_D, DS_D_TILES, tid);
+		ds_mark(a, l, DT_START, tid);
 		/* qkv: the block's <= 4 tiles, one barrier for all; row sums past x in xs */
 		if (b < DS_QKV_TILES) {
 			ds_stage_norm(h, ly.n1, a.eps, xs, sred, tid);
+			ds_mark(a, l, DT_QX, tid);
 			const int n = (DS_QKV_TILES - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
 			ds_tiles<DS_QT>(n, 2, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, rq, warp, lane);
@@ -501,6 +517,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 				}
 			}
 			mg_cpub(cnt + D_QKV, n, tid);
+			ds_mark(a, l, DT_QKV, tid);
 		}
 		for (int t = b; t < DS_NKV * S; t += G) {
 			ds_attn(a, ly, l, t / S, t % S, ctx, S, tab, cnt + D_QKV, reinterpret_cast<float *>(xs), tid, pos, full,
@@ -512,9 +529,12 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 				ds_merge(a, l, m / DS_GQ, m % DS_GQ, S, reinterpret_cast<float *>(xs), tid);
 				gt_sync();
 			}
+		if (b < DS_NKV * S || (S > 1 && b < DS_NQ))
+			ds_mark(a, l, DT_ATT, tid);
 		/* o: h2 = h + o, the residual's rows loaded before the wait */
 		if (b < DS_O_TILES) {
 			mg_cwait(cnt + D_ATT, DS_NQ, tid);
+			ds_mark(a, l, DT_OSEEN, tid);
 			mg_stage_plain(a.att + (size_t)l * DS_QR, DS_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			int n = 0;
@@ -525,11 +545,14 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 					h2[j * 16 + tid] = hr + ldexpf(mg_rowsum(rd, tid), 14) * ly.o_ws2;
 			}
 			mg_cpub(cnt + D_O, n, tid);
+			ds_mark(a, l, DT_O, tid);
 		}
 		/* gate|up: x = RMSNorm(h2), the block's <= 16 tiles, SwiGLU of each row pair */
 		if (b < gu_tiles) {
 			mg_cwait(cnt + D_O, DS_O_TILES, tid);
+			ds_mark(a, l, DT_GSEEN, tid);
 			ds_stage_norm(h2, ly.n2, a.eps, xs, sred, tid);
+			ds_mark(a, l, DT_GX, tid);
 			const int n = (gu_tiles - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * MG_CS_Q);
 			ds_tiles<DS_NT>(n, 2, pos, full, empty, ring_sa, xs_sa, MG_CS_Q, rq, warp, lane);
@@ -540,13 +563,16 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 				a.act[(size_t)l * a.fi + j * 8 + i] = silu_mul(gt, up);
 			}
 			mg_cpub(cnt + D_GU, n, tid);
+			ds_mark(a, l, DT_GU, tid);
 		}
 		/* down: h' = h2 + down(act) (h2 complete since the gate|up's wait) */
 		if (b < DS_D_TILES) {
 			float *ho = l == a.L - 1 ? a.hout : a.h + (size_t)(l + 1) * DS_H;
 			mg_cwait(cnt + D_GU, (unsigned)gu_tiles, tid);
+			ds_mark(a, l, DT_DSEEN, tid);
 			ds_stage_act(a.act + (size_t)l * a.fi, a.fi, xs, cs_f, tid);
 			gt_sync();
+			ds_mark(a, l, DT_DX, tid);
 			int n = 0;
 			for (int j = b; j < DS_D_TILES; j += G, n++) {
 				const float hr = tid < 16 ? __ldcg(h2 + j * 16 + tid) : 0.0f;
@@ -555,6 +581,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 					ho[j * 16 + tid] = hr + ldexpf(mg_rowsum(rd, tid), 14) * ly.dn_ws2;
 			}
 			mg_cpub(cnt + D_D, n, tid);
+			ds_mark(a, l, DT_D, tid);
 		}
 	}
 }
