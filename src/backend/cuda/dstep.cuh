@@ -96,15 +96,46 @@ static __device__ __forceinline__ void ds_mark(const ds_args &a, int l, int ph, 
 		a.tl[blockIdx.x * DT_N + ph] = gm_now();
 }
 
-/* x = v * rsqrt(mean(v^2) + eps) * nw over 4096, staged (hi, lo) into xs at MG_CS_Q (16 values a
- * thread, every load in flight at once) */
+/* x[4 i .. + 4) = r staged (BF16 hi, lo at column stride cs) as gm_st_put lays them out, by the
+ * lane pair (2p, 2p + 1) holding float4s i = 2q, 2q + 1 (8 values: one 16-byte group of the
+ * layout). In a group value e sits at byte (3 - e % 4) 4 + (e / 4) 2, so e and e + 4 share a
+ * word: after two shuffles the even lane writes bytes 8-15 ((e1, e5), (e0, e4)) and the odd lane
+ * bytes 0-7 ((e3, e7), (e2, e6)), one 8-byte store each for hi and lo, a warp's 256 bytes
+ * contiguous. (gm_st_put a value at a time, each thread 16 consecutive values, made 16-way bank
+ * conflicts: 1.9-2.7 us to stage 4096 values, session 42's timeline.) All 32 lanes call it. */
+static __device__ __forceinline__ void ds_put4(uint8_t *xs, int cs, int i, const float4 r, int lane)
+{
+	const bool odd = lane & 1;
+	const float p0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? r.x : r.z, 1);
+	const float p1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? r.y : r.w, 1);
+	/* the two words' (low, high) values, the lower word first */
+	const float v[4] = {odd ? p1 : r.y, odd ? r.w : p1, odd ? p0 : r.x, odd ? r.z : p0};
+	uint32_t hi[2], lo[2];
+#pragma unroll
+	for (int w = 0; w < 2; w++) {
+		const __nv_bfloat16 h0 = __float2bfloat16_rn(v[2 * w]), h1 = __float2bfloat16_rn(v[2 * w + 1]);
+		const __nv_bfloat16 l0 = __float2bfloat16_rn(v[2 * w] - __bfloat162float(h0));
+		const __nv_bfloat16 l1 = __float2bfloat16_rn(v[2 * w + 1] - __bfloat162float(h1));
+		hi[w] = (uint32_t)*reinterpret_cast<const unsigned short *>(&h0) |
+		        ((uint32_t)*reinterpret_cast<const unsigned short *>(&h1) << 16);
+		lo[w] = (uint32_t)*reinterpret_cast<const unsigned short *>(&l0) |
+		        ((uint32_t)*reinterpret_cast<const unsigned short *>(&l1) << 16);
+	}
+	const int k = 4 * i, lc = k >> 5, j = (k >> 3) & 3;
+	const uint32_t off = gt_sa(xs) + (uint32_t)(lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16) + (odd ? 0 : 8));
+	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off), "r"(hi[0]), "r"(hi[1]) : "memory");
+	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off + (uint32_t)cs), "r"(lo[0]), "r"(lo[1]) : "memory");
+}
+
+/* x = v * rsqrt(mean(v^2) + eps) * nw over 4096, staged (hi, lo) into xs at MG_CS_Q (float4s
+ * tid + 256 u a thread, every load in flight at once) */
 static __device__ void ds_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
 {
 	float4 x[4], w[4];
 #pragma unroll
 	for (int u = 0; u < 4; u++) {
-		x[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid * 4 + u);
-		w[u] = __ldg(reinterpret_cast<const float4 *>(nw) + tid * 4 + u);
+		x[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid + u * MG_W * 32);
+		w[u] = __ldg(reinterpret_cast<const float4 *>(nw) + tid + u * MG_W * 32);
 	}
 	float ss = 0.0f;
 #pragma unroll
@@ -120,41 +151,31 @@ static __device__ void ds_stage_norm(const float *v, const float *nw, float eps,
 	for (int w8 = 0; w8 < MG_W; w8++)
 		tot += sred[w8];
 	const float r = 1.0f / sqrtf(tot / (float)DS_H + eps);
-	const int k0 = tid * 16;
 #pragma unroll
-	for (int u = 0; u < 4; u++) {
-		gm_st_put(xs, MG_CS_Q, k0 + 4 * u, x[u].x * r * w[u].x);
-		gm_st_put(xs, MG_CS_Q, k0 + 4 * u + 1, x[u].y * r * w[u].y);
-		gm_st_put(xs, MG_CS_Q, k0 + 4 * u + 2, x[u].z * r * w[u].z);
-		gm_st_put(xs, MG_CS_Q, k0 + 4 * u + 3, x[u].w * r * w[u].w);
-	}
+	for (int u = 0; u < 4; u++)
+		ds_put4(xs, MG_CS_Q, tid + u * MG_W * 32,
+		        make_float4(x[u].x * r * w[u].x, x[u].y * r * w[u].y, x[u].z * r * w[u].z, x[u].w * r * w[u].w),
+		        tid & 31);
 	gt_sync();
 }
 
-/* the down's x: n (<= DS_FMAX, % 4 == 0) values of v staged at column stride cs, in two rounds of
- * 7 float4 loads a thread in flight (all 14 at once spilled) */
-static __device__ void ds_stage_act(const float *v, int n, uint8_t *xs, int cs, int tid)
+/* n (a multiple of 1024, <= DS_FMAX) values of v staged at column stride cs, in rounds of 4
+ * float4 loads a thread in flight (the caller's barrier follows). Whether float4 i0 + tid + 256 u
+ * is in range is the same for all threads, so ds_put4's lanes all take part. */
+static __device__ void ds_stage_plain(const float *v, int n, uint8_t *xs, int cs, int tid)
 {
-	constexpr int U = DS_FMAX / 8 / (MG_W * 32);
+	const int n4 = n / 4;
 #pragma unroll 1
-	for (int h = 0; h < 2; h++) {
-		float4 r[U];
+	for (int i0 = 0; i0 < n4; i0 += 4 * MG_W * 32) {
+		float4 r[4];
 #pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int i = tid + (h * U + u) * MG_W * 32;
-			if (4 * i < n)
-				r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + i);
-		}
+		for (int u = 0; u < 4; u++)
+			if (i0 + u * MG_W * 32 < n4)
+				r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + i0 + tid + u * MG_W * 32);
 #pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int i = tid + (h * U + u) * MG_W * 32;
-			if (4 * i < n) {
-				gm_st_put(xs, cs, 4 * i, r[u].x);
-				gm_st_put(xs, cs, 4 * i + 1, r[u].y);
-				gm_st_put(xs, cs, 4 * i + 2, r[u].z);
-				gm_st_put(xs, cs, 4 * i + 3, r[u].w);
-			}
-		}
+		for (int u = 0; u < 4; u++)
+			if (i0 + u * MG_W * 32 < n4)
+				ds_put4(xs, cs, i0 + tid + u * MG_W * 32, r[u], tid & 31);
 	}
 }
 
@@ -535,7 +556,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 		if (b < DS_O_TILES) {
 			mg_cwait(cnt + D_ATT, DS_NQ, tid);
 			ds_mark(a, l, DT_OSEEN, tid);
-			mg_stage_plain(a.att + (size_t)l * DS_QR, DS_QR, xs, MG_CS_Q, tid);
+			ds_stage_plain(a.att + (size_t)l * DS_QR, DS_QR, xs, MG_CS_Q, tid);
 			gt_sync();
 			int n = 0;
 			for (int j = b; j < DS_O_TILES; j += G, n++) {
@@ -570,7 +591,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 			float *ho = l == a.L - 1 ? a.hout : a.h + (size_t)(l + 1) * DS_H;
 			mg_cwait(cnt + D_GU, (unsigned)gu_tiles, tid);
 			ds_mark(a, l, DT_DSEEN, tid);
-			ds_stage_act(a.act + (size_t)l * a.fi, a.fi, xs, cs_f, tid);
+			ds_stage_plain(a.act + (size_t)l * a.fi, a.fi, xs, cs_f, tid);
 			gt_sync();
 			ds_mark(a, l, DT_DX, tid);
 			int n = 0;
