@@ -15,11 +15,11 @@
  * Why: a dense layer's four matmuls stream ~120 MB, so its decode is bound by bytes, but the
  * layer path pays ~4 us a launch besides (docs/status.md). Every copy's address is known before
  * the step, so the producer waits for nothing but a free slot. Measured on the H200 (llama3-8b
- * 468 -> 528 tok/s, bench/results/2026-11-30-h200-session42.md), what bounds it is the phase
- * chain, not the math (without the tiles' math: 591): qkv, attention and o fit in the ring, so
- * they are latency while the full ring stops the copies; only gate|up and down stream beyond it.
- * A ninth stage and L2 prefetches of the stages ahead (a second producer warp) did not help:
- * the prefetches made it 6-14 % slower.
+ * 465 -> 538 tok/s, bench/results/2026-11-30-h200-session42.md; FP4S_DSTEP_TL's marks), what
+ * bounds it is the phase chain, not the math (without the tiles' math: +13 %): qkv, attention and
+ * o take ~1/3 of a layer as latency while the full ring stops the copies; only gate|up and down
+ * stream beyond it. A ninth stage and L2 prefetches of the stages ahead (a second producer warp)
+ * did not help: the prefetches made it 6-14 % slower.
  *
  * Every matrix comes by 2-D tensor maps (dstep.cu ds_map): a stage is 16 rows x 2048 K, the
  * codes one box (16 rows of 1024 bytes) and the scales another (16 x 128 bytes, the 128-byte
