@@ -96,37 +96,6 @@ static __device__ __forceinline__ void ds_mark(const ds_args &a, int l, int ph, 
 		a.tl[blockIdx.x * DT_N + ph] = gm_now();
 }
 
-/* x[4 i .. + 4) = r staged (BF16 hi, lo at column stride cs) as gm_st_put lays them out, by the
- * lane pair (2p, 2p + 1) holding float4s i = 2q, 2q + 1 (8 values: one 16-byte group of the
- * layout). In a group value e sits at byte (3 - e % 4) 4 + (e / 4) 2, so e and e + 4 share a
- * word: after two shuffles the even lane writes bytes 8-15 ((e1, e5), (e0, e4)) and the odd lane
- * bytes 0-7 ((e3, e7), (e2, e6)), one 8-byte store each for hi and lo, a warp's 256 bytes
- * contiguous. (gm_st_put a value at a time, each thread 16 consecutive values, made 16-way bank
- * conflicts: 1.9-2.7 us to stage 4096 values, session 42's timeline.) All 32 lanes call it. */
-static __device__ __forceinline__ void ds_put4(uint8_t *xs, int cs, int i, const float4 r, int lane)
-{
-	const bool odd = lane & 1;
-	const float p0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? r.x : r.z, 1);
-	const float p1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? r.y : r.w, 1);
-	/* the two words' (low, high) values, the lower word first */
-	const float v[4] = {odd ? p1 : r.y, odd ? r.w : p1, odd ? p0 : r.x, odd ? r.z : p0};
-	uint32_t hi[2], lo[2];
-#pragma unroll
-	for (int w = 0; w < 2; w++) {
-		const __nv_bfloat16 h0 = __float2bfloat16_rn(v[2 * w]), h1 = __float2bfloat16_rn(v[2 * w + 1]);
-		const __nv_bfloat16 l0 = __float2bfloat16_rn(v[2 * w] - __bfloat162float(h0));
-		const __nv_bfloat16 l1 = __float2bfloat16_rn(v[2 * w + 1] - __bfloat162float(h1));
-		hi[w] = (uint32_t)*reinterpret_cast<const unsigned short *>(&h0) |
-		        ((uint32_t)*reinterpret_cast<const unsigned short *>(&h1) << 16);
-		lo[w] = (uint32_t)*reinterpret_cast<const unsigned short *>(&l0) |
-		        ((uint32_t)*reinterpret_cast<const unsigned short *>(&l1) << 16);
-	}
-	const int k = 4 * i, lc = k >> 5, j = (k >> 3) & 3;
-	const uint32_t off = gt_sa(xs) + (uint32_t)(lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16) + (odd ? 0 : 8));
-	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off), "r"(hi[0]), "r"(hi[1]) : "memory");
-	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off + (uint32_t)cs), "r"(lo[0]), "r"(lo[1]) : "memory");
-}
-
 /* x = v * rsqrt(mean(v^2) + eps) * nw over 4096, staged (hi, lo) into xs at MG_CS_Q (float4s
  * tid + 256 u a thread, every load in flight at once) */
 static __device__ void ds_stage_norm(const float *v, const float *nw, float eps, uint8_t *xs, float *sred, int tid)
@@ -153,7 +122,7 @@ static __device__ void ds_stage_norm(const float *v, const float *nw, float eps,
 	const float r = 1.0f / sqrtf(tot / (float)DS_H + eps);
 #pragma unroll
 	for (int u = 0; u < 4; u++)
-		ds_put4(xs, MG_CS_Q, tid + u * MG_W * 32,
+		mg_put4(xs, MG_CS_Q, 4 * (tid + u * MG_W * 32),
 		        make_float4(x[u].x * r * w[u].x, x[u].y * r * w[u].y, x[u].z * r * w[u].z, x[u].w * r * w[u].w),
 		        tid & 31);
 	gt_sync();
@@ -161,7 +130,7 @@ static __device__ void ds_stage_norm(const float *v, const float *nw, float eps,
 
 /* n (a multiple of 1024, <= DS_FMAX) values of v staged at column stride cs, in rounds of 4
  * float4 loads a thread in flight (the caller's barrier follows). Whether float4 i0 + tid + 256 u
- * is in range is the same for all threads, so ds_put4's lanes all take part. */
+ * is in range is the same for all threads, so mg_put4's lanes all take part. */
 static __device__ void ds_stage_plain(const float *v, int n, uint8_t *xs, int cs, int tid)
 {
 	const int n4 = n / 4;
@@ -175,7 +144,7 @@ static __device__ void ds_stage_plain(const float *v, int n, uint8_t *xs, int cs
 #pragma unroll
 		for (int u = 0; u < 4; u++)
 			if (i0 + u * MG_W * 32 < n4)
-				ds_put4(xs, cs, i0 + tid + u * MG_W * 32, r[u], tid & 31);
+				mg_put4(xs, cs, 4 * (i0 + tid + u * MG_W * 32), r[u], tid & 31);
 	}
 }
 

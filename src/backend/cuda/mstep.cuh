@@ -302,6 +302,63 @@ static __device__ __forceinline__ void mg_mark(const mg_args &a, int l, int ph, 
 		a.tl[blockIdx.x * MG_TL + ph] = gm_now();
 }
 
+/* the (hi, lo) words of 2 values (BF16 each, the low half the first: gm_st_put's rounding) */
+static __device__ __forceinline__ void mg_hilo2(float a, float b, uint32_t &hi, uint32_t &lo)
+{
+	const __nv_bfloat16 h0 = __float2bfloat16_rn(a), h1 = __float2bfloat16_rn(b);
+	const __nv_bfloat16 l0 = __float2bfloat16_rn(a - __bfloat162float(h0));
+	const __nv_bfloat16 l1 = __float2bfloat16_rn(b - __bfloat162float(h1));
+	hi = (uint32_t)*reinterpret_cast<const unsigned short *>(&h0) |
+	     ((uint32_t)*reinterpret_cast<const unsigned short *>(&h1) << 16);
+	lo = (uint32_t)*reinterpret_cast<const unsigned short *>(&l0) |
+	     ((uint32_t)*reinterpret_cast<const unsigned short *>(&l1) << 16);
+}
+
+/* the byte of x's 16-byte group holding values k .. k + 8 (k % 8 == 0) in gm_st_put's layout,
+ * where value e of the group sits at byte (3 - e % 4) 4 + (e / 4) 2: e and e + 4 share a word */
+static __device__ __forceinline__ uint32_t mg_group(int k)
+{
+	const int lc = k >> 5, j = (k >> 3) & 3;
+	return (uint32_t)(lc * 64 + ((j ^ ((lc >> 1) & 1)) * 16));
+}
+
+/* values k .. k + 8 (k % 8 == 0, a thread's own) staged (hi, lo at column stride cs): words
+ * (e3, e7), (e2, e6), (e1, e5), (e0, e4), one 16-byte store each. (gm_st_put a value at a time,
+ * a thread's values 32 bytes from the next thread's, made 8- to 16-way bank conflicts: 1.9-2.7
+ * us to stage 4096 values in the dense step, bench/results/2026-11-30-h200-session42.md.) */
+static __device__ __forceinline__ void mg_put8(uint8_t *xs, int cs, int k, const float4 a, const float4 b)
+{
+	uint32_t hi[4], lo[4];
+	mg_hilo2(a.w, b.w, hi[0], lo[0]);
+	mg_hilo2(a.z, b.z, hi[1], lo[1]);
+	mg_hilo2(a.y, b.y, hi[2], lo[2]);
+	mg_hilo2(a.x, b.x, hi[3], lo[3]);
+	const uint32_t off = gt_sa(xs) + mg_group(k);
+	asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off), "r"(hi[0]), "r"(hi[1]), "r"(hi[2]),
+	             "r"(hi[3])
+	             : "memory");
+	asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off + (uint32_t)cs), "r"(lo[0]), "r"(lo[1]),
+	             "r"(lo[2]), "r"(lo[3])
+	             : "memory");
+}
+
+/* values k .. k + 4 (k % 4 == 0) staged, by the lane pair (2p, 2p + 1) holding k and k ^ 4 (one
+ * 16-byte group): after two shuffles the even lane writes bytes 8-15 ((e1, e5), (e0, e4)) and the
+ * odd lane bytes 0-7 ((e3, e7), (e2, e6)), one 8-byte store each for hi and lo. All 32 lanes
+ * call it. */
+static __device__ __forceinline__ void mg_put4(uint8_t *xs, int cs, int k, const float4 r, int lane)
+{
+	const bool odd = lane & 1;
+	const float p0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? r.x : r.z, 1);
+	const float p1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? r.y : r.w, 1);
+	uint32_t hi[2], lo[2];
+	mg_hilo2(odd ? p1 : r.y, odd ? r.w : p1, hi[0], lo[0]);
+	mg_hilo2(odd ? p0 : r.x, odd ? r.z : p0, hi[1], lo[1]);
+	const uint32_t off = gt_sa(xs) + mg_group(k & ~7) + (odd ? 0u : 8u);
+	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off), "r"(hi[0]), "r"(hi[1]) : "memory");
+	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off + (uint32_t)cs), "r"(lo[0]), "r"(lo[1]) : "memory");
+}
+
 /* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H);
  * returns the 1 / rms. The thread's 8 values of v given (a, b: v[8 tid .. + 8)). */
 static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const float4 na, const float4 nb, float eps,
@@ -324,9 +381,8 @@ static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const fl
 	for (int w8 = 0; w8 < MG_W; w8++)
 		tot += sred[w8];
 	const float r = 1.0f / sqrtf(tot / (float)MG_H + eps);
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-		gm_st_put(xs, MG_CS_H, k0 + i, x[i] * r * w[i]);
+	mg_put8(xs, MG_CS_H, k0, make_float4(x[0] * r * w[0], x[1] * r * w[1], x[2] * r * w[2], x[3] * r * w[3]),
+	        make_float4(x[4] * r * w[4], x[5] * r * w[5], x[6] * r * w[6], x[7] * r * w[7]));
 	gt_sync();
 	return r;
 }
@@ -341,8 +397,9 @@ static __device__ float mg_stage_norm(const float *v, const float *nw, float eps
 	return mg_stage_norm_x(a, b, na, nb, eps, xs, sred, tid);
 }
 
-/* n plain values of v (n % 4 == 0, n <= 4 * 4 * 256) staged into xs at column stride cs: every
- * thread's loads issued before the first is used (one L2 round trip, not one a round) */
+/* n plain values of v (n % 2048 == 0, n <= 4 * 4 * 256: whether a round is in range is the same
+ * for all lanes, as mg_put4 needs) staged into xs at column stride cs: every thread's loads issued
+ * before the first is used (one L2 round trip, not one a round) */
 static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs, int tid)
 {
 	float4 r[4];
@@ -355,12 +412,8 @@ static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs
 #pragma unroll
 	for (int u = 0; u < 4; u++) {
 		const int i = tid + u * MG_W * 32;
-		if (4 * i < n) {
-			gm_st_put(xs, cs, 4 * i, r[u].x);
-			gm_st_put(xs, cs, 4 * i + 1, r[u].y);
-			gm_st_put(xs, cs, 4 * i + 2, r[u].z);
-			gm_st_put(xs, cs, 4 * i + 3, r[u].w);
-		}
+		if (4 * i < n)
+			mg_put4(xs, cs, 4 * i, r[u], tid & 31);
 	}
 }
 
@@ -374,12 +427,9 @@ static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
 		r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid + u * MG_W * 32);
 #pragma unroll
 	for (int u = 0; u < 6; u++) {
+		/* a lane pair's 8 values in one slot (MG_FI % 8 == 0) */
 		const int i = 4 * (tid + u * MG_W * 32), slot = i / MG_FI, k = i - slot * MG_FI;
-		uint8_t *x = xs + slot * 2 * MG_CS_F;
-		gm_st_put(x, MG_CS_F, k, r[u].x);
-		gm_st_put(x, MG_CS_F, k + 1, r[u].y);
-		gm_st_put(x, MG_CS_F, k + 2, r[u].z);
-		gm_st_put(x, MG_CS_F, k + 3, r[u].w);
+		mg_put4(xs + slot * 2 * MG_CS_F, MG_CS_F, k, r[u], tid & 31);
 	}
 }
 
