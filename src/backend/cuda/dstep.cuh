@@ -110,15 +110,7 @@ static __device__ void ds_stage_norm(const float *v, const float *nw, float eps,
 #pragma unroll
 	for (int u = 0; u < 4; u++)
 		ss += x[u].x * x[u].x + x[u].y * x[u].y + x[u].z * x[u].z + x[u].w * x[u].w;
-	for (int o = 16; o; o >>= 1)
-		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-	if ((tid & 31) == 0)
-		sred[tid >> 5] = ss;
-	gt_sync();
-	float tot = 0.0f;
-#pragma unroll
-	for (int w8 = 0; w8 < MG_W; w8++)
-		tot += sred[w8];
+	const float tot = mg_block_sum(ss, sred, tid);
 	const float r = 1.0f / sqrtf(tot / (float)DS_H + eps);
 #pragma unroll
 	for (int u = 0; u < 4; u++)
@@ -256,13 +248,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		} else
 			reinterpret_cast<float4 *>(qs)[tid] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (kw7) {
-			const float4 k4 = ds_norm_rope(kr, kw, c4, s4, a.eps, norm, lane);
-			const int at = 4 * lane;
-			const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
-			uint2 kb;
-			kb.x = *reinterpret_cast<const uint32_t *>(&k01), kb.y = *reinterpret_cast<const uint32_t *>(&k23);
-			*reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(kvp) + at) = kb;
-			*reinterpret_cast<uint2 *>(ds_kvrow(ly.kc, tab, pos, g) + at) = kb;
+			mg_k_store(ds_norm_rope(kr, kw, c4, s4, a.eps, norm, lane), kvp, ds_kvrow(ly.kc, tab, pos, g), lane);
 		}
 	}
 	gt_sync();
@@ -275,24 +261,8 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	};
 	mg_qk_mma(qs, sc, n, kat, warp, lane);
 	gt_sync();
-	if (warp < DS_GQ) { /* warp h: head h's softmax over the split (rows 4-7 stay 0: P 0) */
-		float *sh = sc + warp * MG_SCS;
-		float m = -INFINITY;
-		for (int i = lane; i < n; i += 32)
-			m = fmaxf(m, sh[i]);
-		for (int o = 16; o; o >>= 1)
-			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-		float sum = 0.0f;
-		for (int i = lane; i < n; i += 32) {
-			const float p = expf(sh[i] - m);
-			sh[i] = p;
-			sum += p;
-		}
-		for (int o = 16; o; o >>= 1)
-			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-		if (lane == 0)
-			mstat[warp] = m, lstat[warp] = sum;
-	}
+	if (warp < DS_GQ) /* warp h: head h's softmax over the split (rows 4-7 stay 0: P 0) */
+		mg_softmax_row(sc + warp * MG_SCS, n, &mstat[warp], &lstat[warp], lane);
 	gt_sync();
 	mg_pv_mma(sc, ot, n, vat, warp, lane);
 	for (int c = 0; c < 2 * nk; c++) {
@@ -328,46 +298,9 @@ static __device__ void ds_merge(const ds_args &a, int l, int g, int h, int S, fl
 	const int warp = tid >> 5, lane = tid & 31;
 	unsigned *cnt = a.cnt + (size_t)l * DS_CNT;
 	mg_cwait(cnt + D_N + g, (unsigned)S, tid);
-	const float *p0 = a.part + ((size_t)g * S * DS_GQ + h) * MG_PS;
-	const size_t ps = (size_t)DS_GQ * MG_PS;
-	float M = -INFINITY, Lsum = 0.0f;
-	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	for (int j0 = 0; j0 < S; j0 += 64) {
-		float4 v[8];
-#pragma unroll
-		for (int u = 0; u < 8; u++)
-			v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + warp + 8 * u, S - 1) * ps) + lane);
-		float mj[2], lj[2];
-#pragma unroll
-		for (int u = 0; u < 2; u++) {
-			const int j = j0 + lane + 32 * u;
-			mj[u] = j < S ? __ldcg(p0 + j * ps + DS_HD) : -INFINITY;
-			lj[u] = j < S ? __ldcg(p0 + j * ps + DS_HD + 1) : 0.0f;
-		}
-		float Mn = fmaxf(mj[0], mj[1]);
-		for (int o = 16; o; o >>= 1)
-			Mn = fmaxf(Mn, __shfl_xor_sync(0xFFFFFFFFu, Mn, o));
-		Mn = fmaxf(M, Mn);
-		const float r = expf(M - Mn);
-		M = Mn;
-		float f[2], Lr = 0.0f;
-#pragma unroll
-		for (int u = 0; u < 2; u++) {
-			f[u] = j0 + lane + 32 * u < S ? expf(mj[u] - M) : 0.0f;
-			Lr += f[u] * lj[u];
-		}
-		for (int o = 16; o; o >>= 1)
-			Lr += __shfl_xor_sync(0xFFFFFFFFu, Lr, o);
-		Lsum = Lsum * r + Lr;
-		O.x *= r, O.y *= r, O.z *= r, O.w *= r;
-#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const int j = warp + 8 * u;
-			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
-			if (j0 + j < S)
-				O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
-		}
-	}
+	float Lsum;
+	const float4 O =
+		mg_merge_rounds(a.part + ((size_t)g * S * DS_GQ + h) * MG_PS, (size_t)DS_GQ * MG_PS, S, &Lsum, warp, lane);
 	float4 *red4 = reinterpret_cast<float4 *>(scr);
 	red4[warp * 32 + lane] = O;
 	gt_sync();

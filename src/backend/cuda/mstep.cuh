@@ -359,6 +359,22 @@ static __device__ __forceinline__ void mg_put4(uint8_t *xs, int cs, int k, const
 	asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(off + (uint32_t)cs), "r"(lo[0]), "r"(lo[1]) : "memory");
 }
 
+/* the consumers' sum of their v (each warp's, then the warps' in order through sred[8]; the
+ * barrier is the caller's last before it reads sred again) */
+static __device__ __forceinline__ float mg_block_sum(float v, float *sred, int tid)
+{
+	for (int o = 16; o; o >>= 1)
+		v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+	if ((tid & 31) == 0)
+		sred[tid >> 5] = v;
+	gt_sync();
+	float tot = 0.0f;
+#pragma unroll
+	for (int w8 = 0; w8 < MG_W; w8++)
+		tot += sred[w8];
+	return tot;
+}
+
 /* x = v * rsqrt(mean(v^2) + eps) * nw over H, staged (hi, lo) into xs (column stride MG_CS_H);
  * returns the 1 / rms. The thread's 8 values of v given (a, b: v[8 tid .. + 8)). */
 static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const float4 na, const float4 nb, float eps,
@@ -371,15 +387,7 @@ static __device__ float mg_stage_norm_x(const float4 a, const float4 b, const fl
 #pragma unroll
 	for (int i = 0; i < 8; i++)
 		ss += x[i] * x[i];
-	for (int o = 16; o; o >>= 1)
-		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-	if ((tid & 31) == 0)
-		sred[tid >> 5] = ss;
-	gt_sync();
-	float tot = 0.0f;
-#pragma unroll
-	for (int w8 = 0; w8 < MG_W; w8++)
-		tot += sred[w8];
+	const float tot = mg_block_sum(ss, sred, tid);
 	const float r = 1.0f / sqrtf(tot / (float)MG_H + eps);
 	mg_put8(xs, MG_CS_H, k0, make_float4(x[0] * r * w[0], x[1] * r * w[1], x[2] * r * w[2], x[3] * r * w[3]),
 	        make_float4(x[4] * r * w[4], x[5] * r * w[5], x[6] * r * w[6], x[7] * r * w[7]));

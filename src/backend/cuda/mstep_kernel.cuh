@@ -128,6 +128,86 @@ static __device__ __forceinline__ float4 mg_qk_norm_rope(const float4 v, const f
 	return make_float4(y[0], y[1], y[2], y[3]);
 }
 
+/* k at pos (4 dims a lane) rounded to BF16 into the staged row kvp and the cache row kc */
+static __device__ __forceinline__ void mg_k_store(const float4 k4, uint4 *kvp, __nv_bfloat16 *kc, int lane)
+{
+	const int at = 4 * lane;
+	const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
+	uint2 kb;
+	kb.x = *reinterpret_cast<const uint32_t *>(&k01), kb.y = *reinterpret_cast<const uint32_t *>(&k23);
+	*reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(kvp) + at) = kb;
+	*reinterpret_cast<uint2 *>(kc + at) = kb;
+}
+
+/* a warp's softmax over its head's n scores sh (max, weights in place, sum into *m, *l by lane 0) */
+static __device__ __forceinline__ void mg_softmax_row(float *sh, int n, float *mo, float *lo, int lane)
+{
+	float m = -INFINITY;
+	for (int i = lane; i < n; i += 32)
+		m = fmaxf(m, sh[i]);
+	for (int o = 16; o; o >>= 1)
+		m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+	float sum = 0.0f;
+	for (int i = lane; i < n; i += 32) {
+		const float p = expf(sh[i] - m);
+		sh[i] = p;
+		sum += p;
+	}
+	for (int o = 16; o; o >>= 1)
+		sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+	if (lane == 0)
+		*mo = m, *lo = sum;
+}
+
+/* a merge's rounds over S split partials (p0 + j ps: 128 sums, max, sum): in rounds of 64 splits
+ * (one at contexts <= 8192), all of a round's loads in flight at once, warp w summing splits w,
+ * w + 8, .. of the lane's 4 dims weighted by exp(m_j - M), lane j holding split j's (max, sum); a
+ * later round rescales what the earlier ones summed. Returns the warp's sums; *Lsum the total. */
+static __device__ __forceinline__ float4 mg_merge_rounds(const float *p0, size_t ps, int S, float *Lsum_out, int warp,
+                                                         int lane)
+{
+	float M = -INFINITY, Lsum = 0.0f;
+	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int j0 = 0; j0 < S; j0 += 64) {
+		float4 v[8];
+#pragma unroll
+		for (int u = 0; u < 8; u++)
+			v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + warp + 8 * u, S - 1) * ps) + lane);
+		float mj[2], lj[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int j = j0 + lane + 32 * u;
+			mj[u] = j < S ? __ldcg(p0 + j * ps + MG_HD) : -INFINITY;
+			lj[u] = j < S ? __ldcg(p0 + j * ps + MG_HD + 1) : 0.0f;
+		}
+		float Mn = fmaxf(mj[0], mj[1]);
+		for (int o = 16; o; o >>= 1)
+			Mn = fmaxf(Mn, __shfl_xor_sync(0xFFFFFFFFu, Mn, o));
+		Mn = fmaxf(M, Mn);
+		const float r = expf(M - Mn); /* 0 in the first round */
+		M = Mn;
+		float f[2], Lr = 0.0f;
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			f[u] = j0 + lane + 32 * u < S ? expf(mj[u] - M) : 0.0f;
+			Lr += f[u] * lj[u];
+		}
+		for (int o = 16; o; o >>= 1)
+			Lr += __shfl_xor_sync(0xFFFFFFFFu, Lr, o);
+		Lsum = Lsum * r + Lr;
+		O.x *= r, O.y *= r, O.z *= r, O.w *= r;
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int j = warp + 8 * u;
+			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
+			if (j0 + j < S)
+				O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
+		}
+	}
+	*Lsum_out = Lsum;
+	return O;
+}
+
 /* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
  * step, copied through the ring in stages of up to 64 rows, K's then V's */
 static __device__ __forceinline__ int mg_attn_m(int ctx, int s)
@@ -195,13 +275,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		const float4 qr = mg_qk_norm_rope(v, qw, c4, s4, a.eps, lane);
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * a.scale, qr.y * a.scale, qr.z * a.scale, qr.w * a.scale);
 		if (last && warp == MG_W - 1) {
-			const float4 k4 = mg_qk_norm_rope(kr, kw, c4, s4, a.eps, lane);
-			const int at = 4 * lane;
-			const __nv_bfloat162 k01 = __floats2bfloat162_rn(k4.x, k4.y), k23 = __floats2bfloat162_rn(k4.z, k4.w);
-			uint2 kb;
-			kb.x = *reinterpret_cast<const uint32_t *>(&k01), kb.y = *reinterpret_cast<const uint32_t *>(&k23);
-			*reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(kvp) + at) = kb;
-			*reinterpret_cast<uint2 *>(mg_kvrow(ly.kc, tab, pos, g) + at) = kb;
+			mg_k_store(mg_qk_norm_rope(kr, kw, c4, s4, a.eps, lane), kvp, mg_kvrow(ly.kc, tab, pos, g), lane);
 		}
 	}
 	gt_sync();
@@ -216,24 +290,8 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 	mg_qk_mma(qs, sc, n, kat, warp, lane);
 	gt_sync();
 	mg_mark(a, l, T_AS, tid);
-	{ /* warp h: the softmax's max, weights and sum over the split */
-		float *sh = sc + warp * MG_SCS;
-		float m = -INFINITY;
-		for (int i = lane; i < n; i += 32)
-			m = fmaxf(m, sh[i]);
-		for (int o = 16; o; o >>= 1)
-			m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-		float sum = 0.0f;
-		for (int i = lane; i < n; i += 32) {
-			const float p = expf(sh[i] - m);
-			sh[i] = p;
-			sum += p;
-		}
-		for (int o = 16; o; o >>= 1)
-			sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-		if (lane == 0)
-			mstat[warp] = m, lstat[warp] = sum;
-	}
+	/* warp h: the softmax's max, weights and sum over the split */
+	mg_softmax_row(sc + warp * MG_SCS, n, &mstat[warp], &lstat[warp], lane);
 	gt_sync();
 	mg_mark(a, l, T_ASM, tid);
 	mg_pv_mma(sc, ot, n, vat, warp, lane);
@@ -264,10 +322,8 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 }
 
 /* kv head g's query head h: its S splits' partials merged once all are in, by one block (blocks
- * 0 .. 31 take these after their own splits, so no wait here holds up a split). In rounds of 64
- * splits (one at contexts <= 8192), all of a round's loads in flight at once: warp w sums splits
- * w, w + 8, .. of the lane's 4 dims weighted by exp(m_j - M), lane j holds split j's (max, sum);
- * a later round rescales what the earlier ones summed. The 8 warps' sums are added in order
+ * 0 .. 31 take these after their own splits, so no wait here holds up a split), in rounds
+ * (mg_merge_rounds). The 8 warps' sums are added in order
  * through shared memory (scr: 4 KB). The partials are the layer's only while its o tiles wait for
  * the merges, so one buffer serves every layer. */
 static __device__ void mg_merge(const mg_args &a, int l, int g, int h, int S, float *scr, int tid)
@@ -276,46 +332,8 @@ static __device__ void mg_merge(const mg_args &a, int l, int g, int h, int S, fl
 	unsigned *cnt = a.cnt + (size_t)l * MG_CNT;
 	mg_cwait(cnt + C_N + g, (unsigned)S, tid);
 	mg_mark(a, l, T_MSEEN, tid);
-	const float *p0 = a.part + ((size_t)g * S * 8 + h) * MG_PS;
-	const size_t ps = (size_t)8 * MG_PS;
-	float M = -INFINITY, Lsum = 0.0f;
-	float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	for (int j0 = 0; j0 < S; j0 += 64) {
-		float4 v[8];
-#pragma unroll
-		for (int u = 0; u < 8; u++)
-			v[u] = __ldcg(reinterpret_cast<const float4 *>(p0 + min(j0 + warp + 8 * u, S - 1) * ps) + lane);
-		float mj[2], lj[2];
-#pragma unroll
-		for (int u = 0; u < 2; u++) {
-			const int j = j0 + lane + 32 * u;
-			mj[u] = j < S ? __ldcg(p0 + j * ps + MG_HD) : -INFINITY;
-			lj[u] = j < S ? __ldcg(p0 + j * ps + MG_HD + 1) : 0.0f;
-		}
-		float Mn = fmaxf(mj[0], mj[1]);
-		for (int o = 16; o; o >>= 1)
-			Mn = fmaxf(Mn, __shfl_xor_sync(0xFFFFFFFFu, Mn, o));
-		Mn = fmaxf(M, Mn);
-		const float r = expf(M - Mn); /* 0 in the first round */
-		M = Mn;
-		float f[2], Lr = 0.0f;
-#pragma unroll
-		for (int u = 0; u < 2; u++) {
-			f[u] = j0 + lane + 32 * u < S ? expf(mj[u] - M) : 0.0f;
-			Lr += f[u] * lj[u];
-		}
-		for (int o = 16; o; o >>= 1)
-			Lr += __shfl_xor_sync(0xFFFFFFFFu, Lr, o);
-		Lsum = Lsum * r + Lr;
-		O.x *= r, O.y *= r, O.z *= r, O.w *= r;
-#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const int j = warp + 8 * u;
-			const float fj = __shfl_sync(0xFFFFFFFFu, (j & 32) ? f[1] : f[0], j & 31);
-			if (j0 + j < S)
-				O.x += fj * v[u].x, O.y += fj * v[u].y, O.z += fj * v[u].z, O.w += fj * v[u].w;
-		}
-	}
+	float Lsum;
+	const float4 O = mg_merge_rounds(a.part + ((size_t)g * S * 8 + h) * MG_PS, (size_t)8 * MG_PS, S, &Lsum, warp, lane);
 	float4 *red4 = reinterpret_cast<float4 *>(scr);
 	red4[warp * 32 + lane] = O;
 	gt_sync();
