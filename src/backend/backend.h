@@ -248,7 +248,8 @@ struct fp4s_backend {
 	int (*moe)(struct fp4s_backend *be, const struct fp4s_moe_params *p, const float *x, int64_t n,
 	           float *y, struct fp4s_error *err);
 	/* Optional: a one-token step's every layer in one call, where the backend has a kernel for
-	 * the whole model (CUDA: qwen3-moe of qwen3-30b-a3b's geometry, cuda/mstep.cu). step_prepare
+	 * the whole model (CUDA: qwen3-moe of qwen3-30b-a3b's geometry, cuda/mstep.cu; dense models
+	 * of llama3-8b's or qwen3-8b's, cuda/dstep.cu). step_prepare
 	 * runs once, after the uploads and kv_init; FP4S_EUNSUPPORTED (nothing kept) where the model
 	 * is not one the backend takes, and step_layers is then never called. step_layers takes h
 	 * [1, hidden] (the embedded token of a one-token batch begun with begin()) through all

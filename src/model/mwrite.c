@@ -729,6 +729,7 @@ int fp4s_gen(const char *preset, const char *out_dir, const struct fp4s_write_op
 		return rc;
 	if (o->layers > 0 && (rc = cut_layers(preset, o->layers, &text, &c, err))) {
 		free(text);
+		fp4s_config_free(&c);
 		return rc;
 	}
 	struct pipe p = {.cfg = &c, .fmt = o->format};

@@ -14,7 +14,6 @@
 struct cu_dstep {
 	ds_args a;
 	unsigned cnt_bytes;
-	int grid; /* blocks a launch (the timeline's rows) */
 };
 
 static int ds_fits(const struct fp4s_mat *m, int64_t rows, int64_t cols)
@@ -137,13 +136,12 @@ int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	a.nb = c->n_blocks;
 	a.kvmap = a.maps + nmaps - 2;
 	ds->cnt_bytes = (unsigned)((size_t)L * DS_CNT * 4);
-	ds->grid = c->sm_count;
 	/* FP4S_DSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_dstep_report prints them) */
 	const char *tl = getenv("FP4S_DSTEP_TL");
 	a.tl = NULL, a.tl_layer = -1;
 	if (tl && *tl) {
 		const int tll = atoi(tl);
-		if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&a.tl, (size_t)ds->grid * DT_N * 8, err) &&
+		if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&a.tl, (size_t)c->sm_count * DT_N * 8, err) &&
 		    !cu_track(c, a.tl, err))
 			a.tl_layer = tll;
 		else
@@ -163,12 +161,12 @@ int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	a.hin = h, a.hout = h;
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->ds->cnt_bytes, c->s));
 	if (a.tl)
-		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->ds->grid * DT_N * 8, c->s));
+		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * DT_N * 8, c->s));
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;
 	at[0].val.cooperative = 1;
-	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(DS_THREADS);
+	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(MG_THREADS);
 	cfg.dynamicSmemBytes = DS_SMEM, cfg.stream = c->s;
 	cfg.attrs = at, cfg.numAttrs = 1;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, ds_kernel, a));
@@ -185,7 +183,7 @@ void cu_dstep_report(struct cuda_impl *c)
 {
 	if (!c->ds || !c->ds->a.tl)
 		return;
-	const int G = c->ds->grid;
+	const int G = c->sm_count; /* the launch's blocks: the timeline's rows */
 	unsigned long long *t = (unsigned long long *)malloc((size_t)G * DT_N * 8);
 	double *v = (double *)malloc((size_t)G * sizeof(double));
 	if (!t || !v || cudaMemcpy(t, c->ds->a.tl, (size_t)G * DT_N * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {

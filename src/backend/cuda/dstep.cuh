@@ -50,7 +50,6 @@
 #define DS_QT 4  /* qkv tiles a block at most */
 #define DS_XS (2 * 28704) /* 2 gm_col_stride(DS_FMAX / 32): the down's x */
 #define DS_SMEM (MG_NS * MG_STAGE + DS_XS + 2 * MG_W * 16 * 4 + 2 * MG_NS * 8 + 64)
-#define DS_THREADS MG_THREADS
 
 enum { D_QKV, D_ATT, D_O, D_GU, D_D, D_N };
 /* timeline marks a block (FP4S_DSTEP_TL): the layer's start (the last one's down seen), qkv's x
@@ -160,32 +159,12 @@ static __device__ __forceinline__ void ds_tiles(int n, int nst, gt_pos &pos, uin
 	gt_sync();
 }
 
-/* rotary's cos and sin for the lane's dims at p (mg_rope_ld with this step's arguments) */
-static __device__ __forceinline__ void ds_rope_ld(const ds_args &a, int p, int lane, float4 &c, float4 &s)
-{
-	const int i0 = (4 * lane) & (DS_HD / 2 - 1);
-	const float4 f = __ldg(reinterpret_cast<const float4 *>(a.inv_freq + i0));
-	const float an[4] = {(float)p * f.x, (float)p * f.y, (float)p * f.z, (float)p * f.w};
-	c = make_float4(cosf(an[0]) * a.mscale, cosf(an[1]) * a.mscale, cosf(an[2]) * a.mscale, cosf(an[3]) * a.mscale);
-	s = make_float4(sinf(an[0]) * a.mscale, sinf(an[1]) * a.mscale, sinf(an[2]) * a.mscale, sinf(an[3]) * a.mscale);
-}
-
 /* rotary (and with norm, q_norm / k_norm first: mg_qk_norm_rope) of one head held by a warp, 4
  * dims a lane; norm is the same for the whole warp */
 static __device__ __forceinline__ float4 ds_norm_rope(const float4 v, const float4 wv, const float4 c4, const float4 s4,
                                                       float eps, bool norm, int lane)
 {
-	if (norm)
-		return mg_qk_norm_rope(v, wv, c4, s4, eps, lane);
-	const float x[4] = {v.x, v.y, v.z, v.w};
-	const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
-	float y[4];
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const float p = __shfl_xor_sync(0xFFFFFFFFu, x[i], 16); /* dims d +- 64 */
-		y[i] = lane < 16 ? x[i] * cs[i] - p * sn[i] : x[i] * cs[i] + p * sn[i];
-	}
-	return make_float4(y[0], y[1], y[2], y[3]);
+	return norm ? mg_qk_norm_rope(v, wv, c4, s4, eps, lane) : mg_rope4(v, c4, s4, lane);
 }
 
 static __device__ __forceinline__ __nv_bfloat16 *ds_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
@@ -232,7 +211,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		const float4 qw = norm ? __ldg(reinterpret_cast<const float4 *>(ly.qn) + lane) : one;
 		const float4 kw = norm && kw7 ? __ldg(reinterpret_cast<const float4 *>(ly.kn) + lane) : one;
 		float4 c4, s4;
-		ds_rope_ld(a, pos, lane, c4, s4);
+		mg_rope_ld(a.inv_freq, a.mscale, pos, lane, c4, s4);
 		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v = kr;
 		mg_cwait(qkv_cnt, DS_QKV_TILES, tid);
 		if (warp < DS_GQ)
@@ -355,7 +334,7 @@ static __device__ __forceinline__ void ds_walk(const ds_args &a, int b, int G, i
 	}
 }
 
-__global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
+__global__ void __launch_bounds__(MG_THREADS, 1) ds_kernel(const ds_args a)
 {
 	extern __shared__ __align__(1024) uint8_t smem[];
 	uint8_t *ring = smem;
@@ -454,7 +433,7 @@ __global__ void __launch_bounds__(DS_THREADS, 1) ds_kernel(const ds_args a)
 			}
 		if (b < DS_NKV * S || (S > 1 && b < DS_NQ))
 			ds_mark(a, l, DT_ATT, tid);
-		/* o: h2 = h + o, the residual's rows loaded before the wait */
+		/* o: h2 = h + o */
 		if (b < DS_O_TILES) {
 			mg_cwait(cnt + D_ATT, DS_NQ, tid);
 			ds_mark(a, l, DT_OSEEN, tid);

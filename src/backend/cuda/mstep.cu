@@ -92,17 +92,17 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 {
 	struct cuda_impl *c = impl_of(be);
 	const char *env = getenv("FP4S_MSTEP"); /* read at each prepare: a process may open both kinds */
-	int major = 0, smem = 0;
-	cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev);
-	cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev);
-	/* Hopper only (the kernel was measured there); a block an o tile and a down tile, <= 3 qkv
-	 * tiles and <= 6 gate|up tiles a block: >= 128 SMs */
 	if (env && !strcmp(env, "0"))
 		return FP4S_EUNSUPPORTED;
 	free(c->ms), free(c->ds);
 	c->ms = NULL, c->ds = NULL;
 	if (d->n_layers > 0 && !d->layers[0].moe)
 		return cu_dstep_prepare(c, d, err);
+	int major = 0, smem = 0;
+	cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev);
+	cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev);
+	/* Hopper only (the kernel was measured there); a block an o tile and a down tile, <= 3 qkv
+	 * tiles and <= 6 gate|up tiles a block: >= 128 SMs */
 	if (major != 9 || smem < MG_SMEM || c->sm_count < MG_O_TILES || !mg_takes(c, d))
 		return FP4S_EUNSUPPORTED;
 	const mg_encode_fn enc = mg_encoder();

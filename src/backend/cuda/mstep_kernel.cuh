@@ -84,13 +84,14 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 
 /* the lane's rotary cos (c) and sin (s) for dims 4 lane .. + 4 at position p: angle p x
  * inv_freq[i], times mscale (as attention_mma.cuh's prologue) */
-static __device__ __forceinline__ void mg_rope_ld(const mg_args &a, int p, int lane, float4 &c, float4 &s)
+static __device__ __forceinline__ void mg_rope_ld(const float *inv_freq, float mscale, int p, int lane, float4 &c,
+                                                  float4 &s)
 {
 	const int i0 = (4 * lane) & (MG_HD / 2 - 1);
-	const float4 f = __ldg(reinterpret_cast<const float4 *>(a.inv_freq + i0));
+	const float4 f = __ldg(reinterpret_cast<const float4 *>(inv_freq + i0));
 	const float an[4] = {(float)p * f.x, (float)p * f.y, (float)p * f.z, (float)p * f.w};
-	c = make_float4(cosf(an[0]) * a.mscale, cosf(an[1]) * a.mscale, cosf(an[2]) * a.mscale, cosf(an[3]) * a.mscale);
-	s = make_float4(sinf(an[0]) * a.mscale, sinf(an[1]) * a.mscale, sinf(an[2]) * a.mscale, sinf(an[3]) * a.mscale);
+	c = make_float4(cosf(an[0]) * mscale, cosf(an[1]) * mscale, cosf(an[2]) * mscale, cosf(an[3]) * mscale);
+	s = make_float4(sinf(an[0]) * mscale, sinf(an[1]) * mscale, sinf(an[2]) * mscale, sinf(an[3]) * mscale);
 }
 
 /* row i's (< 64) 16-byte chunk c (< 16) in a K or V stage at st: 4 blocks of 4 KB, each [half
@@ -107,6 +108,21 @@ static __device__ __forceinline__ __nv_bfloat16 *mg_kvrow(__nv_bfloat16 *base, c
 	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * MG_NKV + g) * MG_HD;
 }
 
+/* rotary (rotate-half: dims d and d + 64 a pair; c4, s4 from mg_rope_ld) of one head held by a
+ * warp, 4 dims a lane (4 lane .. + 4) */
+static __device__ __forceinline__ float4 mg_rope4(const float4 v, const float4 c4, const float4 s4, int lane)
+{
+	const float x[4] = {v.x, v.y, v.z, v.w};
+	const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
+	float y[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float p = __shfl_xor_sync(0xFFFFFFFFu, x[i], 16); /* dims d +- 64 */
+		y[i] = lane < 16 ? x[i] * cs[i] - p * sn[i] : x[i] * cs[i] + p * sn[i];
+	}
+	return make_float4(y[0], y[1], y[2], y[3]);
+}
+
 /* q_norm or k_norm (RMSNorm over the head's 128 dims, the lane's weights wv) and rotary
  * (rotate-half: dims d and d + 64 a pair; c4, s4 from mg_rope_ld) of one head held by a warp, 4
  * dims a lane (4 lane .. + 4). The caller loads wv, c4 and s4 with v: one round trip for all. */
@@ -117,15 +133,7 @@ static __device__ __forceinline__ float4 mg_qk_norm_rope(const float4 v, const f
 	for (int o = 16; o; o >>= 1)
 		ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
 	const float r = 1.0f / sqrtf(ss / (float)MG_HD + eps);
-	const float x[4] = {v.x * r * wv.x, v.y * r * wv.y, v.z * r * wv.z, v.w * r * wv.w};
-	const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
-	float y[4];
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const float p = __shfl_xor_sync(0xFFFFFFFFu, x[i], 16); /* dims d +- 64 */
-		y[i] = lane < 16 ? x[i] * cs[i] - p * sn[i] : x[i] * cs[i] + p * sn[i];
-	}
-	return make_float4(y[0], y[1], y[2], y[3]);
+	return mg_rope4(make_float4(v.x * r * wv.x, v.y * r * wv.y, v.z * r * wv.z, v.w * r * wv.w), c4, s4, lane);
 }
 
 /* k at pos (4 dims a lane) rounded to BF16 into the staged row kvp and the cache row kc */
@@ -261,7 +269,7 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		 * the last of them to the attention otherwise) */
 		const float4 qw = __ldg(reinterpret_cast<const float4 *>(ly.qn) + lane);
 		float4 c4, s4;
-		mg_rope_ld(a, pos, lane, c4, s4);
+		mg_rope_ld(a.inv_freq, a.mscale, pos, lane, c4, s4);
 		const bool last = t1 == ctx;
 		float4 kr = make_float4(0.0f, 0.0f, 0.0f, 0.0f), kw = kr;
 		if (last && warp == MG_W - 1)
