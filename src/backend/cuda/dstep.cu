@@ -74,7 +74,7 @@ int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	const mg_encode_fn enc = mg_encoder();
 	if (!enc)
 		return FP4S_EUNSUPPORTED;
-	const int L = d->n_layers, smax = (d->max_ctx + MG_T - 1) / MG_T;
+	const int L = d->n_layers, smax = c->sm_count / DS_NKV; /* splits a kv head at most (ds_split_t) */
 	const size_t nmaps = (size_t)L * DM_N * 2 + 2;
 	struct cu_dstep *ds = (struct cu_dstep *)calloc(1, sizeof *ds);
 	ds_layer *hl = (ds_layer *)calloc((size_t)L, sizeof *hl);
@@ -190,8 +190,9 @@ void cu_dstep_report(struct cuda_impl *c)
 		free(t), free(v);
 		return;
 	}
-	static const char *const names[DT_N] = {"start", "qkv x", "qkv", "attn q", "attn", "o seen", "o",
-	                                         "gu seen", "gu x", "gu", "down seen", "down x", "down"};
+	static const char *const names[DT_N] = {"start",   "qkv x",  "qkv",      "attn q",    "attn k", "attn c1",
+	                                         "attn cl", "attn pub", "merge seen", "attn",   "o seen", "o",
+	                                         "gu seen", "gu x",   "gu",       "down seen", "down x", "down"};
 	unsigned long long t0 = ~0ull;
 	for (int b = 0; b < G; b++)
 		if (t[(size_t)b * DT_N] && t[(size_t)b * DT_N] < t0)

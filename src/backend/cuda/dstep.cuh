@@ -6,8 +6,9 @@
  * a shared-memory ring in program order) with the dense layer's phases:
  *   qkv   384 tiles of 16 rows, K 4096 in two stages (x = RMSNorm(h)); v into the cache at pos,
  *         k to kraw (the last split of its kv head applies k_norm and rotary and writes it)
- *   attn  8 x S splits of <= MG_T positions, a kv head's 4 query heads each; with S > 1 then 32
- *         merges, one (kv head, query head) a block
+ *   attn  8 x S splits of T positions (ds_split_t: S <= G / 8, one round on the grid), a kv
+ *         head's 4 query heads each, in chunks of MG_T; with S > 1 then 32 merges, one (kv
+ *         head, query head) a block
  *   o     256 tiles (K 4096), h2 = h + o
  *   gu    2 FI / 16 tiles of (gate, up) row pairs (the backend's upload_gate_up), K 4096 (x =
  *         RMSNorm(h2)), SwiGLU out
@@ -32,6 +33,12 @@
 #define DS_NS 8 /* ring stages (9, the most that fits, measured no faster) */
 #endif
 #define MG_NS DS_NS
+#ifndef DS_EARLYK
+#define DS_EARLYK 1 /* ds_attn's stages back to the producer as each warp is done with them */
+#endif
+#ifndef DS_TMIN
+#define DS_TMIN 128 /* an attention split's positions at least */
+#endif
 #define MG_HELPERS_ONLY
 #include "backend/cuda/mstep_kernel.cuh"
 
@@ -53,10 +60,15 @@
 
 enum { D_QKV, D_ATT, D_O, D_GU, D_D, D_N };
 /* timeline marks a block (FP4S_DSTEP_TL): the layer's start (the last one's down seen), qkv's x
- * staged, qkv published, the block's last attention task's q staged, the attention and merges done,
+ * staged, qkv published, the block's last attention task's q staged, its warp 0's first K stage
+ * landed, that warp's first chunk done, its last, the split published, the merge's wait over
+ * (blocks 0-31), the attention and merges done,
  * o's wait over, o published, gate|up's wait over, its x staged, gate|up published, the down's
  * wait over, its x staged, the down published */
-enum { DT_START, DT_QX, DT_QKV, DT_AQ, DT_ATT, DT_OSEEN, DT_O, DT_GSEEN, DT_GX, DT_GU, DT_DSEEN, DT_DX, DT_D, DT_N };
+enum {
+	DT_START, DT_QX, DT_QKV, DT_AQ, DT_AK, DT_AC, DT_AL, DT_APUB, DT_MSEEN, DT_ATT,
+	DT_OSEEN, DT_O, DT_GSEEN, DT_GX, DT_GU, DT_DSEEN, DT_DX, DT_D, DT_N
+};
 #define DS_CNT (D_N + DS_NKV) /* counters a layer: the phases', then each kv head's splits */
 
 /* a layer: its NVFP4 tensor scales (the codes and scales come by the maps), the norms' weights
@@ -172,36 +184,41 @@ static __device__ __forceinline__ __nv_bfloat16 *ds_kvrow(__nv_bfloat16 *base, c
 	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * DS_NKV + g) * DS_HD;
 }
 
-/* one attention split: kv head g's 4 query heads over positions [s T, min(ctx, (s + 1) T)) (as
- * mstep_kernel.cuh's mg_attn, whose MMA rows 0-7 are 8 heads: here rows 4-7 are zero) */
-static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int g, int s, int ctx, int S,
+/* positions a split: the context over G / 8 splits a kv head (so that the 8 x S tasks take the
+ * grid once), a multiple of 16 (a KV block, the copies' unit) and at least DS_TMIN. S = ctx / T
+ * rounded up is then at most G / 8 (dstep.cu sizes the partials so). */
+static __device__ __forceinline__ int ds_split_t(int ctx, int G)
+{
+	const int s0 = G / DS_NKV;
+	return max(DS_TMIN, ((ctx + s0 - 1) / s0 + 15) & ~15);
+}
+
+/* positions of [a0, a1) before pos = ctx - 1: the ones whose K and V rows come through the ring
+ * (in stages of up to 64 rows, a chunk's K stages, then its V stages) */
+static __device__ __forceinline__ int ds_ring_m(int ctx, int a0, int a1)
+{
+	return max(0, min(a1, ctx - 1) - a0);
+}
+
+/* one attention split: kv head g's 4 query heads over positions [s T, min(ctx, (s + 1) T)), in
+ * chunks of MG_T keys, a warp at a time (mstep_kernel.cuh mg_attn_keys; rows 4-7 of its MMA are
+ * zero). Why chunks: a split of T > MG_T keys would hold its whole K and V in the ring (T = 272
+ * at depth 4096 on 132 SMs: 17 stages of the ring's 8); a chunk's stages go back to the producer
+ * as the warps finish with them, so the next chunk's copies overlap this one's math. Why a warp
+ * at a time: with the block-wide form (mg_attn: scores, softmax and P V each behind a barrier)
+ * a split of 272 keys took 9.7 us on the H200, this form 7.5 (llama3-8b at depth 4096,
+ * FP4S_DSTEP_TL; bench/results/2026-11-30-h200-session43.md). */
+static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int g, int s, int ctx, int T, int S,
                                const int32_t *tab, const unsigned *qkv_cnt, float *scr, int tid, gt_pos &rp,
                                uint64_t *full, uint64_t *empty, uint32_t ring_sa)
 {
 	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
-	const int t0 = s * MG_T, t1 = min(ctx, t0 + MG_T), n = t1 - t0;
-	const int nk = (mg_attn_m(ctx, s) + 63) / 64;
-	uint32_t kst[2] = {0, 0}, vst[2] = {0, 0};
-	{
-		gt_pos q = rp;
-		auto landed = [&] {
-			mg_wbar(&full[q.i], q.ph, 2, q.n);
-			const uint32_t sa = ring_sa + (uint32_t)q.i * MG_STAGE;
-			gt_next(q, MG_NS);
-			return sa;
-		};
-#pragma unroll
-		for (int c = 0; c < 2; c++)
-			if (c < nk)
-				kst[c] = landed();
-#pragma unroll
-		for (int c = 0; c < 2; c++)
-			if (c < nk)
-				vst[c] = landed();
-	}
-	float *qs = scr, *sc = scr + 8 * DS_HD, *mstat = sc + 8 * MG_SCS, *lstat = mstat + 8;
-	uint4 *kvp = reinterpret_cast<uint4 *>(lstat + 8);
-	float *ot = lstat + 8 + DS_HD;
+	const int t0 = s * T, t1 = min(ctx, t0 + T);
+	/* scratch: q [8][128], pos's K and V rows (bf16), q's fragments [8][32] (uint4), the warps'
+	 * max and sum [8][4] each, their sums [8][4][MG_OWS] */
+	float *qs = scr;
+	uint4 *kvp = reinterpret_cast<uint4 *>(scr + 8 * DS_HD), *qfs = kvp + 32;
+	float *mw = reinterpret_cast<float *>(qfs + MG_W * 32), *lw = mw + MG_W * DS_GQ, *ow = lw + MG_W * DS_GQ;
 	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + DS_HD * 2;
 	{
 		/* warp h < 4: head h's q; the rest write zeros into rows 4-7; in the last split warp 7
@@ -232,43 +249,97 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	}
 	gt_sync();
 	ds_mark(a, l, DT_AQ, tid); /* the block's last task's */
-	auto kat = [&](int i, int c) -> uint32_t {
-		return t0 + i < pos ? mg_kv_sa((i >> 6) ? kst[1] : kst[0], i & 63, c) : kp_sa + (uint32_t)(c << 4);
-	};
-	auto vat = [&](int i, int c) -> uint32_t {
-		return t0 + i < pos ? mg_kv_sa((i >> 6) ? vst[1] : vst[0], i & 63, c) : vp_sa + (uint32_t)(c << 4);
-	};
-	mg_qk_mma(qs, sc, n, kat, warp, lane);
+	mg_attn_qfrag(qs, qfs, warp, lane);
 	gt_sync();
-	if (warp < DS_GQ) /* warp h: head h's softmax over the split (rows 4-7 stay 0: P 0) */
-		mg_softmax_row(sc + warp * MG_SCS, n, &mstat[warp], &lstat[warp], lane);
-	gt_sync();
-	mg_pv_mma(sc, ot, n, vat, warp, lane);
-	for (int c = 0; c < 2 * nk; c++) {
+	float m = -INFINITY, lsum = 0.0f, o[16][4];
+#pragma unroll
+	for (int t = 0; t < 16; t++)
+		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+	const int kw = 16 * warp; /* the warp's keys in a chunk: kw .. + 16, in its stages kw / 64 */
+#pragma unroll 1
+	for (int a0 = t0; a0 < t1; a0 += MG_T) {
+		const int n = min(t1, a0 + MG_T) - a0, mm = ds_ring_m(ctx, a0, a0 + n), nk = (mm + 63) / 64;
+		/* the chunk's stages: K c at rp + c, V c at rp + nk + c. use: key kw (and so all of the
+		 * warp's stage sk) came through the ring. The warp gives its K stage back to the producer
+		 * once its scores are summed and its V stage after P V (DS_EARLYK 0: both at the
+		 * chunk's end), the others at the chunk's end once landed: a warp's arrival on a stage
+		 * not yet filled could count toward the slot's previous use while another warp still
+		 * reads it. */
+		const int sk = warp >> 2;
+		const bool use = kw < mm;
+		gt_pos kq = rp, vq = rp;
+		gt_next_n(kq, MG_NS, sk);
+		gt_next_n(vq, MG_NS, nk + sk);
+		if (kw < n) {
+			if (use)
+				mg_wbar(&full[kq.i], kq.ph, 2, kq.n);
+			if (a0 == t0)
+				ds_mark(a, l, DT_AK, tid);
+			const uint32_t kst = ring_sa + (uint32_t)kq.i * MG_STAGE, vst = ring_sa + (uint32_t)vq.i * MG_STAGE;
+			mg_attn_keys<DS_GQ>(
+				qfs, kw, n,
+				[&](int i, int c) -> uint32_t {
+					return a0 + i < pos ? mg_kv_sa(kst, i & 63, c) : kp_sa + (uint32_t)(c << 4);
+				},
+				[&](int i, int c) -> uint32_t {
+					return a0 + i < pos ? mg_kv_sa(vst, i & 63, c) : vp_sa + (uint32_t)(c << 4);
+				},
+				[&] {
+					if (DS_EARLYK && use && lane == 0)
+						gt_arrive(&empty[kq.i]);
+				},
+				[&] {
+					if (use)
+						mg_wbar(&full[vq.i], vq.ph, 2, vq.n);
+				},
+				m, lsum, o, lane);
+			if (DS_EARLYK && use && lane == 0)
+				gt_arrive(&empty[vq.i]);
+			if (a0 == t0)
+				ds_mark(a, l, DT_AC, tid);
+		}
 		if (lane == 0)
-			gt_arrive(&empty[rp.i]);
-		gt_next(rp, MG_NS);
+			for (int c = 0; c < 2 * nk; c++) {
+				if (!(DS_EARLYK && use && (c == sk || c == nk + sk))) {
+					mg_wbar(&full[rp.i], rp.ph, 2, rp.n);
+					gt_arrive(&empty[rp.i]);
+				}
+				gt_next(rp, MG_NS);
+			}
+		else
+			gt_next_n(rp, MG_NS, 2 * nk);
 	}
+	ds_mark(a, l, DT_AL, tid);
+	mg_attn_put<DS_GQ>(m, lsum, o, mw, lw, ow, warp, lane);
 	gt_sync();
+	/* thread: head h = tid / 64's dims d, d + 1, the warps' sums weighed by exp(max_w - max) */
+	const int h = tid >> 6, d = 2 * (tid & 63);
+	float M = -INFINITY;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		M = fmaxf(M, mw[w * DS_GQ + h]);
+	float L = 0.0f, ox = 0.0f, oy = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++) {
+		const float f = expf(mw[w * DS_GQ + h] - M);
+		const float2 v = *reinterpret_cast<const float2 *>(ow + (w * DS_GQ + h) * MG_OWS + d);
+		L += f * lw[w * DS_GQ + h];
+		ox += f * v.x, oy += f * v.y;
+	}
 	unsigned *cnt = a.cnt + (size_t)l * DS_CNT;
 	if (S == 1) {
-		if (warp < DS_GQ) {
-			const float4 o4 = reinterpret_cast<const float4 *>(ot + warp * DS_HD)[lane];
-			const float inv = 1.0f / lstat[warp];
-			*reinterpret_cast<float4 *>(a.att + (size_t)l * DS_QR + (g * DS_GQ + warp) * DS_HD + 4 * lane) =
-				make_float4(o4.x * inv, o4.y * inv, o4.z * inv, o4.w * inv);
-		}
+		const float inv = 1.0f / L;
+		*reinterpret_cast<float2 *>(a.att + (size_t)l * DS_QR + (g * DS_GQ + h) * DS_HD + d) =
+			make_float2(ox * inv, oy * inv);
 		mg_cpub(cnt + D_ATT, DS_GQ, tid);
 		return;
 	}
-	if (warp < DS_GQ) {
-		const float4 o4 = reinterpret_cast<const float4 *>(ot + warp * DS_HD)[lane];
-		float *pp = a.part + (((size_t)g * S + s) * DS_GQ + warp) * MG_PS;
-		*reinterpret_cast<float4 *>(pp + 4 * lane) = o4;
-		if (lane == 0)
-			pp[DS_HD] = mstat[warp], pp[DS_HD + 1] = lstat[warp];
-	}
+	float *pp = a.part + (((size_t)g * S + s) * DS_GQ + h) * MG_PS;
+	*reinterpret_cast<float2 *>(pp + d) = make_float2(ox, oy);
+	if (d == 0)
+		pp[DS_HD] = M, pp[DS_HD + 1] = L;
 	mg_cpub(cnt + D_N + g, 1, tid);
+	ds_mark(a, l, DT_APUB, tid);
 }
 
 /* kv head g's query head h: its S splits merged (mg_merge with 4 heads a kv head) */
@@ -277,6 +348,7 @@ static __device__ void ds_merge(const ds_args &a, int l, int g, int h, int S, fl
 	const int warp = tid >> 5, lane = tid & 31;
 	unsigned *cnt = a.cnt + (size_t)l * DS_CNT;
 	mg_cwait(cnt + D_N + g, (unsigned)S, tid);
+	ds_mark(a, l, DT_MSEEN, tid);
 	float Lsum;
 	const float4 O =
 		mg_merge_rounds(a.part + ((size_t)g * S * DS_GQ + h) * MG_PS, (size_t)DS_GQ * MG_PS, S, &Lsum, warp, lane);
@@ -301,8 +373,8 @@ static __device__ void ds_merge(const ds_args &a, int l, int g, int h, int S, fl
  * the matrix whose maps are m, m + 1; kvs(kv, g, blk, nblk) for a K (kv 0) or V stage of kv head
  * g: nblk cache blocks (their indices in the pools at blk) */
 template <typename TileF, typename KvF>
-static __device__ __forceinline__ void ds_walk(const ds_args &a, int b, int G, int ctx, int S, const int32_t *tab,
-                                               TileF tile, KvF kvs)
+static __device__ __forceinline__ void ds_walk(const ds_args &a, int b, int G, int ctx, int T, int S,
+                                               const int32_t *tab, TileF tile, KvF kvs)
 {
 	const int gu_tiles = 2 * a.fi / 16, dst = a.fi / 2048;
 	for (int l = 0; l < a.L; l++) {
@@ -311,16 +383,19 @@ static __device__ __forceinline__ void ds_walk(const ds_args &a, int b, int G, i
 			for (int c = 0; c < 2; c++)
 				tile(m + 2 * DM_QKV, c, j);
 		for (int t = b; t < DS_NKV * S; t += G) {
-			const int g = t / S, s = t % S, mm = mg_attn_m(ctx, s);
-			for (int kv = 0; kv < 2; kv++)
-				for (int c0 = 0; c0 < mm; c0 += 64) {
-					const int nblk = (min(64, mm - c0) + MG_KVB - 1) / MG_KVB;
-					int blk[4];
+			const int g = t / S, t0 = t % S * T, t1 = min(ctx, t0 + T);
+			for (int a0 = t0; a0 < t1; a0 += MG_T) { /* ds_attn's chunks */
+				const int mm = ds_ring_m(ctx, a0, min(t1, a0 + MG_T));
+				for (int kv = 0; kv < 2; kv++)
+					for (int c0 = 0; c0 < mm; c0 += 64) {
+						const int nblk = (min(64, mm - c0) + MG_KVB - 1) / MG_KVB;
+						int blk[4];
 #pragma unroll
-					for (int i = 0; i < 4; i++)
-						blk[i] = i < nblk ? l * a.nb + __ldg(tab + (s * MG_T + c0) / MG_KVB + i) : 0;
-					kvs(kv, g, blk, nblk);
-				}
+						for (int i = 0; i < 4; i++)
+							blk[i] = i < nblk ? l * a.nb + __ldg(tab + (a0 + c0) / MG_KVB + i) : 0;
+						kvs(kv, g, blk, nblk);
+					}
+			}
 		}
 		for (int j = b; j < DS_O_TILES; j += G)
 			for (int c = 0; c < 2; c++)
@@ -345,7 +420,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) ds_kernel(const ds_args a)
 	float *sred = reinterpret_cast<float *>(empty + MG_NS); /* [8] */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int b = blockIdx.x, G = gridDim.x;
-	const int ctx = __ldg(a.pos) + 1, S = (ctx + MG_T - 1) / MG_T;
+	const int ctx = __ldg(a.pos) + 1, T = ds_split_t(ctx, G), S = (ctx + T - 1) / T;
 	const int32_t *tab = a.table + (size_t)__ldg(a.seq) * a.table_stride;
 	const int gu_tiles = 2 * a.fi / 16, dst = a.fi / 2048; /* the down's stages a tile */
 	const int cs_f = gm_col_stride(a.fi / 32);
@@ -371,7 +446,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) ds_kernel(const ds_args a)
 			gt_expect(&full[pp.i], bytes);
 			return ring + (size_t)pp.i * MG_STAGE;
 		};
-		ds_walk(a, b, G, ctx, S, tab,
+		ds_walk(a, b, G, ctx, T, S, tab,
 		        [&](const CUtensorMap *m, int c, int j) {
 			        uint8_t *d = slot(MG_STAGE);
 			        gt_copy_2d(d, m, 128 * c, 16 * j, &full[pp.i], pol);
@@ -422,7 +497,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) ds_kernel(const ds_args a)
 			ds_mark(a, l, DT_QKV, tid);
 		}
 		for (int t = b; t < DS_NKV * S; t += G) {
-			ds_attn(a, ly, l, t / S, t % S, ctx, S, tab, cnt + D_QKV, reinterpret_cast<float *>(xs), tid, pos, full,
+			ds_attn(a, ly, l, t / S, t % S, ctx, T, S, tab, cnt + D_QKV, reinterpret_cast<float *>(xs), tid, pos, full,
 			        empty, ring_sa);
 			gt_sync();
 		}

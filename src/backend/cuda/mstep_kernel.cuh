@@ -54,14 +54,15 @@ static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int
 	*reinterpret_cast<float2 *>(sg + 8) = make_float2(s1[0] + s1[2], s1[1] + s1[3]);
 }
 
-/* O = P V: warp w takes dims 16 w .. + 16 (two n-tiles), K = the keys in steps of 16 (P past n
+/* O += P V: warp w takes dims 16 w .. + 16 (two n-tiles), K = the keys in steps of 16 (P past n
  * is zero, and the rows past n read key n - 1's, finite); ldmatrix.x4.trans gives both n-tiles'
- * B fragments a step. Head h's sums land in ot[h][128]. */
+ * B fragments a step. o0, o1: the warp's accumulators (rows 0-7 the heads', 8-15 their residual
+ * parts), summed over calls by the dense step's chunked splits. */
 template <typename AtF>
-static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int n, AtF at, int warp, int lane)
+static __device__ __forceinline__ void mg_pv_acc(const float *sc, int n, AtF at, float (&o0)[4], float (&o1)[4],
+                                                 int warp, int lane)
 {
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
-	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int kb = 0; kb < n; kb += 16) {
 		/* P's pairs as float2 loads: rows MG_SCS apart put a half-warp's on 16 different banks */
 		const int k0 = kb + 2 * c;
@@ -77,9 +78,141 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 		gm_mma(o0, h0, l0, h1, l1, b0, b1);
 		gm_mma(o1, h0, l0, h1, l1, b2, b3);
 	}
-	float *og = ot + g * MG_HD + 16 * warp + 2 * c;
+}
+
+/* the accumulators' head sums (row g + row g + 8) into ot[h][128] */
+static __device__ __forceinline__ void mg_pv_store(float *ot, const float (&o0)[4], const float (&o1)[4], int warp,
+                                                   int lane)
+{
+	float *og = ot + (lane >> 2) * MG_HD + 16 * warp + 2 * (lane & 3);
 	*reinterpret_cast<float2 *>(og) = make_float2(o0[0] + o0[2], o0[1] + o0[3]);
 	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
+}
+
+/* O = P V over one split's n keys (mg_pv_acc from zero): head h's sums land in ot[h][128] */
+template <typename AtF>
+static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int n, AtF at, int warp, int lane)
+{
+	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	mg_pv_acc(sc, n, at, o0, o1, warp, lane);
+	mg_pv_store(ot, o0, o1, warp, lane);
+}
+
+/* The attention a warp at a time (the dense step's splits; flash decoding with the warps as
+ * splits): warp w takes keys 16 w .. + 16 of each chunk of MG_T, runs both products for them on
+ * the tensor cores with the scores kept in registers (the S = Q K^T accumulators are the P V
+ * product's A fragments: keys 2c, 2c + 1 and 2c + 8, 2c + 9 of row g either way), an online
+ * softmax over its chunks, and all 128 dims of P V (16 n-tiles of accumulators). The warps meet
+ * once a split (mg_attn_put, then the caller sums them), not three times a chunk as mg_qk_mma,
+ * the softmax and mg_pv_mma do. Rows 0-7 of the MMA are the heads (GQ of them; rows past GQ have
+ * q zero and P zero), rows 8-15 their BF16 residual parts. */
+
+#ifndef MG_SPLITCH
+#define MG_SPLITCH 1 /* mg_attn_keys's scores in two accumulator chains (even and odd steps) */
+#endif
+
+/* q's A fragments (rows g: q[g] split into BF16 hi / lo) for the 8 steps of 16 dims, once a
+ * split into qfs[step][lane] (warp w: step w), so that mg_attn_keys loads a step's with one
+ * 16-byte load rather than holding all 32 registers (the kernels' cap is 168 a thread) */
+static __device__ __forceinline__ void mg_attn_qfrag(const float *qs, uint4 *qfs, int warp, int lane)
+{
+	const float *qg = qs + (lane >> 2) * MG_HD + 2 * (lane & 3) + 16 * warp;
+	const float2 x0 = *reinterpret_cast<const float2 *>(qg), x1 = *reinterpret_cast<const float2 *>(qg + 8);
+	uint4 f;
+	f.x = gm_split(x0.x, x0.y, f.y);
+	f.z = gm_split(x1.x, x1.y, f.w);
+	qfs[warp * 32 + lane] = f;
+}
+
+/* keys kw .. kw + 16 (< n, clamped: P past n is 0 and those rows read key n - 1's) of a chunk:
+ * kat / vat (i, c) key i's 16-byte chunk c of K / V in shared memory; wait_v() before V is read
+ * (its copy may land after K's). m: the row's running max (the same in its 4 lanes), l: the
+ * lane's part of the running sum, o: the sums (n-tile t: dims 8 t + 2c, + 1). done_k() once K's
+ * reads are over (the scores summed: every ldmatrix of K has landed). */
+template <int GQ, typename KAt, typename VAt, typename DoneK, typename WaitV>
+static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, int n, KAt kat, VAt vat, DoneK done_k,
+                                                    WaitV wait_v, float &m, float &l, float (&o)[16][4], int lane)
+{
+	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
+	/* two accumulator chains an n-tile (even and odd steps): half the dependent MMAs */
+	float sa[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+	float sb[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+	{
+		/* lane j * 8 + r: matrix j's row r = key kw + 8 (j >> 1) + r, chunk 2 kk + (j & 1) */
+		const int key = min(kw + 8 * (j >> 1) + r, n - 1);
+#pragma unroll
+		for (int kk = 0; kk < MG_HD / 16; kk++) {
+			uint32_t b0, b1, b2, b3;
+			mg_ldsm4(kat(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
+			const uint4 f = qfs[kk * 32 + lane];
+			float(&s)[2][4] = (MG_SPLITCH && (kk & 1)) ? sb : sa;
+			gm_mma(s[0], f.x, f.y, f.z, f.w, b0, b1);
+			gm_mma(s[1], f.x, f.y, f.z, f.w, b2, b3);
+		}
+	}
+	/* x[t][e]: key kw + 8 t + 2c + e of row g (hi row + residual row, both chains) */
+	float x[2][2], mx = -INFINITY;
+#pragma unroll
+	for (int t = 0; t < 2; t++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const bool in = kw + 8 * t + 2 * c + e < n && g < GQ;
+			x[t][e] = in ? (sa[t][e] + sa[t][e + 2]) + (sb[t][e] + sb[t][e + 2]) : -INFINITY;
+			mx = fmaxf(mx, x[t][e]);
+		}
+	done_k();
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+	const float mn = g < GQ ? fmaxf(m, mx) : 0.0f; /* finite: key kw < n */
+	const float al = expf(m - mn);
+	m = mn;
+	float p[2][2], ps = 0.0f;
+#pragma unroll
+	for (int t = 0; t < 2; t++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			p[t][e] = expf(x[t][e] - mn);
+			ps += p[t][e];
+		}
+	l = l * al + ps;
+#pragma unroll
+	for (int t = 0; t < 16; t++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			o[t][e] *= al;
+	uint32_t l0, l1;
+	const uint32_t h0 = gm_split(p[0][0], p[0][1], l0), h1 = gm_split(p[1][0], p[1][1], l1);
+	wait_v();
+	/* lane j * 8 + r: matrix j's row r = key kw + 8 (j & 1) + r, chunk 2 dp + (j >> 1) */
+	const int key = min(kw + 8 * (j & 1) + r, n - 1);
+#pragma unroll
+	for (int dp = 0; dp < MG_HD / 16; dp++) {
+		uint32_t b0, b1, b2, b3;
+		mg_ldsm4t(vat(key, 2 * dp + (j >> 1)), b0, b1, b2, b3);
+		gm_mma(o[2 * dp], h0, l0, h1, l1, b0, b1);
+		gm_mma(o[2 * dp + 1], h0, l0, h1, l1, b2, b3);
+	}
+}
+
+#define MG_OWS (MG_HD + 8) /* a warp's head row in mg_attn_put's sums (floats): float2 stores conflict-free */
+
+/* the warp's split of the split into shared memory: mw, lw [warp][GQ] the rows' max and sum, ow
+ * [warp][GQ][MG_OWS] the sums. The caller syncs, then weighs them by exp(mw - max over warps). */
+template <int GQ>
+static __device__ __forceinline__ void mg_attn_put(float m, float l, const float (&o)[16][4], float *mw, float *lw,
+                                                   float *ow, int warp, int lane)
+{
+	const int g = lane >> 2, c = lane & 3;
+	l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+	l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+	if (g < GQ) {
+		if (c == 0)
+			mw[warp * GQ + g] = m, lw[warp * GQ + g] = l;
+		float *row = ow + (warp * GQ + g) * MG_OWS + 2 * c;
+#pragma unroll
+		for (int t = 0; t < 16; t++)
+			*reinterpret_cast<float2 *>(row + 8 * t) = make_float2(o[t][0] + o[t][2], o[t][1] + o[t][3]);
+	}
 }
 
 /* the lane's rotary cos (c) and sin (s) for dims 4 lane .. + 4 at position p: angle p x
