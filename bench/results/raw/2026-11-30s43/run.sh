@@ -40,7 +40,7 @@ for r in $(seq ${RUNS:-1}); do
 		if [ -n "${TL:-}" ]; then # FP4S_DSTEP_TL=16's phase marks, tg128 and depth 4096
 			bench $m-tl-$r FP4S_DSTEP_TL=16 /tmp/b-$first/fp4serve bench -m /dev/shm/$m -p 0 -n 128 --reps 3
 			bench $m-tl-d$r FP4S_DSTEP_TL=16 /tmp/b-$first/fp4serve bench -m /dev/shm/$m -p 0 --ctx 4096 -n 64 --reps 2
-			for x in tl- tl-d; do echo "$m $x" >> $S; grep -A19 "dstep timeline" $L/b-$m-$x$r.txt | grep -v "^model" >> $S; done
+			for x in tl- tl-d; do echo "$m $x" >> $S; awk '/dstep timeline/{f=1} f && /^(model|ceiling)/{f=0} f' $L/b-$m-$x$r.txt >> $S; done
 		fi
 		if [ -n "${LAYERS:-}" ]; then
 			bench $m-A-$r FP4S_MSTEP=0 /tmp/b-$first/fp4serve bench -m /dev/shm/$m -p 0 -n 128 --reps 3
