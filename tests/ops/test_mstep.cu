@@ -3,9 +3,9 @@
  * layer-by-layer CUDA path (FP4S_MSTEP=0), which test_engine_cuda and test_golden hold to the
  * CPU backend. Each model: the preset's geometry cut to 2 layers (gen --layers 2, NVFP4, random
  * weights), BF16 KV. Prompts of 5 to 3000 tokens (the MoE step: up to 24 attention splits of 128
- * positions; the dense step: at 2100 and 3000 on 132 SMs 16 splits of 144 and 192 positions, two
- * chunks each, 2100's last chunk at one step pos alone), 48 greedy
- * tokens each with logprobs: the tokens must agree until a near tie (the other run's token among
+ * positions; the dense step: at 2100 and 3000 on 132 SMs 15 and 16 splits of 144 and 192
+ * positions, two chunks each, 2100's last chunk at one step pos alone), 48 greedy tokens each
+ * with logprobs: the tokens must agree until a near tie (the other run's token among
  * the first's best, within TIE nats), and the logprobs of the agreeing prefix within TOL. The two
  * paths sum in different orders and a router can flip an expert at a near tie of its logits
  * (as test_engine_cuda's MoE allowance); up to FLIPS requests may differ beyond the tolerance.
