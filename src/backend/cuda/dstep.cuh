@@ -33,9 +33,6 @@
 #define DS_NS 8 /* ring stages (9, the most that fits, measured no faster) */
 #endif
 #define MG_NS DS_NS
-#ifndef DS_EARLYK
-#define DS_EARLYK 1 /* ds_attn's stages back to the producer as each warp is done with them */
-#endif
 #ifndef DS_TMIN
 #define DS_TMIN 128 /* an attention split's positions at least */
 #endif
@@ -179,11 +176,6 @@ static __device__ __forceinline__ float4 ds_norm_rope(const float4 v, const floa
 	return norm ? mg_qk_norm_rope(v, wv, c4, s4, eps, lane) : mg_rope4(v, c4, s4, lane);
 }
 
-static __device__ __forceinline__ __nv_bfloat16 *ds_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
-{
-	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * DS_NKV + g) * DS_HD;
-}
-
 /* positions a split: the context over G / 8 splits a kv head (so that the 8 x S tasks take the
  * grid once), a multiple of 16 (a KV block, the copies' unit) and at least DS_TMIN. S = ctx / T
  * rounded up is then at most G / 8 (dstep.cu sizes the partials so). */
@@ -191,13 +183,6 @@ static __device__ __forceinline__ int ds_split_t(int ctx, int G)
 {
 	const int s0 = G / DS_NKV;
 	return max(DS_TMIN, ((ctx + s0 - 1) / s0 + 15) & ~15);
-}
-
-/* positions of [a0, a1) before pos = ctx - 1: the ones whose K and V rows come through the ring
- * (in stages of up to 64 rows, a chunk's K stages, then its V stages) */
-static __device__ __forceinline__ int ds_ring_m(int ctx, int a0, int a1)
-{
-	return max(0, min(a1, ctx - 1) - a0);
 }
 
 /* one attention split: kv head g's 4 query heads over positions [s T, min(ctx, (s + 1) T)), in
@@ -236,7 +221,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		if (kw7)
 			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * DS_NKV + g) * DS_HD) + lane);
 		if (last && tid < 16)
-			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(ds_kvrow(ly.vc, tab, pos, g)) + tid);
+			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g, DS_NKV)) + tid);
 		if (warp < DS_GQ) {
 			const float4 qr = ds_norm_rope(v, qw, c4, s4, a.eps, norm, lane);
 			reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * a.scale, qr.y * a.scale, qr.z * a.scale,
@@ -244,7 +229,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		} else
 			reinterpret_cast<float4 *>(qs)[tid] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (kw7) {
-			mg_k_store(ds_norm_rope(kr, kw, c4, s4, a.eps, norm, lane), kvp, ds_kvrow(ly.kc, tab, pos, g), lane);
+			mg_k_store(ds_norm_rope(kr, kw, c4, s4, a.eps, norm, lane), kvp, mg_kvrow(ly.kc, tab, pos, g, DS_NKV), lane);
 		}
 	}
 	gt_sync();
@@ -258,13 +243,13 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	const int kw = 16 * warp; /* the warp's keys in a chunk: kw .. + 16, in its stages kw / 64 */
 #pragma unroll 1
 	for (int a0 = t0; a0 < t1; a0 += MG_T) {
-		const int n = min(t1, a0 + MG_T) - a0, mm = ds_ring_m(ctx, a0, a0 + n), nk = (mm + 63) / 64;
+		const int n = min(t1, a0 + MG_T) - a0, mm = mg_ring_m(ctx, a0, a0 + n), nk = (mm + 63) / 64;
 		/* the chunk's stages: K c at rp + c, V c at rp + nk + c. use: key kw (and so all of the
 		 * warp's stage sk) came through the ring. The warp gives its K stage back to the producer
-		 * once its scores are summed and its V stage after P V (DS_EARLYK 0: both at the
-		 * chunk's end), the others at the chunk's end once landed: a warp's arrival on a stage
-		 * not yet filled could count toward the slot's previous use while another warp still
-		 * reads it. */
+		 * once its scores are summed and its V stage after P V (both at the chunk's end measured
+		 * within noise, session 43), the others at the chunk's end once landed: a warp's arrival
+		 * on a stage not yet filled could count toward the slot's previous use while another
+		 * warp still reads it. */
 		const int sk = warp >> 2;
 		const bool use = kw < mm;
 		gt_pos kq = rp, vq = rp;
@@ -285,7 +270,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 					return a0 + i < pos ? mg_kv_sa(vst, i & 63, c) : vp_sa + (uint32_t)(c << 4);
 				},
 				[&] {
-					if (DS_EARLYK && use && lane == 0)
+					if (use && lane == 0)
 						gt_arrive(&empty[kq.i]);
 				},
 				[&] {
@@ -293,14 +278,14 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 						mg_wbar(&full[vq.i], vq.ph, 2, vq.n);
 				},
 				m, lsum, o, lane);
-			if (DS_EARLYK && use && lane == 0)
+			if (use && lane == 0)
 				gt_arrive(&empty[vq.i]);
 			if (a0 == t0)
 				ds_mark(a, l, DT_AC, tid);
 		}
 		if (lane == 0)
 			for (int c = 0; c < 2 * nk; c++) {
-				if (!(DS_EARLYK && use && (c == sk || c == nk + sk))) {
+				if (!(use && (c == sk || c == nk + sk))) {
 					mg_wbar(&full[rp.i], rp.ph, 2, rp.n);
 					gt_arrive(&empty[rp.i]);
 				}
@@ -385,7 +370,7 @@ static __device__ __forceinline__ void ds_walk(const ds_args &a, int b, int G, i
 		for (int t = b; t < DS_NKV * S; t += G) {
 			const int g = t / S, t0 = t % S * T, t1 = min(ctx, t0 + T);
 			for (int a0 = t0; a0 < t1; a0 += MG_T) { /* ds_attn's chunks */
-				const int mm = ds_ring_m(ctx, a0, min(t1, a0 + MG_T));
+				const int mm = mg_ring_m(ctx, a0, min(t1, a0 + MG_T));
 				for (int kv = 0; kv < 2; kv++)
 					for (int c0 = 0; c0 < mm; c0 += 64) {
 						const int nblk = (min(64, mm - c0) + MG_KVB - 1) / MG_KVB;
@@ -488,7 +473,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) ds_kernel(const ds_args a)
 				else {
 					const int r = row - DS_QR, kv = r / (DS_NKV * DS_HD), rr = r % (DS_NKV * DS_HD);
 					if (kv)
-						ds_kvrow(ly.vc, tab, ctx - 1, rr / DS_HD)[rr % DS_HD] = __float2bfloat16_rn(y);
+						mg_kvrow(ly.vc, tab, ctx - 1, rr / DS_HD, DS_NKV)[rr % DS_HD] = __float2bfloat16_rn(y);
 					else
 						a.kraw[(size_t)l * DS_NKV * DS_HD + rr] = y;
 				}

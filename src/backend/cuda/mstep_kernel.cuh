@@ -54,15 +54,14 @@ static __device__ __forceinline__ void mg_qk_mma(const float *qs, float *sc, int
 	*reinterpret_cast<float2 *>(sg + 8) = make_float2(s1[0] + s1[2], s1[1] + s1[3]);
 }
 
-/* O += P V: warp w takes dims 16 w .. + 16 (two n-tiles), K = the keys in steps of 16 (P past n
+/* O = P V: warp w takes dims 16 w .. + 16 (two n-tiles), K = the keys in steps of 16 (P past n
  * is zero, and the rows past n read key n - 1's, finite); ldmatrix.x4.trans gives both n-tiles'
- * B fragments a step. o0, o1: the warp's accumulators (rows 0-7 the heads', 8-15 their residual
- * parts), summed over calls by the dense step's chunked splits. */
+ * B fragments a step. Head h's sums land in ot[h][128]. */
 template <typename AtF>
-static __device__ __forceinline__ void mg_pv_acc(const float *sc, int n, AtF at, float (&o0)[4], float (&o1)[4],
-                                                 int warp, int lane)
+static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int n, AtF at, int warp, int lane)
 {
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
+	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int kb = 0; kb < n; kb += 16) {
 		/* P's pairs as float2 loads: rows MG_SCS apart put a half-warp's on 16 different banks */
 		const int k0 = kb + 2 * c;
@@ -78,24 +77,9 @@ static __device__ __forceinline__ void mg_pv_acc(const float *sc, int n, AtF at,
 		gm_mma(o0, h0, l0, h1, l1, b0, b1);
 		gm_mma(o1, h0, l0, h1, l1, b2, b3);
 	}
-}
-
-/* the accumulators' head sums (row g + row g + 8) into ot[h][128] */
-static __device__ __forceinline__ void mg_pv_store(float *ot, const float (&o0)[4], const float (&o1)[4], int warp,
-                                                   int lane)
-{
-	float *og = ot + (lane >> 2) * MG_HD + 16 * warp + 2 * (lane & 3);
+	float *og = ot + g * MG_HD + 16 * warp + 2 * c;
 	*reinterpret_cast<float2 *>(og) = make_float2(o0[0] + o0[2], o0[1] + o0[3]);
 	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
-}
-
-/* O = P V over one split's n keys (mg_pv_acc from zero): head h's sums land in ot[h][128] */
-template <typename AtF>
-static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int n, AtF at, int warp, int lane)
-{
-	float o0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	mg_pv_acc(sc, n, at, o0, o1, warp, lane);
-	mg_pv_store(ot, o0, o1, warp, lane);
 }
 
 /* The attention a warp at a time (the dense step's splits; flash decoding with the warps as
@@ -106,10 +90,6 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
  * once a split (mg_attn_put, then the caller sums them), not three times a chunk as mg_qk_mma,
  * the softmax and mg_pv_mma do. Rows 0-7 of the MMA are the heads (GQ of them; rows past GQ have
  * q zero and P zero), rows 8-15 their BF16 residual parts. */
-
-#ifndef MG_SPLITCH
-#define MG_SPLITCH 1 /* mg_attn_keys's scores in two accumulator chains (even and odd steps) */
-#endif
 
 /* q's A fragments (rows g: q[g] split into BF16 hi / lo) for the 8 steps of 16 dims, once a
  * split into qfs[step][lane] (warp w: step w), so that mg_attn_keys loads a step's with one
@@ -134,7 +114,8 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
                                                     WaitV wait_v, float &m, float &l, float (&o)[16][4], int lane)
 {
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
-	/* two accumulator chains an n-tile (even and odd steps): half the dependent MMAs */
+	/* two accumulator chains an n-tile (even and odd steps): half the dependent MMAs (one chain
+	 * measured 1.6 % slower at depth 4096, session 43) */
 	float sa[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 	float sb[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 	{
@@ -145,7 +126,7 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 			uint32_t b0, b1, b2, b3;
 			mg_ldsm4(kat(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
 			const uint4 f = qfs[kk * 32 + lane];
-			float(&s)[2][4] = (MG_SPLITCH && (kk & 1)) ? sb : sa;
+			float(&s)[2][4] = (kk & 1) ? sb : sa;
 			gm_mma(s[0], f.x, f.y, f.z, f.w, b0, b1);
 			gm_mma(s[1], f.x, f.y, f.z, f.w, b2, b3);
 		}
@@ -235,10 +216,12 @@ static __device__ __forceinline__ uint32_t mg_kv_sa(uint32_t st, int i, int c)
 	return st + (uint32_t)((i >> 4) * 4096 + (c >> 3) * 2048 + (i & 15) * 128 + (((c & 7) ^ (i & 7)) << 4));
 }
 
-/* position t's row of kv head g in a layer's K or V blocks (tab: the sequence's block table) */
-static __device__ __forceinline__ __nv_bfloat16 *mg_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
+/* position t's row of kv head g (of nkv) in a layer's K or V blocks (tab: the sequence's block
+ * table) */
+static __device__ __forceinline__ __nv_bfloat16 *mg_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g,
+                                                          int nkv)
 {
-	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * MG_NKV + g) * MG_HD;
+	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * nkv + g) * MG_HD;
 }
 
 /* rotary (rotate-half: dims d and d + 64 a pair; c4, s4 from mg_rope_ld) of one head held by a
@@ -349,12 +332,17 @@ static __device__ __forceinline__ float4 mg_merge_rounds(const float *p0, size_t
 	return O;
 }
 
-/* positions of split s (of T) before pos = ctx - 1: the ones whose K and V rows exist before the
- * step, copied through the ring in stages of up to 64 rows, K's then V's */
+/* positions of [a0, a1) before pos = ctx - 1: the ones whose K and V rows exist before the step,
+ * copied through the ring in stages of up to 64 rows, K's then V's */
+static __device__ __forceinline__ int mg_ring_m(int ctx, int a0, int a1)
+{
+	return max(0, min(a1, ctx - 1) - a0);
+}
+
+/* those of split s (of MG_T positions) */
 static __device__ __forceinline__ int mg_attn_m(int ctx, int s)
 {
-	const int t0 = s * MG_T, t1 = min(ctx, t0 + MG_T);
-	return max(0, min(t1, ctx - 1) - t0);
+	return mg_ring_m(ctx, s * MG_T, min(ctx, s * MG_T + MG_T));
 }
 
 /* one attention split: kv head g's 8 query heads over positions [s T, min(ctx, (s + 1) T)), by
@@ -412,11 +400,11 @@ static __device__ void mg_attn(const mg_args &a, const mg_layer &ly, int l, int 
 		if (last && warp == MG_W - 1)
 			kr = __ldcg(reinterpret_cast<const float4 *>(a.kraw + ((size_t)l * MG_NKV + g) * MG_HD) + lane);
 		if (last && tid < 16)
-			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g)) + tid);
+			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g, MG_NKV)) + tid);
 		const float4 qr = mg_qk_norm_rope(v, qw, c4, s4, a.eps, lane);
 		reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * a.scale, qr.y * a.scale, qr.z * a.scale, qr.w * a.scale);
 		if (last && warp == MG_W - 1) {
-			mg_k_store(mg_qk_norm_rope(kr, kw, c4, s4, a.eps, lane), kvp, mg_kvrow(ly.kc, tab, pos, g), lane);
+			mg_k_store(mg_qk_norm_rope(kr, kw, c4, s4, a.eps, lane), kvp, mg_kvrow(ly.kc, tab, pos, g, MG_NKV), lane);
 		}
 	}
 	gt_sync();
@@ -727,7 +715,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				else {
 					const int r = row - MG_QR, kv = r / (MG_NKV * MG_HD), rr = r % (MG_NKV * MG_HD);
 					if (kv)
-						mg_kvrow(ly.vc, tab, ctx - 1, rr / MG_HD)[rr % MG_HD] = __float2bfloat16_rn(y);
+						mg_kvrow(ly.vc, tab, ctx - 1, rr / MG_HD, MG_NKV)[rr % MG_HD] = __float2bfloat16_rn(y);
 					else
 						a.kraw[(size_t)l * MG_NKV * MG_HD + rr] = y;
 				}
