@@ -8,7 +8,8 @@
  * with logprobs: the tokens must agree until a near tie (the other run's token among
  * the first's best, within TIE nats), and the logprobs of the agreeing prefix within TOL. The two
  * paths sum in different orders and a router can flip an expert at a near tie of its logits
- * (as test_engine_cuda's MoE allowance); up to FLIPS requests may differ beyond the tolerance.
+ * (as test_engine_cuda's MoE allowance): up to MOE_FLIPS requests of the MoE model may differ
+ * beyond the tolerance, none of the dense models' (no router; their logprobs agree within ~0.002).
  * Then 4 of the requests together in a 4-slot pool, with 12 to 48 new tokens, against the same
  * on a pool of the layer path: the last runs alone in another slot, on blocks the pool placed.
  * Arguments: the presets to run (default all three). Skips where the kernels do not apply (not
@@ -34,7 +35,9 @@ extern "C" {
 #define TOL 0.02f
 #define TIE 0.05f
 #define NTOP 5
-#define FLIPS 2
+/* qwen3-30b-a3b (2 layers, random weights) measured 0-2 of 14 requests beyond TOL on the H200 with
+ * the same kernel from call to call (bench/results/2026-11-30-h200-session44.md) */
+#define MOE_FLIPS 3
 
 struct outs {
 	int32_t tok[NREQ][NGEN];
@@ -189,7 +192,8 @@ static void run_preset(const char *preset)
 	printf("%s: %d of %d requests equal to the layer path for %d tokens, %d part at a near tie, %d beyond "
 	       "the tolerance; logprobs within %.2g where equal\n",
 	       preset, equal, NREQ, NGEN, ties, bad, (double)lp_max);
-	CHECK_MSG(bad <= FLIPS, "%s: %d requests differ beyond the tolerance (%d allowed)", preset, bad, FLIPS);
+	const int flips = strstr(preset, "a3b") ? MOE_FLIPS : 0;
+	CHECK_MSG(bad <= flips, "%s: %d requests differ beyond the tolerance (%d allowed)", preset, bad, flips);
 	CHECK_MSG(equal >= NREQ / 2, "%s: only %d of %d requests equal throughout", preset, equal, NREQ);
 
 	/* in a pool of 4 slots: 4 requests together with 12, 24, 36 and 48 new tokens, so that the

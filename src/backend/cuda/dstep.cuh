@@ -224,8 +224,8 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g, DS_NKV)) + tid);
 		if (warp < DS_GQ) {
 			const float4 qr = ds_norm_rope(v, qw, c4, s4, a.eps, norm, lane);
-			reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * a.scale, qr.y * a.scale, qr.z * a.scale,
-			                                                  qr.w * a.scale);
+			const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: mg_attn_keys's exp2f */
+			reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * sc2, qr.y * sc2, qr.z * sc2, qr.w * sc2);
 		} else
 			reinterpret_cast<float4 *>(qs)[tid] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		if (kw7) {
@@ -306,7 +306,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	float L = 0.0f, ox = 0.0f, oy = 0.0f;
 #pragma unroll
 	for (int w = 0; w < MG_W; w++) {
-		const float f = expf(mw[w * DS_GQ + h] - M);
+		const float f = exp2f(mw[w * DS_GQ + h] - M);
 		const float2 v = *reinterpret_cast<const float2 *>(ow + (w * DS_GQ + h) * MG_OWS + d);
 		L += f * lw[w * DS_GQ + h];
 		ox += f * v.x, oy += f * v.y;
@@ -321,8 +321,8 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	}
 	float *pp = a.part + (((size_t)g * S + s) * DS_GQ + h) * MG_PS;
 	*reinterpret_cast<float2 *>(pp + d) = make_float2(ox, oy);
-	if (d == 0)
-		pp[DS_HD] = M, pp[DS_HD + 1] = L;
+	if (d == 0) /* the max back in natural units for the merge */
+		pp[DS_HD] = M * 0.6931471805599453f, pp[DS_HD + 1] = L;
 	mg_cpub(cnt + D_N + g, 1, tid);
 	ds_mark(a, l, DT_APUB, tid);
 }

@@ -107,7 +107,8 @@ static __device__ __forceinline__ void mg_attn_qfrag(const float *qs, uint4 *qfs
 /* keys kw .. kw + 16 (< n, clamped: P past n is 0 and those rows read key n - 1's) of a chunk:
  * kat / vat (i, c) key i's 16-byte chunk c of K / V in shared memory; wait_v() before V is read
  * (its copy may land after K's). m: the row's running max (the same in its 4 lanes), l: the
- * lane's part of the running sum, o: the sums (n-tile t: dims 8 t + 2c, + 1). done_k() once K's
+ * lane's part of the running sum, o: the sums (n-tile t: dims 8 t + 2c, + 1). The scores are
+ * in log2 units (q scaled by log2 e): exp2f is one instruction, expf ~10. done_k() once K's
  * reads are over (the scores summed: every ldmatrix of K has landed). */
 template <int GQ, typename KAt, typename VAt, typename DoneK, typename WaitV>
 static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, int n, KAt kat, VAt vat, DoneK done_k,
@@ -145,22 +146,25 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
 	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
 	const float mn = g < GQ ? fmaxf(m, mx) : 0.0f; /* finite: key kw < n */
-	const float al = expf(m - mn);
+	const float al = exp2f(m - mn);
+	/* the sums need rescaling only where a row's max rose after its first chunk (o is 0 before) */
+	const bool resc = __any_sync(0xFFFFFFFFu, al != 1.0f && m != -INFINITY);
 	m = mn;
 	float p[2][2], ps = 0.0f;
 #pragma unroll
 	for (int t = 0; t < 2; t++)
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
-			p[t][e] = expf(x[t][e] - mn);
+			p[t][e] = exp2f(x[t][e] - mn);
 			ps += p[t][e];
 		}
 	l = l * al + ps;
+	if (resc)
 #pragma unroll
-	for (int t = 0; t < 16; t++)
+		for (int t = 0; t < 16; t++)
 #pragma unroll
-		for (int e = 0; e < 4; e++)
-			o[t][e] *= al;
+			for (int e = 0; e < 4; e++)
+				o[t][e] *= al;
 	uint32_t l0, l1;
 	const uint32_t h0 = gm_split(p[0][0], p[0][1], l0), h1 = gm_split(p[1][0], p[1][1], l1);
 	wait_v();
