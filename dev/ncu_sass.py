@@ -19,6 +19,7 @@ Why: session 44 found by these counts that a dense step's tile-loop iteration (3
 16 HMMA) takes ~0.52 us at the issue rate ncu measured, against the 0.69-0.75 us a stage the weight
 streams pace (bench/results/2026-11-30-h200-session44.md).
 """
+import argparse
 import collections
 import csv
 import gzip
@@ -67,14 +68,12 @@ def runs(rows, least=8):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    top = 20
-    if "--top" in sys.argv:
-        top = int(sys.argv[sys.argv.index("--top") + 1])
-        args = [a for a in args if a != str(top)]
-    if len(args) != 1:
-        sys.exit(__doc__)
-    rows = load(args[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", help="ncu's SASS page as CSV (.gz read as gzip)")
+    ap.add_argument("--top", type=int, default=20, help="runs and instructions listed (default 20)")
+    args = ap.parse_args()
+    top = args.top
+    rows = load(args.csv)
     keys = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
     tot = sum(num(r, ALL) for r in rows) or 1
     print(f"{len(rows)} instructions, {tot} samples")

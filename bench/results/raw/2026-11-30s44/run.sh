@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 44's variant calls (session 43's run.sh): fp4serve built per VARIANTS entry ("name:nvcc flags", commas between flags, e.g.
 # "ns9:-DDS_NS=9"; "base:" the default) in /tmp/b-name, each benched on MODELS (gen, /dev/shm)
-# (VARIANT name.patch beside this script: built from the tree with it applied) with the whole-step kernel: tg128 (3 reps) and depth 4096 (-n 64, 2 reps); LAYERS=1 adds
+# (VARIANT name.patch in PD, by default this script's folder: built from the tree with it applied) with the whole-step kernel: tg128 (3 reps) and depth 4096 (-n 64, 2 reps); LAYERS=1 adds
 # FP4S_MSTEP=0 runs of the base build; TL=1 the first variant's timeline at layer 16; TESTS (e.g. test_mstep) built and run with the first variant.
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -9,14 +9,15 @@ L=$OUT/log; mkdir -p $L; S=$OUT/sum.txt
 ts() { echo "$(date +%T) $*" | tee -a $S; }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader > $L/gpu.txt 2>&1
 MODELS=${MODELS:-llama3-8b}
+PD=$(cd "${PD:-$(dirname "$0")}" && pwd) # the variants' patches (a later session's folder: PD=its folder, no copy of this script)
 first=""
 for v in ${VARIANTS:-base:}; do
 	n=${v%%:*}; f=${v#*:}; f=${f//,/ } # flags comma-separated
 	src=.
-	if [ -f bench/results/raw/2026-11-30s44/${n%%-*}.patch ]; then # a variant as a patch on the tree (name-x: x.patch too)
-		src=/tmp/src-$n; R=$PWD; rm -rf $src; mkdir -p $src
+	if [ -f $PD/${n%%-*}.patch ]; then # a variant as a patch on the tree (name-x: x.patch too)
+		src=/tmp/src-$n; rm -rf $src; mkdir -p $src
 		tar --exclude=./build --exclude=./.git -cf - . | (cd $src && tar xf -)
-		(cd $src && patch -p1 < $R/bench/results/raw/2026-11-30s44/${n%%-*}.patch > /dev/null) || ts "patch $n failed"
+		(cd $src && patch -p1 < $PD/${n%%-*}.patch > /dev/null) || ts "patch $n failed"
 	fi
 	cmake -S $src -B /tmp/b-$n -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr \
 		"-DCMAKE_CUDA_FLAGS=$f" > $L/build-$n.log 2>&1 && cmake --build /tmp/b-$n -j16 --target fp4serve $([ -z "$first" ] && echo ${TESTS:-}) >> $L/build-$n.log 2>&1
