@@ -1,8 +1,9 @@
 /* test_mstep.cu: the whole-step decode kernels (cuda/mstep.cu for qwen3-30b-a3b's geometry,
- * cuda/dstep.cu for the dense llama3-8b's and qwen3-8b's) in the engine (label gpu), against the
- * layer-by-layer CUDA path (FP4S_MSTEP=0), which test_engine_cuda and test_golden hold to the
- * CPU backend. Each model: the preset's geometry cut to 2 layers (gen --layers 2, NVFP4, random
- * weights), BF16 KV. Prompts of 5 to 3000 tokens (the MoE step: up to 24 attention splits of 128
+ * cuda/dstep.cu for the dense llama3-8b's and qwen3-8b's, cuda/ostep.cu for gpt-oss-20b's and
+ * -120b's) in the engine (label gpu), against the layer-by-layer CUDA path (FP4S_MSTEP=0), which
+ * test_engine_cuda and test_golden hold to the CPU backend. Each model: the preset's geometry cut
+ * to 2 layers (gen --layers 2, NVFP4 random weights; gpt-oss as it ships, MXFP4 experts and BF16
+ * attention, its first layer sliding, its second full), BF16 KV. Prompts of 5 to 3000 tokens (the MoE step: up to 24 attention splits of 128
  * positions; the dense step: at 2100 and 3000 on 132 SMs 15 and 16 splits of 144 and 192
  * positions, two chunks each, 2100's last chunk at one step pos alone), 48 greedy tokens each
  * with logprobs: the tokens must agree until a near tie (the other run's token among
@@ -151,7 +152,19 @@ static void run_preset(const char *preset)
 	struct fp4s_write_opts wo = {};
 	wo.seed = 7;
 	wo.layers = 2;
+	/* NVFP4, or what the family ships where that is another format (gpt-oss: MXFP4 experts, BF16
+	 * attention) */
 	wo.format = FP4S_QF_NVFP4;
+	{
+		char *js = NULL;
+		struct fp4s_config pc;
+		if (fp4s_preset_config(preset, &js, &pc, &err) == 0) {
+			if (fp4s_preset_default_format(&pc) != FP4S_QF_BF16)
+				wo.format = fp4s_preset_default_format(&pc);
+			free(js);
+			fp4s_config_free(&pc);
+		}
+	}
 	snprintf(dir, sizeof dir, "/tmp/fp4s-test-mstep-%s-%d", preset, (int)getpid());
 	if (fp4s_gen(preset, dir, &wo, &err)) {
 		CHECK_MSG(0, "gen %s: %s", preset, err.msg);
@@ -242,12 +255,12 @@ int main(int argc, char **argv)
 	if (pr.major != 9 || pr.multiProcessorCount < 128)
 		TEST_SKIP("the whole-step kernels run on Hopper GPUs of >= 128 SMs only");
 	t_seed_from_env();
-	static const char *const all[] = {"qwen3-30b-a3b", "llama3-8b", "qwen3-8b"};
+	static const char *const all[] = {"qwen3-30b-a3b", "llama3-8b", "qwen3-8b", "gpt-oss-20b", "gpt-oss-120b"};
 	if (argc > 1)
 		for (int i = 1; i < argc; i++)
 			run_preset(argv[i]);
 	else
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < 5; i++)
 			run_preset(all[i]);
 	return TEST_DONE();
 }

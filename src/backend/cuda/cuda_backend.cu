@@ -943,6 +943,7 @@ static void cu_destroy(struct fp4s_backend *be)
 		cu_moe_free(c);
 		free(c->ms);
 		free(c->ds);
+		free(c->os);
 		cu_graph_reset(be);
 		if (c->s)
 			cudaStreamDestroy(c->s);

@@ -13,6 +13,7 @@
 struct cu_moe;   /* cuda_moe.cu */
 struct cu_mstep; /* mstep.cu */
 struct cu_dstep; /* dstep.cu */
+struct cu_ostep; /* ostep.cu */
 struct fp4s_stacked;
 
 /* The growable buffers of MoE batches (n > 1), one set for all layers: the layers run one after
@@ -64,6 +65,7 @@ struct cuda_impl {
 	struct cu_moe *moes;
 	struct cu_mstep *ms; /* the whole-step kernel's state (mstep.cu), NULL: not prepared */
 	struct cu_dstep *ds; /* the dense models' (dstep.cu), NULL: not prepared */
+	struct cu_ostep *os; /* gpt-oss models' (ostep.cu), NULL: not prepared */
 	struct cu_moe_bufs moeb;
 	/* Activations handed staged from one one-token matmul to the next (gemv_mma.h's
 	 * fp4s_gemv_link): two buffers in turn, what the last launch left in buf[1 - next]
@@ -144,6 +146,9 @@ void cu_mstep_install(struct fp4s_backend *be); /* mstep.cu */
 /* dstep.cu: the dense models' whole-step kernel (mstep.cu's hooks call these) */
 int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct fp4s_error *err);
 int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err);
+/* ostep.cu: gpt-oss models' whole-step kernel (mstep.cu's hooks call these) */
+int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct fp4s_error *err);
+int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err);
 /* FP4S_DSTEP_TL=L: layer L's phase marks of the last step, to stderr (at the backend's end) */
 void cu_dstep_report(struct cuda_impl *c);
 /* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's

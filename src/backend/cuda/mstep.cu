@@ -1,6 +1,6 @@
 /* mstep.cu: the CUDA backend's whole-step kernel (backend.h step_prepare, step_layers): one
  * launch for every layer of a qwen3-moe model of qwen3-30b-a3b's geometry (mstep.cuh; dense
- * models go to dstep.cu). The
+ * models go to dstep.cu, gpt-oss models to ostep.cu). The
  * kernel reads the backend's own weights and paged KV cache; step_prepare checks that the model
  * is that one and makes the step's buffers, the router in the kernel's column order and the
  * tensor maps. FP4S_MSTEP=0 turns it off (the layer-by-layer path then runs). */
@@ -94,10 +94,12 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	const char *env = getenv("FP4S_MSTEP"); /* read at each prepare: a process may open both kinds */
 	if (env && !strcmp(env, "0"))
 		return FP4S_EUNSUPPORTED;
-	free(c->ms), free(c->ds);
-	c->ms = NULL, c->ds = NULL;
+	free(c->ms), free(c->ds), free(c->os);
+	c->ms = NULL, c->ds = NULL, c->os = NULL;
 	if (d->n_layers > 0 && !d->layers[0].moe)
 		return cu_dstep_prepare(c, d, err);
+	if (d->n_layers > 0 && d->layers[0].moe->oai_swiglu)
+		return cu_ostep_prepare(c, d, err);
 	int major = 0, smem = 0;
 	cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev);
 	cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev);
@@ -196,9 +198,11 @@ static int cu_step_layers(struct fp4s_backend *be, float *h, struct fp4s_error *
 {
 	struct cuda_impl *c = impl_of(be);
 	struct cu_mstep *ms = c->ms;
-	if (!ms && !c->ds)
+	if (!ms && !c->ds && !c->os)
 		return fp4s_error_set(err, FP4S_EINVAL, "mstep: step_layers before step_prepare");
 	cu_link_clear(c);
+	if (c->os)
+		return cu_ostep_launch(c, h, err);
 	if (!ms)
 		return cu_dstep_launch(c, h, err);
 	mg_args a = ms->a;

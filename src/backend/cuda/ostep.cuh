@@ -1,0 +1,958 @@
+/* ostep.cuh: the one-launch decode step of a gpt-oss model (gpt-oss-20b's and -120b's geometry:
+ * hidden 2880, 64 query heads over 8 kv heads of 64, BF16 attention weights with biases, sinks,
+ * a sliding window of <= 128 positions on the layers that have one; MXFP4 experts, top-4 of 32 or
+ * 128, gpt-oss's clamped SwiGLU; BF16 KV). ostep.cu launches it. It is the MoE step's form
+ * (mstep.cuh: one cooperative launch for all layers, phases handing over through counters, a
+ * producer warp a block streaming weights into a shared-memory ring in program order) with
+ * gpt-oss's phases:
+ *   qkv   320 tiles of 16 rows, K 2880 in 5 BF16 stages of 576 (x = RMSNorm(h), plain BF16 hi /
+ *         lo); + bias; q to q, k to kraw, v into the cache at pos
+ *   attn  8 x S splits (S = 1 on a sliding layer: its window is one or two chunks), a kv head's 8
+ *         query heads each, in chunks of 128 keys a warp at a time (os_attn_keys); with S > 1
+ *         then 64 merges; the sink joins each head's denominator
+ *   o     180 tiles, K 4096 in 8 BF16 stages of 512, h2 = h + o + bias; then the tile's part of
+ *         the router's logits (mstep's fold)
+ *   route every block: x = RMSNorm(h2), logits = the parts' sum / rms + bias, the top-4, softmax
+ *         over the 4
+ *   gu    4 slots x 360 tiles (the experts' interleaved gate / up rows), one ring slot a tile
+ *         (codes and scales by two bulk copies), + bias, the clamped SwiGLU
+ *   down  4 slots x 180 tiles, yd[slot] = w_slot (down + bias): one slot a task, so the 720 tasks
+ *         spread evenly (a row tile's 4 slots in one task left 48 blocks with twice the work)
+ * The layer's output h' = h2 + yd[0] + .. + yd[3] is never written: whoever reads it sums it in
+ * one order (os_h), and the last layer's is written once all its down tasks are in.
+ *
+ * Why: gpt-oss-120b's layer path spends ~64 us a layer on the H200 for ~106 MB (1.7 TB/s; four
+ * launches a layer in a chain), and the two earlier step kernels took qwen3-30b-a3b from 476 to
+ * 672 tok/s and llama3-8b from 465 to 538 (docs/status.md).
+ *
+ * Shared memory: 7 ring slots of 24 KB (a 16-row MXFP4 expert tile is 23,040 code bytes and 1,440
+ * scale bytes; a BF16 stage 18,432 or 16,384; a chunk's K or V <= 144 rows of 128 bytes) and the
+ * down's x for 4 slots (4 x 2 x 5920 bytes) with room for the tiles' row sums. */
+#ifndef FP4S_OSTEP_CUH
+#define FP4S_OSTEP_CUH
+
+#define OS_NS 7 /* ring slots */
+#define MG_NS OS_NS
+#define MG_HELPERS_ONLY
+#include "backend/cuda/mstep_kernel.cuh"
+
+#define OS_H 2880
+#define OS_NQ 64
+#define OS_NKV 8
+#define OS_GQ 8 /* query heads a kv head */
+#define OS_HD 64
+#define OS_QR (OS_NQ * OS_HD)                 /* 4096 */
+#define OS_KVW (OS_NKV * OS_HD)               /* 512 */
+#define OS_QKV (OS_QR + 2 * OS_KVW)           /* 5120 */
+#define OS_FI 2880
+#define OS_K 4      /* experts a token */
+#define OS_EMAX 128 /* experts at most */
+#define OS_WMAX 128 /* a sliding window's positions at most */
+#define OS_SLOT 24576 /* ring slot bytes (a 1024 multiple: the swizzled copies count lines from 1024-byte bounds) */
+#define OS_QKV_TILES (OS_QKV / 16)
+#define OS_O_TILES (OS_H / 16)
+#define OS_GU_TILES (2 * OS_FI / 16) /* a slot's */
+#define OS_D_TILES (OS_H / 16)       /* a slot's */
+#define OS_QCH 9 /* qkv: 64-K chunks a stage (576 K: 18,432 bytes) */
+#define OS_QST 5 /* its stages a tile */
+#define OS_OCH 8 /* o: 512 K a stage */
+#define OS_OST 8
+#define OS_MXC 1440 /* an MXFP4 row's code bytes (2880 K) */
+#define OS_MXS 90   /* its E8M0 scale bytes */
+#define OS_MXSTEPS 23 /* 128-K steps a row: 22, and half of one (its last 64 K zero-padded) */
+#define OS_CSX 5920   /* gm_col_stride(92): a staged MXFP4 x column (2944 K, zeros past 2880) */
+#define OS_XLO_H (2 * OS_H + 16)   /* a plain x's lo half after its hi (banks 4 apart) */
+#define OS_XLO_Q (2 * OS_QR + 16)
+#define OS_T 128  /* the attention's chunk */
+#define OS_PS (OS_HD + 4) /* a split's partial a head: 64 sums, max, sum, 2 spare */
+#define OS_OWS (OS_HD + 8)
+#define OS_NTQ 3  /* qkv tiles a block at most (G >= 107) */
+#define OS_NTO 2  /* o tiles (G >= 90) */
+#define OS_NTG 12 /* gate|up tiles (G >= 120) */
+#define OS_NTD 6  /* down tasks (G >= 120) */
+#define OS_GMIN 120
+#define OS_XS (4 * 2 * OS_CSX + 8 * OS_NTD * 16 * 4 + 1024) /* the down's x, its row sums, spare */
+#define OS_SMEM (OS_NS * OS_SLOT + OS_XS + 256)
+
+enum { O_QKV, O_ATT, O_O, O_GU, O_D, O_N };
+#define OS_CNT (O_N + OS_NKV) /* counters a layer: the phases', then each kv head's splits */
+
+/* a layer: biases (qkv [5120], o [2880], the experts' gate|up [E][5760] and down [E][2880]),
+ * sinks [64], norms, the router (reordered [180][E][16] BF16) and its bias [E], the experts'
+ * codes and scales (stacked at the args' strides), the KV blocks */
+struct os_layer {
+	const float *bqkv, *bo, *bgu, *bdn, *sinks, *n1, *n2, *rb;
+	const __nv_bfloat16 *rt;
+	const uint8_t *gu, *gu_s, *dn, *dn_s;
+	__nv_bfloat16 *kc, *vc; /* [block][MG_KVB][NKV][HD] */
+	int window;             /* 0: full attention */
+};
+
+enum { OM_QKV, OM_O, OM_N }; /* a layer's tensor maps */
+
+struct os_args {
+	const os_layer *ly;
+	int L, E;
+	float eps, scale, mscale, alpha, limit;
+	int pexp_gu, pexp_dn; /* MXFP4: y = ldexp(sum, pexp) (gemv_mma.cu gm_scale_params) */
+	uint32_t ec_gu, ec_dn;
+	const float *inv_freq; /* [HD / 2] */
+	const int32_t *pos, *seq, *table;
+	int table_stride, nb;
+	size_t gu_stride, gus_stride, dn_stride, dns_stride;
+	const CUtensorMap *maps;  /* [L][OM_N] */
+	const CUtensorMap *kvmap; /* [2]: K, V pools as {64, pos 16, kv head, block}, box {64, 16, 1, 1} */
+	const float *hin;
+	float *hout;
+	float *h2;    /* [L][H] */
+	float *yd;    /* [L][K][H] each slot's weighted down output */
+	float *q, *kraw, *att;
+	float *part;  /* [NKV][S][GQ][OS_PS] */
+	float *rpart; /* [L][O tiles][E] */
+	float *act;   /* [L][K][FI] */
+	unsigned *cnt; /* [L][OS_CNT] + 1 (the end's), zero at launch */
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* layer l's input, 4 values at float4 i: the layer before's h2 plus its 4 slots' outputs, summed
+ * in this one order wherever it is read */
+static __device__ __forceinline__ float4 os_h4(const os_args &a, int l, int i)
+{
+	if (l == 0)
+		return __ldcg(reinterpret_cast<const float4 *>(a.hin) + i);
+	const float4 *h2 = reinterpret_cast<const float4 *>(a.h2 + (size_t)(l - 1) * OS_H);
+	const float4 *y = reinterpret_cast<const float4 *>(a.yd + (size_t)(l - 1) * OS_K * OS_H);
+	float4 v = __ldcg(h2 + i);
+	float4 d[OS_K];
+#pragma unroll
+	for (int s = 0; s < OS_K; s++)
+		d[s] = __ldcg(y + s * (OS_H / 4) + i);
+#pragma unroll
+	for (int s = 0; s < OS_K; s++)
+		v.x += d[s].x, v.y += d[s].y, v.z += d[s].z, v.w += d[s].w;
+	return v;
+}
+
+static __device__ __forceinline__ float os_h1(const os_args &a, int l, int r)
+{
+	if (l == 0)
+		return __ldcg(a.hin + r);
+	const float *y = a.yd + (size_t)(l - 1) * OS_K * OS_H + r;
+	float v = __ldcg(a.h2 + (size_t)(l - 1) * OS_H + r);
+	float d[OS_K];
+#pragma unroll
+	for (int s = 0; s < OS_K; s++)
+		d[s] = __ldcg(y + s * OS_H);
+#pragma unroll
+	for (int s = 0; s < OS_K; s++)
+		v += d[s];
+	return v;
+}
+
+/* 4 values at k (k % 4 == 0) as plain BF16 hi (at xs) and lo (at xs + xlo) */
+static __device__ __forceinline__ void os_put_plain(uint8_t *xs, int xlo, int k, const float4 v)
+{
+	uint32_t hi[2], lo[2];
+	hi[0] = gm_split(v.x, v.y, lo[0]);
+	hi[1] = gm_split(v.z, v.w, lo[1]);
+	*reinterpret_cast<uint2 *>(xs + 2 * k) = make_uint2(hi[0], hi[1]);
+	*reinterpret_cast<uint2 *>(xs + xlo + 2 * k) = make_uint2(lo[0], lo[1]);
+}
+
+/* 720 float4s of a 2880 vector by 256 threads: rounds u of float4 tid + 256 u */
+#define OS_R4 3
+
+/* x = RMSNorm(v; nw) over H into xs: plain (BF16 hi / lo, the qkv's) or, with mx, the MXFP4
+ * tiles' staged layout (column stride OS_CSX, zeros past H). v's float4s given (vin[u]: float4
+ * tid + 256 u, zeros past 720). Returns 1 / rms. */
+static __device__ float os_stage_norm(const float4 (&vin)[OS_R4], const float *nw, float eps, bool mx, uint8_t *xs,
+                                      float *sred, int tid)
+{
+	float4 w[OS_R4];
+	float ss = 0.0f;
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		w[u] = i < OS_H / 4 ? __ldg(reinterpret_cast<const float4 *>(nw) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		ss += vin[u].x * vin[u].x + vin[u].y * vin[u].y + vin[u].z * vin[u].z + vin[u].w * vin[u].w;
+	}
+	const float tot = mg_block_sum(ss, sred, tid);
+	const float r = 1.0f / sqrtf(tot / (float)OS_H + eps);
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		const float4 x = make_float4(vin[u].x * r * w[u].x, vin[u].y * r * w[u].y, vin[u].z * r * w[u].z,
+		                             vin[u].w * r * w[u].w);
+		if (!mx) {
+			if (i < OS_H / 4)
+				os_put_plain(xs, OS_XLO_H, 4 * i, x);
+		} else if ((i & ~31) < OS_H / 4 + 16) {
+			/* mg_put4's lane pairs need the whole warp: float4s 720-735 are the zero padding
+			 * (v and nw zero there), and a warp past them skips whole */
+			mg_put4(xs, OS_CSX, 4 * i, x, tid & 31);
+		}
+	}
+	gt_sync();
+	return r;
+}
+
+/* v (a 2880 vector of floats, rows of the down's x) staged in the MXFP4 tiles' layout at xs
+ * (zeros past 2880), by the 256 consumer threads; all loads first */
+static __device__ __forceinline__ void os_stage_mx(const float *v, uint8_t *xs, int tid)
+{
+	float4 r[OS_R4];
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		r[u] = i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(v) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		if ((i & ~31) < OS_H / 4 + 16) /* warp-uniform: warps past the padding skip */
+			mg_put4(xs, OS_CSX, 4 * i, r[u], tid & 31);
+	}
+}
+
+/* ---- the tiles ----------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ uint32_t os_lds32(uint32_t sa)
+{
+	uint32_t v;
+	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(sa));
+	return v;
+}
+
+/* one BF16 stage (16 rows of NCH chunks of 64 K, [chunk][row][128 bytes] with the 128-byte
+ * swizzle) at st into acc, x plain at xcol (this lane's column: hi or lo, offset to K kb + 2c):
+ * the warp's 16-K steps w, w + 8, ... A (the weights) by ldmatrix, B x's hi / lo columns, so
+ * that lane c = 0 ends with rows g and g + 8 (columns 0 + 1) */
+template <int NCH>
+static __device__ __forceinline__ void os_bf_stage(float (&acc)[4], uint32_t st, uint32_t xcol, int warp, int lane)
+{
+	const int r = (lane & 7) + ((lane >> 3) & 1) * 8, hu = lane >> 4;
+	const uint32_t rb = st + (uint32_t)(r * 128);
+#pragma unroll
+	for (int s = warp; s < 4 * NCH; s += MG_W) {
+		const int ch = s >> 2, u = ((s & 3) << 1) | hu;
+		uint32_t a0, a1, a2, a3;
+		mg_ldsm4(rb + (uint32_t)(ch * 2048 + ((u ^ (r & 7)) << 4)), a0, a1, a2, a3);
+		const uint32_t b0 = os_lds32(xcol + (uint32_t)(32 * s)), b1 = os_lds32(xcol + (uint32_t)(32 * s + 16));
+		gm_mma(acc, a0, a1, a2, a3, b0, b1);
+	}
+}
+
+/* n <= NT tiles of nst BF16 stages (NCH chunks each) from the ring, x plain at xs_sa (lo at
+ * xlo); the warps' row sums into red[(w NT + k) 16 + row] (one barrier at the end) */
+template <int NCH, int NT>
+static __device__ __forceinline__ void os_bf_tiles(int n, int nst, gt_pos &pos, uint64_t *full, uint64_t *empty,
+                                                   uint32_t ring_sa, uint32_t xs_sa, int xlo, float *red, int warp,
+                                                   int lane)
+{
+	const int g = lane >> 2, c = lane & 3;
+#pragma unroll 1
+	for (int k = 0; k < n; k++) {
+		float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+		for (int cs = 0; cs < nst; cs++) {
+			mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
+			const uint32_t xcol = xs_sa + (uint32_t)((g & 1) * xlo + 2 * (cs * NCH * 64 + 2 * c));
+			os_bf_stage<NCH>(acc, ring_sa + (uint32_t)pos.i * OS_SLOT, xcol, warp, lane);
+			__syncwarp();
+			if (lane == 0)
+				gt_arrive(&empty[pos.i]);
+			gt_next(pos, OS_NS);
+		}
+		if (c == 0) {
+			red[(warp * NT + k) * 16 + g] = acc[0] + acc[1];
+			red[(warp * NT + k) * 16 + 8 + g] = acc[2] + acc[3];
+		}
+	}
+	gt_sync();
+}
+
+template <int NT>
+static __device__ __forceinline__ float os_rowsum(const float *red, int k, int r)
+{
+	float v = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		v += red[(w * NT + k) * 16 + r];
+	return v;
+}
+
+/* MMA row g of an MXFP4 tile is its row os_pi(g) (bits 0 and 1 swapped): rows 1,440 bytes apart
+ * put a quarter warp's two rows (g = 2q, 2q + 1) on overlapping banks; rows 2 apart (2,880 bytes,
+ * 64 mod 128) fall on complementary halves of the 128 bytes, so the code loads are conflict-free */
+static __device__ __forceinline__ int os_pi(int g)
+{
+	return (g & 4) | ((g & 1) << 1) | ((g >> 1) & 1);
+}
+
+/* one 128-K step s (< 23) of an MXFP4 tile at st (16 rows of 1,440 code bytes, then 16 of 90
+ * scale bytes, as in memory) into acc; x staged at xc (column stride OS_CSX, zeros past 2880).
+ * The last step's chunks past 2880 read the next row's codes with a zero scale. */
+static __device__ __forceinline__ void os_mx_step(float (&acc)[1][4], uint32_t st, int s, const uint32_t (&xc)[1],
+                                                  uint32_t ec, int lane)
+{
+	const int g = lane >> 2, t4 = lane & 3, row = os_pi(g), ch = 4 * s + t4;
+	const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
+	const uint4 wa = gm_lds128(cb), wb = gm_lds128(cb + 8 * OS_MXC);
+	const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + ch);
+	const bool in = ch < OS_H / 32;
+	const uint32_t sa = in ? gt_lds8(sb) : 0x100u, sc = in ? gt_lds8(sb + 8 * OS_MXS) : 0x100u;
+	gm_step<GM_MXFP4, 1>(acc, wa, wb, sa, sc, ec, xc, ch);
+}
+
+/* n <= NT MXFP4 tiles, one ring slot each, x staged at xcol(k) for tile k (this lane's column);
+ * the warps' row sums (memory row order) into red[(w NT + k) 16 + row] */
+template <int NT, typename XcolF>
+static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t *full, uint64_t *empty,
+                                                   uint32_t ring_sa, XcolF xcol, uint32_t ec, float *red, int warp,
+                                                   int lane)
+{
+	const int g = lane >> 2;
+#pragma unroll 1
+	for (int k = 0; k < n; k++) {
+		float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+		const uint32_t xc[1] = {xcol(k) + (uint32_t)((g & 1) * OS_CSX)};
+		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
+		const uint32_t st = ring_sa + (uint32_t)pos.i * OS_SLOT;
+#pragma unroll
+		for (int q = 0; q < 3; q++) {
+			const int s = warp + MG_W * q;
+			if (s < OS_MXSTEPS)
+				os_mx_step(acc, st, s, xc, ec, lane);
+		}
+		__syncwarp();
+		if (lane == 0)
+			gt_arrive(&empty[pos.i]);
+		gt_next(pos, OS_NS);
+		if ((lane & 3) == 0) {
+			const int row = os_pi(g);
+			red[(warp * NT + k) * 16 + row] = acc[0][0] + acc[0][1];
+			red[(warp * NT + k) * 16 + 8 + row] = acc[0][2] + acc[0][3];
+		}
+	}
+	gt_sync();
+}
+
+/* ---- the attention ------------------------------------------------------------------------- */
+
+/* positions a full layer's split: the context over G / 8 splits a kv head, a multiple of 16, at
+ * least OS_T (dstep.cuh ds_split_t) */
+static __device__ __forceinline__ int os_split_t(int ctx, int G)
+{
+	const int s0 = G / OS_NKV;
+	return max(OS_T, ((ctx + s0 - 1) / s0 + 15) & ~15);
+}
+
+/* layer ly's splits a kv head and split s's positions [t0, t1) */
+static __device__ __forceinline__ void os_range(int window, int ctx, int T, int s, int &t0, int &t1)
+{
+	if (window) {
+		t0 = max(0, ctx - window), t1 = ctx;
+	} else {
+		t0 = s * T, t1 = min(ctx, t0 + T);
+	}
+}
+
+/* position t's row of kv head g in a layer's K or V blocks */
+static __device__ __forceinline__ __nv_bfloat16 *os_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
+{
+	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * OS_NKV + g) * OS_HD;
+}
+
+/* key i's (< 144) 16-byte chunk c (< 8) in a K or V slot: blocks of 16 rows of 128 bytes, the
+ * 128-byte swizzle (chunk XOR row % 8) */
+static __device__ __forceinline__ uint32_t os_kv_sa(uint32_t st, int i, int c)
+{
+	return st + (uint32_t)(i * 128 + ((c ^ (i & 7)) << 4));
+}
+
+/* q's A fragments for the 4 steps of 16 dims (warp w < 4: step w) into qfs[step][lane] */
+static __device__ __forceinline__ void os_attn_qfrag(const float *qs, uint4 *qfs, int warp, int lane)
+{
+	if (warp >= OS_HD / 16)
+		return;
+	const float *qg = qs + (lane >> 2) * OS_HD + 2 * (lane & 3) + 16 * warp;
+	const float2 x0 = *reinterpret_cast<const float2 *>(qg), x1 = *reinterpret_cast<const float2 *>(qg + 8);
+	uint4 f;
+	f.x = gm_split(x0.x, x0.y, f.y);
+	f.z = gm_split(x1.x, x1.y, f.w);
+	qfs[warp * 32 + lane] = f;
+}
+
+/* keys kw .. kw + 16 of a chunk (mstep_kernel.cuh mg_attn_keys for 64 dims and 8 heads): keys
+ * outside [lo, n) are masked (the caller runs it only where one is inside), keys past n read key
+ * n - 1's rows. Scores in log2 units. */
+template <typename KAt, typename VAt, typename DoneK, typename WaitV>
+static __device__ __forceinline__ void os_attn_keys(const uint4 *qfs, int kw, int lo, int n, KAt kat, VAt vat,
+                                                    DoneK done_k, WaitV wait_v, float &m, float &l,
+                                                    float (&o)[OS_HD / 8][4], int lane)
+{
+	const int c = lane & 3, j = lane >> 3, r = lane & 7;
+	float sa[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+	float sb[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+	{
+		const int key = min(kw + 8 * (j >> 1) + r, n - 1);
+#pragma unroll
+		for (int kk = 0; kk < OS_HD / 16; kk++) {
+			uint32_t b0, b1, b2, b3;
+			mg_ldsm4(kat(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
+			const uint4 f = qfs[kk * 32 + lane];
+			float(&s)[2][4] = (kk & 1) ? sb : sa;
+			gm_mma(s[0], f.x, f.y, f.z, f.w, b0, b1);
+			gm_mma(s[1], f.x, f.y, f.z, f.w, b2, b3);
+		}
+	}
+	float x[2][2], mx = -INFINITY;
+#pragma unroll
+	for (int t = 0; t < 2; t++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int kk = kw + 8 * t + 2 * c + e;
+			const bool in = kk < n && kk >= lo;
+			x[t][e] = in ? (sa[t][e] + sa[t][e + 2]) + (sb[t][e] + sb[t][e + 2]) : -INFINITY;
+			mx = fmaxf(mx, x[t][e]);
+		}
+	done_k();
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+	const float mn = fmaxf(m, mx); /* finite: a key of the warp is in range */
+	const float al = exp2f(m - mn);
+	const bool resc = __any_sync(0xFFFFFFFFu, al != 1.0f && m != -INFINITY);
+	m = mn;
+	float p[2][2], ps = 0.0f;
+#pragma unroll
+	for (int t = 0; t < 2; t++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			p[t][e] = exp2f(x[t][e] - mn);
+			ps += p[t][e];
+		}
+	l = l * al + ps;
+	if (resc)
+#pragma unroll
+		for (int t = 0; t < OS_HD / 8; t++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				o[t][e] *= al;
+	uint32_t l0, l1;
+	const uint32_t h0 = gm_split(p[0][0], p[0][1], l0), h1 = gm_split(p[1][0], p[1][1], l1);
+	wait_v();
+	const int key = min(kw + 8 * (j & 1) + r, n - 1);
+#pragma unroll
+	for (int dp = 0; dp < OS_HD / 16; dp++) {
+		uint32_t b0, b1, b2, b3;
+		mg_ldsm4t(vat(key, 2 * dp + (j >> 1)), b0, b1, b2, b3);
+		gm_mma(o[2 * dp], h0, l0, h1, l1, b0, b1);
+		gm_mma(o[2 * dp + 1], h0, l0, h1, l1, b2, b3);
+	}
+}
+
+/* the lane's rotary cos / sin for its dims 2 lane, + 1 (rotate-half over 64: dims d, d + 32) */
+static __device__ __forceinline__ void os_rope_ld(const float *inv_freq, float mscale, int p, int lane, float2 &c,
+                                                  float2 &s)
+{
+	const int i0 = (2 * lane) & (OS_HD / 2 - 1);
+	const float2 f = __ldg(reinterpret_cast<const float2 *>(inv_freq + i0));
+	const float a0 = (float)p * f.x, a1 = (float)p * f.y;
+	c = make_float2(cosf(a0) * mscale, cosf(a1) * mscale);
+	s = make_float2(sinf(a0) * mscale, sinf(a1) * mscale);
+}
+
+static __device__ __forceinline__ float2 os_rope2(const float2 v, const float2 c, const float2 s, int lane)
+{
+	const float p0 = __shfl_xor_sync(0xFFFFFFFFu, v.x, 16), p1 = __shfl_xor_sync(0xFFFFFFFFu, v.y, 16);
+	return lane < 16 ? make_float2(v.x * c.x - p0 * s.x, v.y * c.y - p1 * s.y)
+	                 : make_float2(v.x * c.x + p0 * s.x, v.y * c.y + p1 * s.y);
+}
+
+/* one attention split: kv head g's 8 query heads over [t0, t1), in chunks of OS_T keys from the
+ * block-aligned t0 (a sliding window's start masked), a warp at a time (dstep.cuh ds_attn's
+ * form). S == 1: the heads' outputs (the sink in the denominator) and 8 counted; otherwise the
+ * partials for os_merge and one on the kv head's split counter. */
+static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int g, int s, int ctx, int t0, int t1,
+                               int S, const int32_t *tab, float *scr, int tid, gt_pos &rp, uint64_t *full,
+                               uint64_t *empty, uint32_t ring_sa)
+{
+	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
+	/* scratch: q [8][64], pos's K and V rows (128 bytes each), q's fragments [4][32], the warps'
+	 * max and sum [8][8] each, their sums [8][8][OS_OWS] */
+	float *qs = scr;
+	uint4 *kvp = reinterpret_cast<uint4 *>(scr + OS_GQ * OS_HD), *qfs = kvp + 16;
+	float *mw = reinterpret_cast<float *>(qfs + 4 * 32), *lw = mw + MG_W * OS_GQ, *ow = lw + MG_W * OS_GQ;
+	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + OS_HD * 2;
+	unsigned *cnt = a.cnt + (size_t)l * OS_CNT;
+	{
+		const bool last = t1 == ctx, kw7 = last && warp == MG_W - 1;
+		float2 c2, s2;
+		os_rope_ld(a.inv_freq, a.mscale, pos, lane, c2, s2);
+		mg_cwait(cnt + O_QKV, OS_QKV_TILES, tid);
+		const float2 v = __ldcg(reinterpret_cast<const float2 *>(a.q + (size_t)l * OS_QR + (g * OS_GQ + warp) * OS_HD) + lane);
+		float2 kr = make_float2(0.0f, 0.0f);
+		if (kw7)
+			kr = __ldcg(reinterpret_cast<const float2 *>(a.kraw + ((size_t)l * OS_NKV + g) * OS_HD) + lane);
+		if (last && tid < 8)
+			kvp[8 + tid] = __ldcg(reinterpret_cast<const uint4 *>(os_kvrow(ly.vc, tab, pos, g)) + tid);
+		const float2 qr = os_rope2(v, c2, s2, lane);
+		const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: exp2f in os_attn_keys */
+		reinterpret_cast<float2 *>(qs)[tid] = make_float2(qr.x * sc2, qr.y * sc2);
+		if (kw7) {
+			const float2 k2 = os_rope2(kr, c2, s2, lane);
+			const __nv_bfloat162 kb = __floats2bfloat162_rn(k2.x, k2.y);
+			reinterpret_cast<__nv_bfloat162 *>(kvp)[lane] = kb;
+			reinterpret_cast<__nv_bfloat162 *>(os_kvrow(ly.kc, tab, pos, g))[lane] = kb;
+		}
+	}
+	gt_sync();
+	os_attn_qfrag(qs, qfs, warp, lane);
+	gt_sync();
+	float m = -INFINITY, lsum = 0.0f, o[OS_HD / 8][4];
+#pragma unroll
+	for (int t = 0; t < OS_HD / 8; t++)
+		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+	const int kw = 16 * warp;
+#pragma unroll 1
+	for (int a0 = t0 & ~15; a0 < t1; a0 += OS_T) {
+		const int n = min(t1, a0 + OS_T) - a0, mm = mg_ring_m(ctx, a0, a0 + n), lo = t0 - a0;
+		const bool run = kw < n && kw + 16 > lo, use = run && kw < mm;
+		gt_pos kq = rp, vq = rp;
+		gt_next_n(vq, OS_NS, 1);
+		if (run) {
+			if (use)
+				mg_wbar(&full[kq.i], kq.ph, 2, kq.n);
+			const uint32_t kst = ring_sa + (uint32_t)kq.i * OS_SLOT, vst = ring_sa + (uint32_t)vq.i * OS_SLOT;
+			os_attn_keys(
+				qfs, kw, lo, n,
+				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(kst, i, c) : kp_sa + (uint32_t)(c << 4); },
+				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(vst, i, c) : vp_sa + (uint32_t)(c << 4); },
+				[&] {
+					if (use && lane == 0)
+						gt_arrive(&empty[kq.i]);
+				},
+				[&] {
+					if (use)
+						mg_wbar(&full[vq.i], vq.ph, 2, vq.n);
+				},
+				m, lsum, o, lane);
+			if (use && lane == 0)
+				gt_arrive(&empty[vq.i]);
+		}
+		if (mm > 0) { /* the chunk's K and V slots: the warps that did not read them hand them back once landed */
+			if (lane == 0 && !use)
+				for (int c = 0; c < 2; c++) {
+					gt_pos q = rp;
+					gt_next_n(q, OS_NS, c);
+					mg_wbar(&full[q.i], q.ph, 2, q.n);
+					gt_arrive(&empty[q.i]);
+				}
+			gt_next_n(rp, OS_NS, 2);
+		}
+	}
+	/* the warp's max, sum and sums into shared memory */
+	{
+		const int gg = lane >> 2, c = lane & 3;
+		lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, 1);
+		lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, 2);
+		if (c == 0)
+			mw[warp * OS_GQ + gg] = m, lw[warp * OS_GQ + gg] = lsum;
+		float *row = ow + (warp * OS_GQ + gg) * OS_OWS + 2 * c;
+#pragma unroll
+		for (int t = 0; t < OS_HD / 8; t++)
+			*reinterpret_cast<float2 *>(row + 8 * t) = make_float2(o[t][0] + o[t][2], o[t][1] + o[t][3]);
+	}
+	gt_sync();
+	/* thread: head h = tid / 32's dims d, d + 1, the warps' sums weighed by exp2(max_w - max) */
+	const int h = tid >> 5, d = 2 * (tid & 31);
+	float M = -INFINITY;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		M = fmaxf(M, mw[w * OS_GQ + h]);
+	float L = 0.0f, ox = 0.0f, oy = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++) {
+		const float f = exp2f(mw[w * OS_GQ + h] - M);
+		const float2 v = *reinterpret_cast<const float2 *>(ow + (w * OS_GQ + h) * OS_OWS + d);
+		L += f * lw[w * OS_GQ + h];
+		ox += f * v.x, oy += f * v.y;
+	}
+	if (S == 1) {
+		/* the sink: a key of zero value whose score is the sink's logit */
+		L += exp2f(__ldg(ly.sinks + g * OS_GQ + h) * 1.4426950408889634f - M);
+		const float inv = 1.0f / L;
+		*reinterpret_cast<float2 *>(a.att + (size_t)l * OS_QR + (g * OS_GQ + h) * OS_HD + d) =
+			make_float2(ox * inv, oy * inv);
+		mg_cpub(cnt + O_ATT, OS_GQ, tid);
+		return;
+	}
+	float *pp = a.part + (((size_t)g * S + s) * OS_GQ + h) * OS_PS;
+	*reinterpret_cast<float2 *>(pp + d) = make_float2(ox, oy);
+	if (d == 0) /* the max in natural units for the merge */
+		pp[OS_HD] = M * 0.6931471805599453f, pp[OS_HD + 1] = L;
+	mg_cpub(cnt + O_N + g, 1, tid);
+}
+
+/* query head q (kv head q / 8): its S splits merged, the sink in the denominator. Warp w sums
+ * splits w, w + 8, .. (lane: dims 2 lane, + 1), then the warps' sums in order. */
+static __device__ void os_merge(const os_args &a, const os_layer &ly, int l, int q, int S, float *scr, int tid)
+{
+	const int warp = tid >> 5, lane = tid & 31, g = q / OS_GQ, h = q % OS_GQ;
+	unsigned *cnt = a.cnt + (size_t)l * OS_CNT;
+	mg_cwait(cnt + O_N + g, (unsigned)S, tid);
+	const float *p0 = a.part + ((size_t)g * S * OS_GQ + h) * OS_PS;
+	const size_t ps = (size_t)OS_GQ * OS_PS;
+	/* every lane: the max over the splits' maxes */
+	float M = -INFINITY;
+	for (int j = lane; j < S; j += 32)
+		M = fmaxf(M, __ldcg(p0 + j * ps + OS_HD));
+	for (int o = 16; o; o >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
+	float L = 0.0f, ox = 0.0f, oy = 0.0f;
+	for (int j = warp; j < S; j += MG_W) {
+		const float2 v = __ldcg(reinterpret_cast<const float2 *>(p0 + j * ps) + lane);
+		const float f = expf(__ldcg(p0 + j * ps + OS_HD) - M);
+		L += f * __ldcg(p0 + j * ps + OS_HD + 1);
+		ox += f * v.x, oy += f * v.y;
+	}
+	float4 *red4 = reinterpret_cast<float4 *>(scr);
+	red4[warp * 32 + lane] = make_float4(ox, oy, L, 0.0f);
+	gt_sync();
+	if (warp == 0) {
+		float4 t = red4[lane];
+#pragma unroll
+		for (int w = 1; w < MG_W; w++) {
+			const float4 v = red4[w * 32 + lane];
+			t.x += v.x, t.y += v.y, t.z += v.z;
+		}
+		const float inv = 1.0f / (t.z + expf(__ldg(ly.sinks + q) - M));
+		*reinterpret_cast<float2 *>(a.att + (size_t)l * OS_QR + q * OS_HD + 2 * lane) = make_float2(t.x * inv, t.y * inv);
+	}
+	mg_cpub(cnt + O_ATT, 1, tid);
+}
+
+/* ---- the route ----------------------------------------------------------------------------- */
+
+/* every block once the o tiles are in: x = RMSNorm(h2) staged for the gate|up (MXFP4 layout), the
+ * logits (the o tiles' parts summed in one order: every block gets the same bits) / rms + bias,
+ * the top-4 by ranks (lower index first on ties) and the softmax over them. scr: (8 + 1) E + 8 +
+ * 8 E (the ranks' parts) floats. */
+static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uint8_t *xs, float *sred, float *scr,
+                                int *sel, float *selw, int tid)
+{
+	const int warp = tid >> 5, lane = tid & 31, E = a.E;
+	const float4 *rp = reinterpret_cast<const float4 *>(a.rpart + (size_t)l * OS_O_TILES * E) + lane;
+	float4 s4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	const float *h2 = a.h2 + (size_t)l * OS_H;
+	float4 hv[OS_R4];
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		hv[u] = i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(h2) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
+	if (4 * lane < E) {
+#pragma unroll 4
+		for (int j = warp; j < OS_O_TILES; j += MG_W) {
+			const float4 v = __ldcg(rp + (size_t)j * (E / 4));
+			s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
+		}
+	}
+	float *lg = scr, *sv = scr + OS_EMAX, *ws = sv + 8; /* ws: [8][E], then the rank parts */
+	int *rk = reinterpret_cast<int *>(ws + MG_W * OS_EMAX);
+	if (4 * lane < E)
+		reinterpret_cast<float4 *>(ws + warp * E)[lane] = s4;
+	const float r = os_stage_norm(hv, ly.n2, a.eps, true, xs, sred, tid);
+	if (tid < E) {
+		float v = 0.0f;
+#pragma unroll
+		for (int w = 0; w < MG_W; w++)
+			v += ws[w * E + tid];
+		lg[tid] = v * r + __ldg(ly.rb + tid);
+	}
+	gt_sync();
+	/* thread (e, part): the logits of part's share above logit e */
+	const int P = 256 / E, e = tid % E, part = tid / E, span = E / P;
+	const float x = lg[e];
+	int rank = 0;
+	for (int j = part * span; j < part * span + span; j++) {
+		const float v = lg[j];
+		rank += v > x || (v == x && j < e);
+	}
+	rk[part * E + e] = rank;
+	gt_sync();
+	if (tid < E) {
+		int rt = 0;
+		for (int p = 0; p < P; p++)
+			rt += rk[p * E + tid];
+		if (rt < OS_K)
+			sel[rt] = tid, sv[rt] = x;
+	}
+	gt_sync();
+	if (tid < 32) {
+		const float w = tid < OS_K ? expf(sv[tid] - sv[0]) : 0.0f;
+		float tot = w;
+		for (int o = 2; o; o >>= 1)
+			tot += __shfl_xor_sync(0xFFFFFFFFu, tot, o);
+		if (tid < OS_K)
+			selw[tid] = w / tot;
+	}
+	gt_sync();
+}
+
+/* a 4-D tensor-map copy (a K / V block) and a 3-D one (a BF16 stage) */
+static __device__ __forceinline__ void os_copy_4d(void *dst, const CUtensorMap *map, int c2, int c3, uint64_t *b,
+                                                  uint64_t pol)
+{
+	asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+	             "[%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(gt_sa(dst)),
+	             "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(0), "r"(c2), "r"(c3), "r"(gt_sa(b)), "l"(pol)
+	             : "memory");
+}
+
+static __device__ __forceinline__ void os_copy_3d(void *dst, const CUtensorMap *map, int c1, int c2, uint64_t *b,
+                                                  uint64_t pol)
+{
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+	             "[%1, {%2, %3, %4}], [%5], %6;" ::"r"(gt_sa(dst)),
+	             "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(c1), "r"(c2), "r"(gt_sa(b)), "l"(pol)
+	             : "memory");
+}
+
+__global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
+{
+	extern __shared__ __align__(1024) uint8_t smem[];
+	uint8_t *ring = smem;
+	uint8_t *xs = ring + OS_NS * OS_SLOT;
+	uint64_t *full = reinterpret_cast<uint64_t *>(xs + OS_XS);
+	uint64_t *empty = full + OS_NS;
+	uint64_t *selbar = empty + OS_NS; /* [2] */
+	int *sel = reinterpret_cast<int *>(selbar + 2);          /* [2][4] */
+	float *selw = reinterpret_cast<float *>(sel + 2 * OS_K); /* [2][4] */
+	float *sred = selw + 2 * OS_K;                           /* [8] */
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int b = blockIdx.x, G = gridDim.x, E = a.E;
+	const int ctx = __ldg(a.pos) + 1, T = os_split_t(ctx, G), SF = (ctx + T - 1) / T;
+	const int32_t *tab = a.table + (size_t)__ldg(a.seq) * a.table_stride;
+	if (tid == 0) {
+		if (gt_sa(ring) & 1023)
+			__trap();
+		for (int i = 0; i < OS_NS; i++) {
+			gt_init(&full[i], 1);
+			gt_init(&empty[i], MG_W);
+		}
+		gt_init(&selbar[0], 1);
+		gt_init(&selbar[1], 1);
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+
+	if (warp == MG_W) { /* the producer: every stage in the consumers' order */
+		if (lane)
+			return;
+		uint64_t pol;
+		asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+		gt_pos pp = {0, 0, 0};
+		auto slot = [&](unsigned bytes) {
+			mg_wbar(&empty[pp.i], pp.ph ^ 1u, 3, pp.n);
+			gt_expect(&full[pp.i], bytes);
+			return ring + (size_t)pp.i * OS_SLOT;
+		};
+		for (int l = 0; l < a.L; l++) {
+			const os_layer &ly = a.ly[l];
+			const CUtensorMap *m = a.maps + (size_t)l * OM_N;
+			for (int j = b; j < OS_QKV_TILES; j += G)
+				for (int c = 0; c < OS_QST; c++) {
+					os_copy_3d(slot(16 * OS_QCH * 128), m + OM_QKV, 16 * j, OS_QCH * c, &full[pp.i], pol);
+					gt_next(pp, OS_NS);
+				}
+			const int S = ly.window ? 1 : SF;
+			for (int t = b; t < OS_NKV * S; t += G) {
+				const int g = t / S;
+				int t0, t1;
+				os_range(ly.window, ctx, T, t % S, t0, t1);
+				for (int a0 = t0 & ~15; a0 < t1; a0 += OS_T) {
+					const int mm = mg_ring_m(ctx, a0, min(t1, a0 + OS_T));
+					if (mm <= 0)
+						continue;
+					const int nblk = (mm + MG_KVB - 1) / MG_KVB;
+					for (int kv = 0; kv < 2; kv++) {
+						uint8_t *d = slot((unsigned)nblk * 2048);
+						for (int i = 0; i < nblk; i++)
+							os_copy_4d(d + i * 2048, a.kvmap + kv, g, l * a.nb + __ldg(tab + a0 / MG_KVB + i),
+							           &full[pp.i], pol);
+						gt_next(pp, OS_NS);
+					}
+				}
+			}
+			for (int j = b; j < OS_O_TILES; j += G) {
+				for (int c = 0; c < OS_OST; c++) {
+					os_copy_3d(slot(16 * OS_OCH * 128), m + OM_O, 16 * j, OS_OCH * c, &full[pp.i], pol);
+					gt_next(pp, OS_NS);
+				}
+				gt_copy_ef(slot((unsigned)E * 32), reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)j * E * 32,
+				           (unsigned)E * 32, &full[pp.i], pol);
+				gt_next(pp, OS_NS);
+			}
+			const int *sl = sel + (l & 1) * OS_K;
+			mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
+			for (int j = b; j < OS_K * OS_GU_TILES; j += G) {
+				const int e = sl[j / OS_GU_TILES], t = j % OS_GU_TILES;
+				uint8_t *d = slot(16 * (OS_MXC + OS_MXS));
+				gt_copy_ef(d, ly.gu + (size_t)e * a.gu_stride + (size_t)t * 16 * OS_MXC, 16 * OS_MXC, &full[pp.i], pol);
+				gt_copy_ef(d + 16 * OS_MXC, ly.gu_s + (size_t)e * a.gus_stride + (size_t)t * 16 * OS_MXS, 16 * OS_MXS,
+				           &full[pp.i], pol);
+				gt_next(pp, OS_NS);
+			}
+			for (int j = b; j < OS_K * OS_D_TILES; j += G) {
+				const int e = sl[j / OS_D_TILES], t = j % OS_D_TILES;
+				uint8_t *d = slot(16 * (OS_MXC + OS_MXS));
+				gt_copy_ef(d, ly.dn + (size_t)e * a.dn_stride + (size_t)t * 16 * OS_MXC, 16 * OS_MXC, &full[pp.i], pol);
+				gt_copy_ef(d + 16 * OS_MXC, ly.dn_s + (size_t)e * a.dns_stride + (size_t)t * 16 * OS_MXS, 16 * OS_MXS,
+				           &full[pp.i], pol);
+				gt_next(pp, OS_NS);
+			}
+		}
+		return;
+	}
+
+	gt_pos pos = {0, 0, 0};
+	const uint32_t ring_sa = gt_sa(ring), xs_sa = gt_sa(xs);
+	for (int l = 0; l < a.L; l++) {
+		const os_layer &ly = a.ly[l];
+		unsigned *cnt = a.cnt + (size_t)l * OS_CNT;
+		float *h2 = a.h2 + (size_t)l * OS_H;
+		if (l > 0)
+			mg_cwait(a.cnt + (size_t)(l - 1) * OS_CNT + O_D, OS_K * OS_D_TILES, tid);
+		/* qkv: x = RMSNorm(h) plain; the block's <= 3 tiles; + bias; q, k (raw), v into the cache */
+		if (b < OS_QKV_TILES) {
+			float4 hv[OS_R4];
+#pragma unroll
+			for (int u = 0; u < OS_R4; u++) {
+				const int i = tid + 256 * u;
+				hv[u] = i < OS_H / 4 ? os_h4(a, l, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			}
+			os_stage_norm(hv, ly.n1, a.eps, false, xs, sred, tid);
+			const int n = (OS_QKV_TILES - b + G - 1) / G;
+			float *rq = reinterpret_cast<float *>(xs + 2 * OS_XLO_H);
+			os_bf_tiles<OS_QCH, OS_NTQ>(n, OS_QST, pos, full, empty, ring_sa, xs_sa, OS_XLO_H, rq, warp, lane);
+			if (tid < 16 * n) {
+				const int k = tid >> 4, row = (b + k * G) * 16 + (tid & 15);
+				const float y = os_rowsum<OS_NTQ>(rq, k, tid & 15) + __ldg(ly.bqkv + row);
+				if (row < OS_QR)
+					a.q[(size_t)l * OS_QR + row] = y;
+				else if (row < OS_QR + OS_KVW)
+					a.kraw[(size_t)l * OS_KVW + row - OS_QR] = y;
+				else {
+					const int r = row - OS_QR - OS_KVW;
+					os_kvrow(ly.vc, tab, ctx - 1, r / OS_HD)[r % OS_HD] = __float2bfloat16_rn(y);
+				}
+			}
+			mg_cpub(cnt + O_QKV, n, tid);
+		}
+		/* attention */
+		const int S = ly.window ? 1 : SF;
+		for (int t = b; t < OS_NKV * S; t += G) {
+			int t0, t1;
+			os_range(ly.window, ctx, T, t % S, t0, t1);
+			os_attn(a, ly, l, t / S, t % S, ctx, t0, t1, S, tab, reinterpret_cast<float *>(xs), tid, pos, full, empty,
+			        ring_sa);
+			gt_sync();
+		}
+		if (S > 1)
+			for (int q = b; q < OS_NQ; q += G) {
+				os_merge(a, ly, l, q, S, reinterpret_cast<float *>(xs), tid);
+				gt_sync();
+			}
+		/* o: h2 = h + o + bias; the tile's part of the router's logits */
+		if (b < OS_O_TILES) {
+			mg_cwait(cnt + O_ATT, OS_NQ, tid);
+			for (int i = tid; i < OS_QR / 4; i += 256)
+				os_put_plain(xs, OS_XLO_Q, 4 * i, __ldcg(reinterpret_cast<const float4 *>(a.att + (size_t)l * OS_QR) + i));
+			gt_sync();
+			float *ro = reinterpret_cast<float *>(xs + 2 * OS_XLO_Q), *hs = ro + MG_W * OS_NTO * 16;
+			for (int j = b; j < OS_O_TILES; j += G) {
+				const float hr = tid < 16 ? os_h1(a, l, j * 16 + tid) : 0.0f;
+				const float br = tid < 16 ? __ldg(ly.bo + j * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + j * 16 + tid) : 0.0f;
+				os_bf_tiles<OS_OCH, 1>(1, OS_OST, pos, full, empty, ring_sa, xs_sa, OS_XLO_Q, ro, warp, lane);
+				if (tid < 16) {
+					const float y = hr + (os_rowsum<1>(ro, 0, tid) + br);
+					h2[j * 16 + tid] = y;
+					hs[tid] = y * nr;
+				}
+				gt_sync();
+				/* the router's 16 columns of this tile ([E][16] BF16): thread t, expert t / 2's half t % 2 */
+				mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
+				if (tid < 2 * E) {
+					const uint4 wv = gm_lds128(ring_sa + (uint32_t)pos.i * OS_SLOT + tid * 16);
+					const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+					const float *hh = hs + 8 * (tid & 1);
+					float p = 0.0f;
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						const float2 wf = __bfloat1622float2(w2[i]);
+						p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
+					}
+					p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
+					if (!(tid & 1))
+						a.rpart[((size_t)l * OS_O_TILES + j) * E + (tid >> 1)] = p;
+				}
+				__syncwarp();
+				if (lane == 0)
+					gt_arrive(&empty[pos.i]);
+				gt_next(pos, OS_NS);
+			}
+			mg_cpub(cnt + O_O, (OS_O_TILES - b + G - 1) / G, tid);
+		}
+		/* the route (every block; its producer waits on selbar for the experts' copies) */
+		mg_cwait(cnt + O_O, OS_O_TILES, tid);
+		int *sl = sel + (l & 1) * OS_K;
+		float *sw = selw + (l & 1) * OS_K;
+		os_route(a, ly, l, xs, sred, reinterpret_cast<float *>(xs + 2 * OS_CSX), sl, sw, tid);
+		if (tid == 0)
+			gt_arrive(&selbar[l & 1]);
+		/* gate|up: the block's <= 12 tiles, + bias, the clamped SwiGLU of each (gate, up) pair */
+		if (b < OS_K * OS_GU_TILES) {
+			const int n = (OS_K * OS_GU_TILES - b + G - 1) / G;
+			float *rq = reinterpret_cast<float *>(xs + 2 * OS_CSX);
+			os_mx_tiles<OS_NTG>(n, pos, full, empty, ring_sa, [&](int) { return xs_sa; }, a.ec_gu, rq, warp, lane);
+			if (tid < 8 * n) {
+				const int k = tid >> 3, i = tid & 7, j = b + k * G, slot = j / OS_GU_TILES, t = j % OS_GU_TILES;
+				const float *bg = ly.bgu + (size_t)sl[slot] * 2 * OS_FI + t * 16;
+				const float gt = ldexpf(os_rowsum<OS_NTG>(rq, k, 2 * i), a.pexp_gu) + __ldg(bg + 2 * i);
+				const float up = ldexpf(os_rowsum<OS_NTG>(rq, k, 2 * i + 1), a.pexp_gu) + __ldg(bg + 2 * i + 1);
+				a.act[((size_t)l * OS_K + slot) * OS_FI + t * 8 + i] = swiglu_oai(gt, up, a.alpha, a.limit);
+			}
+			mg_cpub(cnt + O_GU, n, tid);
+		}
+		/* down: slot s's tile t a task, yd[s] = w_s (down + bias) */
+		if (b < OS_K * OS_D_TILES) {
+			const int n = (OS_K * OS_D_TILES - b + G - 1) / G;
+			mg_cwait(cnt + O_GU, OS_K * OS_GU_TILES, tid);
+			for (int s = 0; s < OS_K; s++)
+				os_stage_mx(a.act + ((size_t)l * OS_K + s) * OS_FI, xs + s * 2 * OS_CSX, tid);
+			gt_sync();
+			float *rd = reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX);
+			os_mx_tiles<OS_NTD>(n, pos, full, empty, ring_sa,
+			                    [&](int k) { return xs_sa + (uint32_t)((b + k * G) / OS_D_TILES * 2 * OS_CSX); },
+			                    a.ec_dn, rd, warp, lane);
+			if (tid < 16 * n) {
+				const int k = tid >> 4, r = tid & 15, j = b + k * G, slot = j / OS_D_TILES, t = j % OS_D_TILES;
+				const int row = t * 16 + r;
+				const float y = ldexpf(os_rowsum<OS_NTD>(rd, k, r), a.pexp_dn) +
+				                __ldg(ly.bdn + (size_t)sl[slot] * OS_H + row);
+				a.yd[((size_t)l * OS_K + slot) * OS_H + row] = sw[slot] * y;
+			}
+			mg_cpub(cnt + O_D, n, tid);
+		}
+	}
+	/* the last layer's output, once all its down tasks are in */
+	mg_cwait(a.cnt + (size_t)(a.L - 1) * OS_CNT + O_D, OS_K * OS_D_TILES, tid);
+	for (int i = b * 256 + tid; i < OS_H / 4; i += G * 256)
+		reinterpret_cast<float4 *>(a.hout)[i] = os_h4(a, a.L, i);
+}
+#else
+__global__ void os_kernel(const os_args a) { (void)a; }
+#endif
+
+#endif
