@@ -151,6 +151,12 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err);
 /* FP4S_DSTEP_TL=L: layer L's phase marks of the last step, to stderr (at the backend's end) */
 void cu_dstep_report(struct cuda_impl *c);
+/* FP4S_OSTEP_TL=L: the same for ostep.cu */
+void cu_ostep_report(struct cuda_impl *c);
+/* a step kernel's marks (dev_tl: [G][n] globaltimer ns, 0 where a block has none) as the median and
+ * max over the blocks of each, from the earliest first mark */
+void cu_step_tl_print(const char *kind, const unsigned long long *dev_tl, int G, int n, const char *const *names,
+                      int layer);
 /* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's
  * logits, added in the add's blocks, for a one-launch MoE block that routes in every block
  * (moe_tma.cu, local); FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Reads

@@ -179,35 +179,40 @@ static int ds_cmp(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
+void cu_step_tl_print(const char *kind, const unsigned long long *dev_tl, int G, int n, const char *const *names,
+                      int layer)
+{
+	unsigned long long *t = (unsigned long long *)malloc((size_t)G * n * 8);
+	double *v = (double *)malloc((size_t)G * sizeof(double));
+	if (!t || !v || cudaMemcpy(t, dev_tl, (size_t)G * n * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+		free(t), free(v);
+		return;
+	}
+	unsigned long long t0 = ~0ull;
+	for (int b = 0; b < G; b++)
+		if (t[(size_t)b * n] && t[(size_t)b * n] < t0)
+			t0 = t[(size_t)b * n];
+	fprintf(stderr, "%s timeline, layer %d of the last step (us from its first start: median / max over the "
+	        "blocks that mark it, count)\n", kind, layer);
+	for (int p = 0; p < n; p++) {
+		int k = 0;
+		for (int b = 0; b < G; b++)
+			if (t[(size_t)b * n + p] >= t0 && t0 != ~0ull) /* blocks without the phase leave it 0 */
+				v[k++] = (double)(t[(size_t)b * n + p] - t0) / 1e3;
+		if (!k)
+			continue;
+		qsort(v, (size_t)k, sizeof *v, ds_cmp);
+		fprintf(stderr, "  %-9s %7.2f / %7.2f  (%d)\n", names[p], v[k / 2], v[k - 1], k);
+	}
+	free(t), free(v);
+}
+
 void cu_dstep_report(struct cuda_impl *c)
 {
 	if (!c->ds || !c->ds->a.tl)
 		return;
-	const int G = c->sm_count; /* the launch's blocks: the timeline's rows */
-	unsigned long long *t = (unsigned long long *)malloc((size_t)G * DT_N * 8);
-	double *v = (double *)malloc((size_t)G * sizeof(double));
-	if (!t || !v || cudaMemcpy(t, c->ds->a.tl, (size_t)G * DT_N * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
-		free(t), free(v);
-		return;
-	}
 	static const char *const names[DT_N] = {"start",   "qkv x",  "qkv",      "attn q",    "attn k", "attn c1",
 	                                         "attn cl", "attn pub", "merge seen", "attn",   "o seen", "o",
 	                                         "gu seen", "gu x",   "gu",       "down seen", "down x", "down"};
-	unsigned long long t0 = ~0ull;
-	for (int b = 0; b < G; b++)
-		if (t[(size_t)b * DT_N] && t[(size_t)b * DT_N] < t0)
-			t0 = t[(size_t)b * DT_N];
-	fprintf(stderr, "dstep timeline, layer %d of the last step (us from its first start: median / max over the "
-	        "blocks that mark it, count)\n", c->ds->a.tl_layer);
-	for (int p = 0; p < DT_N; p++) {
-		int n = 0;
-		for (int b = 0; b < G; b++)
-			if (t[(size_t)b * DT_N + p] >= t0 && t0 != ~0ull) /* blocks without the phase leave it 0 */
-				v[n++] = (double)(t[(size_t)b * DT_N + p] - t0) / 1e3;
-		if (!n)
-			continue;
-		qsort(v, (size_t)n, sizeof *v, ds_cmp);
-		fprintf(stderr, "  %-9s %7.2f / %7.2f  (%d)\n", names[p], v[n / 2], v[n - 1], n);
-	}
-	free(t), free(v);
+	cu_step_tl_print("dstep", c->ds->a.tl, c->sm_count, DT_N, names, c->ds->a.tl_layer);
 }

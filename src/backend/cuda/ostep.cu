@@ -211,6 +211,19 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	a.dn_stride = (size_t)dn0->stride_data, a.dns_stride = (size_t)dn0->stride_scales;
 	a.kvmap = a.maps + nmaps - 2;
 	os->cnt_bytes = (unsigned)((size_t)L * OS_CNT * 4);
+	/* FP4S_OSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_ostep_report prints them) */
+	const char *tl = getenv("FP4S_OSTEP_TL");
+	a.tl = NULL, a.tl_layer = -1;
+	if (tl && *tl) {
+		const int tll = atoi(tl);
+		if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&a.tl, (size_t)c->sm_count * OT_N * 8, err) &&
+		    !cu_track(c, a.tl, err))
+			a.tl_layer = tll;
+		else
+			a.tl = NULL;
+		if (err)
+			err->code = FP4S_OK, err->msg[0] = 0;
+	}
 	free(c->os);
 	c->os = os;
 	return FP4S_OK;
@@ -222,6 +235,8 @@ int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->os->cnt_bytes, c->s));
+	if (a.tl)
+		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * OT_N * 8, c->s));
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;
@@ -231,4 +246,13 @@ int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	cfg.attrs = at, cfg.numAttrs = 1;
 	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, os_kernel, a));
 	return FP4S_OK;
+}
+
+void cu_ostep_report(struct cuda_impl *c)
+{
+	if (!c->os || !c->os->a.tl)
+		return;
+	static const char *const names[OT_N] = {"start", "qkv x",  "qkv",     "attn",      "o seen", "o",        "r seen",
+	                                         "topk",  "gu",     "down seen", "down x", "down", "p topk", "p copied"};
+	cu_step_tl_print("ostep", c->os->a.tl, c->sm_count, OT_N, names, c->os->a.tl_layer);
 }

@@ -75,6 +75,12 @@
 #define OS_SMEM (OS_NS * OS_SLOT + OS_XS + 256)
 
 enum { O_QKV, O_ATT, O_O, O_GU, O_D, O_N };
+/* timeline marks a block (FP4S_OSTEP_TL): the layer's start (the last one's down seen), qkv's x
+ * staged, qkv published, the attention and merges done, o's wait over, o published, the route's
+ * wait over, the top-k, gate|up published, the down's wait over, its x staged, the down published;
+ * the producer's: the top-k seen, its last expert copy issued */
+enum { OT_START, OT_QX, OT_QKV, OT_ATT, OT_OSEEN, OT_O, OT_RSEEN, OT_TOPK, OT_GU, OT_DSEEN, OT_DX, OT_D, OT_PSEL,
+       OT_PEND, OT_N };
 #define OS_CNT (O_N + OS_NKV) /* counters a layer: the phases', then each kv head's splits */
 
 /* a layer: biases (qkv [5120], o [2880], the experts' gate|up [E][5760] and down [E][2880]),
@@ -110,10 +116,18 @@ struct os_args {
 	float *part;  /* [NKV][S][GQ][OS_PS] */
 	float *rpart; /* [L][O tiles][E] */
 	float *act;   /* [L][K][FI] */
-	unsigned *cnt; /* [L][OS_CNT] + 1 (the end's), zero at launch */
+	unsigned *cnt; /* [L][OS_CNT], zero at launch */
+	unsigned long long *tl; /* [G][OT_N] marks of layer tl_layer (NULL: none), zero at launch */
+	int tl_layer;
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ void os_mark(const os_args &a, int l, int ph, int tid)
+{
+	if (a.tl && l == a.tl_layer && tid == 0)
+		a.tl[blockIdx.x * OT_N + ph] = gm_now();
+}
+
 /* layer l's input, 4 values at float4 i: the layer before's h2 plus its 4 slots' outputs, summed
  * in this one order wherever it is read */
 static __device__ __forceinline__ float4 os_h4(const os_args &a, int l, int i)
@@ -796,6 +810,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			}
 			const int *sl = sel + (l & 1) * OS_K;
 			mg_wbar(&selbar[l & 1], (l >> 1) & 1, 4, l);
+			if (a.tl && l == a.tl_layer)
+				a.tl[blockIdx.x * OT_N + OT_PSEL] = gm_now();
 			for (int j = b; j < OS_K * OS_GU_TILES; j += G) {
 				const int e = sl[j / OS_GU_TILES], t = j % OS_GU_TILES;
 				uint8_t *d = slot(16 * (OS_MXC + OS_MXS));
@@ -812,6 +828,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				           &full[pp.i], pol);
 				gt_next(pp, OS_NS);
 			}
+			if (a.tl && l == a.tl_layer)
+				a.tl[blockIdx.x * OT_N + OT_PEND] = gm_now();
 		}
 		return;
 	}
@@ -824,6 +842,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 		float *h2 = a.h2 + (size_t)l * OS_H;
 		if (l > 0)
 			mg_cwait(a.cnt + (size_t)(l - 1) * OS_CNT + O_D, OS_K * OS_D_TILES, tid);
+		os_mark(a, l, OT_START, tid);
 		/* qkv: x = RMSNorm(h) plain; the block's <= 3 tiles; + bias; q, k (raw), v into the cache */
 		if (b < OS_QKV_TILES) {
 			float4 hv[OS_R4];
@@ -833,6 +852,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				hv[u] = i < OS_H / 4 ? os_h4(a, l, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 			}
 			os_stage_norm(hv, ly.n1, a.eps, false, xs, sred, tid);
+			os_mark(a, l, OT_QX, tid);
 			const int n = (OS_QKV_TILES - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * OS_XLO_H);
 			os_bf_tiles<OS_QCH, OS_NTQ>(n, OS_QST, pos, full, empty, ring_sa, xs_sa, OS_XLO_H, rq, warp, lane);
@@ -849,6 +869,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				}
 			}
 			mg_cpub(cnt + O_QKV, n, tid);
+			os_mark(a, l, OT_QKV, tid);
 		}
 		/* attention */
 		const int S = ly.window ? 1 : SF;
@@ -864,9 +885,12 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				os_merge(a, ly, l, q, S, reinterpret_cast<float *>(xs), tid);
 				gt_sync();
 			}
+		if (b < OS_NKV * S || (S > 1 && b < OS_NQ))
+			os_mark(a, l, OT_ATT, tid);
 		/* o: h2 = h + o + bias; the tile's part of the router's logits */
 		if (b < OS_O_TILES) {
 			mg_cwait(cnt + O_ATT, OS_NQ, tid);
+			os_mark(a, l, OT_OSEEN, tid);
 			for (int i = tid; i < OS_QR / 4; i += 256)
 				os_put_plain(xs, OS_XLO_Q, 4 * i, __ldcg(reinterpret_cast<const float4 *>(a.att + (size_t)l * OS_QR) + i));
 			gt_sync();
@@ -903,14 +927,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				gt_next(pos, OS_NS);
 			}
 			mg_cpub(cnt + O_O, (OS_O_TILES - b + G - 1) / G, tid);
+			os_mark(a, l, OT_O, tid);
 		}
 		/* the route (every block; its producer waits on selbar for the experts' copies) */
 		mg_cwait(cnt + O_O, OS_O_TILES, tid);
+		os_mark(a, l, OT_RSEEN, tid);
 		int *sl = sel + (l & 1) * OS_K;
 		float *sw = selw + (l & 1) * OS_K;
 		os_route(a, ly, l, xs, sred, reinterpret_cast<float *>(xs + 2 * OS_CSX), sl, sw, tid);
 		if (tid == 0)
 			gt_arrive(&selbar[l & 1]);
+		os_mark(a, l, OT_TOPK, tid);
 		/* gate|up: the block's <= 12 tiles, + bias, the clamped SwiGLU of each (gate, up) pair */
 		if (b < OS_K * OS_GU_TILES) {
 			const int n = (OS_K * OS_GU_TILES - b + G - 1) / G;
@@ -924,14 +951,17 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				a.act[((size_t)l * OS_K + slot) * OS_FI + t * 8 + i] = swiglu_oai(gt, up, a.alpha, a.limit);
 			}
 			mg_cpub(cnt + O_GU, n, tid);
+			os_mark(a, l, OT_GU, tid);
 		}
 		/* down: slot s's tile t a task, yd[s] = w_s (down + bias) */
 		if (b < OS_K * OS_D_TILES) {
 			const int n = (OS_K * OS_D_TILES - b + G - 1) / G;
 			mg_cwait(cnt + O_GU, OS_K * OS_GU_TILES, tid);
+			os_mark(a, l, OT_DSEEN, tid);
 			for (int s = 0; s < OS_K; s++)
 				os_stage_mx(a.act + ((size_t)l * OS_K + s) * OS_FI, xs + s * 2 * OS_CSX, tid);
 			gt_sync();
+			os_mark(a, l, OT_DX, tid);
 			float *rd = reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX);
 			os_mx_tiles<OS_NTD>(n, pos, full, empty, ring_sa,
 			                    [&](int k) { return xs_sa + (uint32_t)((b + k * G) / OS_D_TILES * 2 * OS_CSX); },
@@ -944,6 +974,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				a.yd[((size_t)l * OS_K + slot) * OS_H + row] = sw[slot] * y;
 			}
 			mg_cpub(cnt + O_D, n, tid);
+			os_mark(a, l, OT_D, tid);
 		}
 	}
 	/* the last layer's output, once all its down tasks are in */
