@@ -145,6 +145,7 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	    !os_scale_params(1 + (lo_dn | hi_dn << 8), &a.ec_dn, &a.pexp_dn))
 		rc = FP4S_EUNSUPPORTED;
 	os_layer *dly = NULL;
+	const size_t cntb = ((size_t)L * OS_CNT * 4 + 15) & ~(size_t)15;
 	struct {
 		void **p;
 		size_t bytes;
@@ -155,9 +156,8 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 		{(void **)&a.kraw, (size_t)L * OS_KVW * 4},
 		{(void **)&a.att, (size_t)L * OS_QR * 4},
 		{(void **)&a.part, (size_t)OS_NKV * smax * OS_GQ * OS_PS * 4},
-		{(void **)&a.rpart, (size_t)L * OS_O_TILES * E * 4},
 		{(void **)&a.act, (size_t)L * OS_K * OS_FI * 4},
-		{(void **)&a.cnt, (size_t)L * OS_CNT * 4},
+		{(void **)&a.cnt, cntb + (size_t)L * E * 8}, /* the counters, then the router's sums (one clear) */
 		{(void **)&dly, (size_t)L * sizeof(os_layer)},
 		{(void **)&a.maps, nmaps * sizeof(CUtensorMap)},
 	};
@@ -210,7 +210,8 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	a.gu_stride = (size_t)gu0->stride_data, a.gus_stride = (size_t)gu0->stride_scales;
 	a.dn_stride = (size_t)dn0->stride_data, a.dns_stride = (size_t)dn0->stride_scales;
 	a.kvmap = a.maps + nmaps - 2;
-	os->cnt_bytes = (unsigned)((size_t)L * OS_CNT * 4);
+	a.lacc = reinterpret_cast<long long *>(reinterpret_cast<uint8_t *>(a.cnt) + cntb);
+	os->cnt_bytes = (unsigned)(cntb + (size_t)L * E * 8);
 	/* FP4S_OSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_ostep_report prints them) */
 	const char *tl = getenv("FP4S_OSTEP_TL");
 	a.tl = NULL, a.tl_layer = -1;

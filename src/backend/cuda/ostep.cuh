@@ -114,7 +114,7 @@ struct os_args {
 	float *yd;    /* [L][K][H] each slot's weighted down output */
 	float *q, *kraw, *att;
 	float *part;  /* [NKV][S][GQ][OS_PS] */
-	float *rpart; /* [L][O tiles][E] */
+	long long *lacc; /* [L][E] the router's unnormalized logits in fixed point (2^32), zero at launch */
 	float *act;   /* [L][K][FI] */
 	unsigned *cnt; /* [L][OS_CNT], zero at launch */
 	unsigned long long *tl; /* [G][OT_N] marks of layer tl_layer (NULL: none), zero at launch */
@@ -210,22 +210,28 @@ static __device__ float os_stage_norm(const float4 (&vin)[OS_R4], const float *n
 	return r;
 }
 
-/* v (a 2880 vector of floats, rows of the down's x) staged in the MXFP4 tiles' layout at xs
- * (zeros past 2880), by the 256 consumer threads; all loads first */
-static __device__ __forceinline__ void os_stage_mx(const float *v, uint8_t *xs, int tid)
+/* the down's x: the 4 slots' SwiGLU outputs (v: [4][2880] floats) staged in the MXFP4 tiles'
+ * layout, slot s at xs + s 2 OS_CSX (zeros past 2880), by the 256 consumer threads; all 12 loads
+ * a thread in flight before the first is used (a slot at a time: 2.2 us a layer of gpt-oss-120b) */
+static __device__ __forceinline__ void os_stage_act(const float *v, uint8_t *xs, int tid)
 {
-	float4 r[OS_R4];
+	float4 r[OS_K][OS_R4];
 #pragma unroll
-	for (int u = 0; u < OS_R4; u++) {
-		const int i = tid + 256 * u;
-		r[u] = i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(v) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	}
+	for (int s = 0; s < OS_K; s++)
 #pragma unroll
-	for (int u = 0; u < OS_R4; u++) {
-		const int i = tid + 256 * u;
-		if ((i & ~31) < OS_H / 4 + 16) /* warp-uniform: warps past the padding skip */
-			mg_put4(xs, OS_CSX, 4 * i, r[u], tid & 31);
-	}
+		for (int u = 0; u < OS_R4; u++) {
+			const int i = tid + 256 * u;
+			r[s][u] = i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(v + s * OS_FI) + i)
+			                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+#pragma unroll
+	for (int s = 0; s < OS_K; s++)
+#pragma unroll
+		for (int u = 0; u < OS_R4; u++) {
+			const int i = tid + 256 * u;
+			if ((i & ~31) < OS_H / 4 + 16) /* warp-uniform: warps past the padding skip */
+				mg_put4(xs + s * 2 * OS_CSX, OS_CSX, 4 * i, r[s][u], tid & 31);
+		}
 }
 
 /* ---- the tiles ----------------------------------------------------------------------------- */
@@ -318,6 +324,30 @@ static __device__ __forceinline__ void os_mx_step(float (&acc)[1][4], uint32_t s
 	gm_step<GM_MXFP4, 1>(acc, wa, wb, sa, sc, ec, xc, ch);
 }
 
+#ifdef OS_MX2
+/* gm_step<GM_MXFP4, 1> with its 8 MMAs in two accumulator chains (j even, odd) */
+static __device__ __forceinline__ void os_gm_mx2(float (&acc)[2][4], const uint4 wqa, const uint4 wqb, uint32_t cai,
+                                                 uint32_t cbi, uint32_t ec, uint32_t xcol, int lc)
+{
+	const uint32_t ea = cai & 0x100u ? 0u : ((cai + ec) << 7), eb = cbi & 0x100u ? 0u : ((cbi + ec) << 7);
+	const uint32_t s_a = ea | (ea << 16), s_b = eb | (eb << 16);
+	const int sw = (lc >> 1) & 1;
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const uint32_t w0 = gm_word(wqa, j), w1 = gm_word(wqb, j);
+		uint32_t A0[4], A1[4];
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			A0[k] = gm_hmul2(gm_pair(w0, k), s_a);
+			A1[k] = gm_hmul2(gm_pair(w1, k), s_b);
+		}
+		const uint4 xb = gm_lds128(xcol + (uint32_t)(lc * 64 + ((j ^ sw) * 16)));
+		gm_mma(acc[j & 1], A0[0], A1[0], A0[1], A1[1], xb.x, xb.y);
+		gm_mma(acc[j & 1], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
+	}
+}
+#endif
+
 /* n <= NT MXFP4 tiles, one ring slot each, x staged at xcol(k) for tile k (this lane's column);
  * the warps' row sums (memory row order) into red[(w NT + k) 16 + row] */
 template <int NT, typename XcolF>
@@ -332,12 +362,34 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 		const uint32_t xc[1] = {xcol(k) + (uint32_t)((g & 1) * OS_CSX)};
 		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * OS_SLOT;
+#ifdef OS_MX2
+		{
+			float a2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+			const int t4 = lane & 3, row = os_pi(g);
+#pragma unroll
+			for (int q = 0; q < 3; q++) {
+				const int s = warp + MG_W * q, ch = 4 * s + t4;
+				if (s < OS_MXSTEPS) {
+					const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
+					const uint4 wa = gm_lds128(cb), wb = gm_lds128(cb + 8 * OS_MXC);
+					const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + ch);
+					const bool in = ch < OS_H / 32;
+					const uint32_t sa = in ? gt_lds8(sb) : 0x100u, sc = in ? gt_lds8(sb + 8 * OS_MXS) : 0x100u;
+					os_gm_mx2(a2, wa, wb, sa, sc, ec, xc[0], ch);
+				}
+			}
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[0][e] = a2[0][e] + a2[1][e];
+		}
+#else
 #pragma unroll
 		for (int q = 0; q < 3; q++) {
 			const int s = warp + MG_W * q;
 			if (s < OS_MXSTEPS)
 				os_mx_step(acc, st, s, xc, ec, lane);
 		}
+#endif
 		__syncwarp();
 		if (lane == 0)
 			gt_arrive(&empty[pos.i]);
@@ -649,15 +701,14 @@ static __device__ void os_merge(const os_args &a, const os_layer &ly, int l, int
 /* ---- the route ----------------------------------------------------------------------------- */
 
 /* every block once the o tiles are in: x = RMSNorm(h2) staged for the gate|up (MXFP4 layout), the
- * logits (the o tiles' parts summed in one order: every block gets the same bits) / rms + bias,
- * the top-4 by ranks (lower index first on ties) and the softmax over them. scr: (8 + 1) E + 8 +
- * 8 E (the ranks' parts) floats. */
+ * logits (the o tiles' fixed-point sums) / rms + bias, the top-4 by ranks (lower index first on
+ * ties) and the softmax over them. scr: E + 8 floats, then 256 ints (the ranks' parts). (The o
+ * tiles' parts summed here from [180][E] floats took 4.7 us a layer of gpt-oss-120b: 92 KB of L2
+ * reads a block.) */
 static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uint8_t *xs, float *sred, float *scr,
                                 int *sel, float *selw, int tid)
 {
-	const int warp = tid >> 5, lane = tid & 31, E = a.E;
-	const float4 *rp = reinterpret_cast<const float4 *>(a.rpart + (size_t)l * OS_O_TILES * E) + lane;
-	float4 s4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	const int E = a.E;
 	const float *h2 = a.h2 + (size_t)l * OS_H;
 	float4 hv[OS_R4];
 #pragma unroll
@@ -665,25 +716,13 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 		const int i = tid + 256 * u;
 		hv[u] = i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(h2) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	}
-	if (4 * lane < E) {
-#pragma unroll 4
-		for (int j = warp; j < OS_O_TILES; j += MG_W) {
-			const float4 v = __ldcg(rp + (size_t)j * (E / 4));
-			s4.x += v.x, s4.y += v.y, s4.z += v.z, s4.w += v.w;
-		}
-	}
-	float *lg = scr, *sv = scr + OS_EMAX, *ws = sv + 8; /* ws: [8][E], then the rank parts */
-	int *rk = reinterpret_cast<int *>(ws + MG_W * OS_EMAX);
-	if (4 * lane < E)
-		reinterpret_cast<float4 *>(ws + warp * E)[lane] = s4;
+	const long long q = tid < E ? __ldcg(a.lacc + (size_t)l * E + tid) : 0;
+	const float rb = tid < E ? __ldg(ly.rb + tid) : 0.0f;
+	float *lg = scr, *sv = scr + OS_EMAX;
+	int *rk = reinterpret_cast<int *>(sv + 8);
 	const float r = os_stage_norm(hv, ly.n2, a.eps, true, xs, sred, tid);
-	if (tid < E) {
-		float v = 0.0f;
-#pragma unroll
-		for (int w = 0; w < MG_W; w++)
-			v += ws[w * E + tid];
-		lg[tid] = v * r + __ldg(ly.rb + tid);
-	}
+	if (tid < E)
+		lg[tid] = (float)q * 2.3283064365386963e-10f * r + rb; /* 2^-32 */
 	gt_sync();
 	/* thread (e, part): the logits of part's share above logit e */
 	const int P = 256 / E, e = tid % E, part = tid / E, span = E / P;
@@ -918,8 +957,11 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 						p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
 					}
 					p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
+					/* integer sums do not depend on the tiles' order: every block reads the same
+					 * bits (gemv_fp4.cu's fold, the same 2^32) */
 					if (!(tid & 1))
-						a.rpart[((size_t)l * OS_O_TILES + j) * E + (tid >> 1)] = p;
+						atomicAdd(reinterpret_cast<unsigned long long *>(a.lacc + (size_t)l * E + (tid >> 1)),
+						          (unsigned long long)__float2ll_rn(p * 4294967296.0f));
 				}
 				__syncwarp();
 				if (lane == 0)
@@ -958,8 +1000,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			const int n = (OS_K * OS_D_TILES - b + G - 1) / G;
 			mg_cwait(cnt + O_GU, OS_K * OS_GU_TILES, tid);
 			os_mark(a, l, OT_DSEEN, tid);
-			for (int s = 0; s < OS_K; s++)
-				os_stage_mx(a.act + ((size_t)l * OS_K + s) * OS_FI, xs + s * 2 * OS_CSX, tid);
+			os_stage_act(a.act + (size_t)l * OS_K * OS_FI, xs, tid);
 			gt_sync();
 			os_mark(a, l, OT_DX, tid);
 			float *rd = reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX);
