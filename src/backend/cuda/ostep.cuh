@@ -67,7 +67,6 @@
 #define OS_PS (OS_HD + 4) /* a split's partial a head: 64 sums, max, sum, 2 spare */
 #define OS_OWS (OS_HD + 8)
 #define OS_NTQ 3  /* qkv tiles a block at most (G >= 107) */
-#define OS_NTO 2  /* o tiles (G >= 90) */
 #define OS_NTG 12 /* gate|up tiles (G >= 120) */
 #define OS_NTD 6  /* down tasks (G >= 120) */
 #define OS_GMIN 120
@@ -81,7 +80,9 @@ enum { O_QKV, O_ATT, O_O, O_GU, O_D, O_N };
  * the producer's: the top-k seen, its last expert copy issued */
 enum { OT_START, OT_QX, OT_QKV, OT_ATT, OT_OSEEN, OT_O, OT_RSEEN, OT_TOPK, OT_GU, OT_DSEEN, OT_DX, OT_D, OT_PSEL,
        OT_PEND, OT_N };
-#define OS_CNT (O_N + OS_NKV) /* counters a layer: the phases', then each kv head's splits */
+#define OS_OX (OS_O_TILES - OS_GMIN) /* o tiles split in K halves at most (os_o_half) */
+/* counters a layer: the phases', each kv head's splits, the split o tiles' tickets */
+#define OS_CNT (O_N + OS_NKV + OS_OX)
 
 /* a layer: biases (qkv [5120], o [2880], the experts' gate|up [E][5760] and down [E][2880]),
  * sinks [64], norms, the router (reordered [180][E][16] BF16) and its bias [E], the experts'
@@ -113,6 +114,7 @@ struct os_args {
 	float *h2;    /* [L][H] */
 	float *yd;    /* [L][K][H] each slot's weighted down output */
 	float *q, *kraw, *att;
+	float *opart; /* [L][OS_OX][2][16] the split o tiles' halves */
 	float *part;  /* [NKV][S][GQ][OS_PS] */
 	long long *lacc; /* [L][E] the router's unnormalized logits in fixed point (2^32), zero at launch */
 	float *act;   /* [L][K][FI] */
@@ -309,23 +311,8 @@ static __device__ __forceinline__ int os_pi(int g)
 	return (g & 4) | ((g & 1) << 1) | ((g >> 1) & 1);
 }
 
-/* one 128-K step s (< 23) of an MXFP4 tile at st (16 rows of 1,440 code bytes, then 16 of 90
- * scale bytes, as in memory) into acc; x staged at xc (column stride OS_CSX, zeros past 2880).
- * The last step's chunks past 2880 read the next row's codes with a zero scale. */
-static __device__ __forceinline__ void os_mx_step(float (&acc)[1][4], uint32_t st, int s, const uint32_t (&xc)[1],
-                                                  uint32_t ec, int lane)
-{
-	const int g = lane >> 2, t4 = lane & 3, row = os_pi(g), ch = 4 * s + t4;
-	const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
-	const uint4 wa = gm_lds128(cb), wb = gm_lds128(cb + 8 * OS_MXC);
-	const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + ch);
-	const bool in = ch < OS_H / 32;
-	const uint32_t sa = in ? gt_lds8(sb) : 0x100u, sc = in ? gt_lds8(sb + 8 * OS_MXS) : 0x100u;
-	gm_step<GM_MXFP4, 1>(acc, wa, wb, sa, sc, ec, xc, ch);
-}
-
-#ifdef OS_MX2
-/* gm_step<GM_MXFP4, 1> with its 8 MMAs in two accumulator chains (j even, odd) */
+/* gm_step<GM_MXFP4, 1> with its 8 MMAs in two accumulator chains (j even, odd): one chain measured
+ * 0.8-1.7 % slower on gpt-oss-20b at 128 tokens, the same at depth 4096 (session 45) */
 static __device__ __forceinline__ void os_gm_mx2(float (&acc)[2][4], const uint4 wqa, const uint4 wqb, uint32_t cai,
                                                  uint32_t cbi, uint32_t ec, uint32_t xcol, int lc)
 {
@@ -346,7 +333,6 @@ static __device__ __forceinline__ void os_gm_mx2(float (&acc)[2][4], const uint4
 		gm_mma(acc[j & 1], A0[2], A1[2], A0[3], A1[3], xb.z, xb.w);
 	}
 }
-#endif
 
 /* n <= NT MXFP4 tiles, one ring slot each, x staged at xcol(k) for tile k (this lane's column);
  * the warps' row sums (memory row order) into red[(w NT + k) 16 + row] */
@@ -362,7 +348,6 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 		const uint32_t xc[1] = {xcol(k) + (uint32_t)((g & 1) * OS_CSX)};
 		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * OS_SLOT;
-#ifdef OS_MX2
 		{
 			float a2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 			const int t4 = lane & 3, row = os_pi(g);
@@ -382,14 +367,6 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 			for (int e = 0; e < 4; e++)
 				acc[0][e] = a2[0][e] + a2[1][e];
 		}
-#else
-#pragma unroll
-		for (int q = 0; q < 3; q++) {
-			const int s = warp + MG_W * q;
-			if (s < OS_MXSTEPS)
-				os_mx_step(acc, st, s, xc, ec, lane);
-		}
-#endif
 		__syncwarp();
 		if (lane == 0)
 			gt_arrive(&empty[pos.i]);
@@ -403,300 +380,20 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 	gt_sync();
 }
 
-/* ---- the attention ------------------------------------------------------------------------- */
-
-/* positions a full layer's split: the context over G / 8 splits a kv head, a multiple of 16, at
- * least OS_T (dstep.cuh ds_split_t) */
-static __device__ __forceinline__ int os_split_t(int ctx, int G)
+/* block b's second o task, where the grid is under 180 blocks: half (the return, -1: none) of tile
+ * *j. Tiles 0 .. G - 1 go whole to blocks 0 .. G - 1, and each of the 180 - G others in two K
+ * halves to two of the last 2 (180 - G) blocks: a block then streams at most 12 stages, not 16
+ * (with two whole tiles on 48 of 132 blocks, the o phase took ~3 us longer than on the others) */
+static __device__ __forceinline__ int os_o_half(int b, int G, int *j)
 {
-	const int s0 = G / OS_NKV;
-	return max(OS_T, ((ctx + s0 - 1) / s0 + 15) & ~15);
+	const int extra = OS_O_TILES - G, hb0 = G - 2 * extra;
+	if (extra <= 0 || b < hb0)
+		return -1;
+	*j = G + (b - hb0) / 2;
+	return (b - hb0) & 1;
 }
 
-/* layer ly's splits a kv head and split s's positions [t0, t1) */
-static __device__ __forceinline__ void os_range(int window, int ctx, int T, int s, int &t0, int &t1)
-{
-	if (window) {
-		t0 = max(0, ctx - window), t1 = ctx;
-	} else {
-		t0 = s * T, t1 = min(ctx, t0 + T);
-	}
-}
-
-/* position t's row of kv head g in a layer's K or V blocks */
-static __device__ __forceinline__ __nv_bfloat16 *os_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
-{
-	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * OS_NKV + g) * OS_HD;
-}
-
-/* key i's (< 144) 16-byte chunk c (< 8) in a K or V slot: blocks of 16 rows of 128 bytes, the
- * 128-byte swizzle (chunk XOR row % 8) */
-static __device__ __forceinline__ uint32_t os_kv_sa(uint32_t st, int i, int c)
-{
-	return st + (uint32_t)(i * 128 + ((c ^ (i & 7)) << 4));
-}
-
-/* q's A fragments for the 4 steps of 16 dims (warp w < 4: step w) into qfs[step][lane] */
-static __device__ __forceinline__ void os_attn_qfrag(const float *qs, uint4 *qfs, int warp, int lane)
-{
-	if (warp >= OS_HD / 16)
-		return;
-	const float *qg = qs + (lane >> 2) * OS_HD + 2 * (lane & 3) + 16 * warp;
-	const float2 x0 = *reinterpret_cast<const float2 *>(qg), x1 = *reinterpret_cast<const float2 *>(qg + 8);
-	uint4 f;
-	f.x = gm_split(x0.x, x0.y, f.y);
-	f.z = gm_split(x1.x, x1.y, f.w);
-	qfs[warp * 32 + lane] = f;
-}
-
-/* keys kw .. kw + 16 of a chunk (mstep_kernel.cuh mg_attn_keys for 64 dims and 8 heads): keys
- * outside [lo, n) are masked (the caller runs it only where one is inside), keys past n read key
- * n - 1's rows. Scores in log2 units. */
-template <typename KAt, typename VAt, typename DoneK, typename WaitV>
-static __device__ __forceinline__ void os_attn_keys(const uint4 *qfs, int kw, int lo, int n, KAt kat, VAt vat,
-                                                    DoneK done_k, WaitV wait_v, float &m, float &l,
-                                                    float (&o)[OS_HD / 8][4], int lane)
-{
-	const int c = lane & 3, j = lane >> 3, r = lane & 7;
-	float sa[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-	float sb[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-	{
-		const int key = min(kw + 8 * (j >> 1) + r, n - 1);
-#pragma unroll
-		for (int kk = 0; kk < OS_HD / 16; kk++) {
-			uint32_t b0, b1, b2, b3;
-			mg_ldsm4(kat(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
-			const uint4 f = qfs[kk * 32 + lane];
-			float(&s)[2][4] = (kk & 1) ? sb : sa;
-			gm_mma(s[0], f.x, f.y, f.z, f.w, b0, b1);
-			gm_mma(s[1], f.x, f.y, f.z, f.w, b2, b3);
-		}
-	}
-	float x[2][2], mx = -INFINITY;
-#pragma unroll
-	for (int t = 0; t < 2; t++)
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			const int kk = kw + 8 * t + 2 * c + e;
-			const bool in = kk < n && kk >= lo;
-			x[t][e] = in ? (sa[t][e] + sa[t][e + 2]) + (sb[t][e] + sb[t][e + 2]) : -INFINITY;
-			mx = fmaxf(mx, x[t][e]);
-		}
-	done_k();
-	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-	const float mn = fmaxf(m, mx); /* finite: a key of the warp is in range */
-	const float al = exp2f(m - mn);
-	const bool resc = __any_sync(0xFFFFFFFFu, al != 1.0f && m != -INFINITY);
-	m = mn;
-	float p[2][2], ps = 0.0f;
-#pragma unroll
-	for (int t = 0; t < 2; t++)
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			p[t][e] = exp2f(x[t][e] - mn);
-			ps += p[t][e];
-		}
-	l = l * al + ps;
-	if (resc)
-#pragma unroll
-		for (int t = 0; t < OS_HD / 8; t++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				o[t][e] *= al;
-	uint32_t l0, l1;
-	const uint32_t h0 = gm_split(p[0][0], p[0][1], l0), h1 = gm_split(p[1][0], p[1][1], l1);
-	wait_v();
-	const int key = min(kw + 8 * (j & 1) + r, n - 1);
-#pragma unroll
-	for (int dp = 0; dp < OS_HD / 16; dp++) {
-		uint32_t b0, b1, b2, b3;
-		mg_ldsm4t(vat(key, 2 * dp + (j >> 1)), b0, b1, b2, b3);
-		gm_mma(o[2 * dp], h0, l0, h1, l1, b0, b1);
-		gm_mma(o[2 * dp + 1], h0, l0, h1, l1, b2, b3);
-	}
-}
-
-/* the lane's rotary cos / sin for its dims 2 lane, + 1 (rotate-half over 64: dims d, d + 32) */
-static __device__ __forceinline__ void os_rope_ld(const float *inv_freq, float mscale, int p, int lane, float2 &c,
-                                                  float2 &s)
-{
-	const int i0 = (2 * lane) & (OS_HD / 2 - 1);
-	const float2 f = __ldg(reinterpret_cast<const float2 *>(inv_freq + i0));
-	const float a0 = (float)p * f.x, a1 = (float)p * f.y;
-	c = make_float2(cosf(a0) * mscale, cosf(a1) * mscale);
-	s = make_float2(sinf(a0) * mscale, sinf(a1) * mscale);
-}
-
-static __device__ __forceinline__ float2 os_rope2(const float2 v, const float2 c, const float2 s, int lane)
-{
-	const float p0 = __shfl_xor_sync(0xFFFFFFFFu, v.x, 16), p1 = __shfl_xor_sync(0xFFFFFFFFu, v.y, 16);
-	return lane < 16 ? make_float2(v.x * c.x - p0 * s.x, v.y * c.y - p1 * s.y)
-	                 : make_float2(v.x * c.x + p0 * s.x, v.y * c.y + p1 * s.y);
-}
-
-/* one attention split: kv head g's 8 query heads over [t0, t1), in chunks of OS_T keys from the
- * block-aligned t0 (a sliding window's start masked), a warp at a time (dstep.cuh ds_attn's
- * form). S == 1: the heads' outputs (the sink in the denominator) and 8 counted; otherwise the
- * partials for os_merge and one on the kv head's split counter. */
-static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int g, int s, int ctx, int t0, int t1,
-                               int S, const int32_t *tab, float *scr, int tid, gt_pos &rp, uint64_t *full,
-                               uint64_t *empty, uint32_t ring_sa)
-{
-	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
-	/* scratch: q [8][64], pos's K and V rows (128 bytes each), q's fragments [4][32], the warps'
-	 * max and sum [8][8] each, their sums [8][8][OS_OWS] */
-	float *qs = scr;
-	uint4 *kvp = reinterpret_cast<uint4 *>(scr + OS_GQ * OS_HD), *qfs = kvp + 16;
-	float *mw = reinterpret_cast<float *>(qfs + 4 * 32), *lw = mw + MG_W * OS_GQ, *ow = lw + MG_W * OS_GQ;
-	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + OS_HD * 2;
-	unsigned *cnt = a.cnt + (size_t)l * OS_CNT;
-	{
-		const bool last = t1 == ctx, kw7 = last && warp == MG_W - 1;
-		float2 c2, s2;
-		os_rope_ld(a.inv_freq, a.mscale, pos, lane, c2, s2);
-		mg_cwait(cnt + O_QKV, OS_QKV_TILES, tid);
-		const float2 v = __ldcg(reinterpret_cast<const float2 *>(a.q + (size_t)l * OS_QR + (g * OS_GQ + warp) * OS_HD) + lane);
-		float2 kr = make_float2(0.0f, 0.0f);
-		if (kw7)
-			kr = __ldcg(reinterpret_cast<const float2 *>(a.kraw + ((size_t)l * OS_NKV + g) * OS_HD) + lane);
-		if (last && tid < 8)
-			kvp[8 + tid] = __ldcg(reinterpret_cast<const uint4 *>(os_kvrow(ly.vc, tab, pos, g)) + tid);
-		const float2 qr = os_rope2(v, c2, s2, lane);
-		const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: exp2f in os_attn_keys */
-		reinterpret_cast<float2 *>(qs)[tid] = make_float2(qr.x * sc2, qr.y * sc2);
-		if (kw7) {
-			const float2 k2 = os_rope2(kr, c2, s2, lane);
-			const __nv_bfloat162 kb = __floats2bfloat162_rn(k2.x, k2.y);
-			reinterpret_cast<__nv_bfloat162 *>(kvp)[lane] = kb;
-			reinterpret_cast<__nv_bfloat162 *>(os_kvrow(ly.kc, tab, pos, g))[lane] = kb;
-		}
-	}
-	gt_sync();
-	os_attn_qfrag(qs, qfs, warp, lane);
-	gt_sync();
-	float m = -INFINITY, lsum = 0.0f, o[OS_HD / 8][4];
-#pragma unroll
-	for (int t = 0; t < OS_HD / 8; t++)
-		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
-	const int kw = 16 * warp;
-#pragma unroll 1
-	for (int a0 = t0 & ~15; a0 < t1; a0 += OS_T) {
-		const int n = min(t1, a0 + OS_T) - a0, mm = mg_ring_m(ctx, a0, a0 + n), lo = t0 - a0;
-		const bool run = kw < n && kw + 16 > lo, use = run && kw < mm;
-		gt_pos kq = rp, vq = rp;
-		gt_next_n(vq, OS_NS, 1);
-		if (run) {
-			if (use)
-				mg_wbar(&full[kq.i], kq.ph, 2, kq.n);
-			const uint32_t kst = ring_sa + (uint32_t)kq.i * OS_SLOT, vst = ring_sa + (uint32_t)vq.i * OS_SLOT;
-			os_attn_keys(
-				qfs, kw, lo, n,
-				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(kst, i, c) : kp_sa + (uint32_t)(c << 4); },
-				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(vst, i, c) : vp_sa + (uint32_t)(c << 4); },
-				[&] {
-					if (use && lane == 0)
-						gt_arrive(&empty[kq.i]);
-				},
-				[&] {
-					if (use)
-						mg_wbar(&full[vq.i], vq.ph, 2, vq.n);
-				},
-				m, lsum, o, lane);
-			if (use && lane == 0)
-				gt_arrive(&empty[vq.i]);
-		}
-		if (mm > 0) { /* the chunk's K and V slots: the warps that did not read them hand them back once landed */
-			if (lane == 0 && !use)
-				for (int c = 0; c < 2; c++) {
-					gt_pos q = rp;
-					gt_next_n(q, OS_NS, c);
-					mg_wbar(&full[q.i], q.ph, 2, q.n);
-					gt_arrive(&empty[q.i]);
-				}
-			gt_next_n(rp, OS_NS, 2);
-		}
-	}
-	/* the warp's max, sum and sums into shared memory */
-	{
-		const int gg = lane >> 2, c = lane & 3;
-		lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, 1);
-		lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, 2);
-		if (c == 0)
-			mw[warp * OS_GQ + gg] = m, lw[warp * OS_GQ + gg] = lsum;
-		float *row = ow + (warp * OS_GQ + gg) * OS_OWS + 2 * c;
-#pragma unroll
-		for (int t = 0; t < OS_HD / 8; t++)
-			*reinterpret_cast<float2 *>(row + 8 * t) = make_float2(o[t][0] + o[t][2], o[t][1] + o[t][3]);
-	}
-	gt_sync();
-	/* thread: head h = tid / 32's dims d, d + 1, the warps' sums weighed by exp2(max_w - max) */
-	const int h = tid >> 5, d = 2 * (tid & 31);
-	float M = -INFINITY;
-#pragma unroll
-	for (int w = 0; w < MG_W; w++)
-		M = fmaxf(M, mw[w * OS_GQ + h]);
-	float L = 0.0f, ox = 0.0f, oy = 0.0f;
-#pragma unroll
-	for (int w = 0; w < MG_W; w++) {
-		const float f = exp2f(mw[w * OS_GQ + h] - M);
-		const float2 v = *reinterpret_cast<const float2 *>(ow + (w * OS_GQ + h) * OS_OWS + d);
-		L += f * lw[w * OS_GQ + h];
-		ox += f * v.x, oy += f * v.y;
-	}
-	if (S == 1) {
-		/* the sink: a key of zero value whose score is the sink's logit */
-		L += exp2f(__ldg(ly.sinks + g * OS_GQ + h) * 1.4426950408889634f - M);
-		const float inv = 1.0f / L;
-		*reinterpret_cast<float2 *>(a.att + (size_t)l * OS_QR + (g * OS_GQ + h) * OS_HD + d) =
-			make_float2(ox * inv, oy * inv);
-		mg_cpub(cnt + O_ATT, OS_GQ, tid);
-		return;
-	}
-	float *pp = a.part + (((size_t)g * S + s) * OS_GQ + h) * OS_PS;
-	*reinterpret_cast<float2 *>(pp + d) = make_float2(ox, oy);
-	if (d == 0) /* the max in natural units for the merge */
-		pp[OS_HD] = M * 0.6931471805599453f, pp[OS_HD + 1] = L;
-	mg_cpub(cnt + O_N + g, 1, tid);
-}
-
-/* query head q (kv head q / 8): its S splits merged, the sink in the denominator. Warp w sums
- * splits w, w + 8, .. (lane: dims 2 lane, + 1), then the warps' sums in order. */
-static __device__ void os_merge(const os_args &a, const os_layer &ly, int l, int q, int S, float *scr, int tid)
-{
-	const int warp = tid >> 5, lane = tid & 31, g = q / OS_GQ, h = q % OS_GQ;
-	unsigned *cnt = a.cnt + (size_t)l * OS_CNT;
-	mg_cwait(cnt + O_N + g, (unsigned)S, tid);
-	const float *p0 = a.part + ((size_t)g * S * OS_GQ + h) * OS_PS;
-	const size_t ps = (size_t)OS_GQ * OS_PS;
-	/* every lane: the max over the splits' maxes */
-	float M = -INFINITY;
-	for (int j = lane; j < S; j += 32)
-		M = fmaxf(M, __ldcg(p0 + j * ps + OS_HD));
-	for (int o = 16; o; o >>= 1)
-		M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, o));
-	float L = 0.0f, ox = 0.0f, oy = 0.0f;
-	for (int j = warp; j < S; j += MG_W) {
-		const float2 v = __ldcg(reinterpret_cast<const float2 *>(p0 + j * ps) + lane);
-		const float f = expf(__ldcg(p0 + j * ps + OS_HD) - M);
-		L += f * __ldcg(p0 + j * ps + OS_HD + 1);
-		ox += f * v.x, oy += f * v.y;
-	}
-	float4 *red4 = reinterpret_cast<float4 *>(scr);
-	red4[warp * 32 + lane] = make_float4(ox, oy, L, 0.0f);
-	gt_sync();
-	if (warp == 0) {
-		float4 t = red4[lane];
-#pragma unroll
-		for (int w = 1; w < MG_W; w++) {
-			const float4 v = red4[w * 32 + lane];
-			t.x += v.x, t.y += v.y, t.z += v.z;
-		}
-		const float inv = 1.0f / (t.z + expf(__ldg(ly.sinks + q) - M));
-		*reinterpret_cast<float2 *>(a.att + (size_t)l * OS_QR + q * OS_HD + 2 * lane) = make_float2(t.x * inv, t.y * inv);
-	}
-	mg_cpub(cnt + O_ATT, 1, tid);
-}
+#include "backend/cuda/ostep_attn.cuh"
 
 /* ---- the route ----------------------------------------------------------------------------- */
 
@@ -838,9 +535,13 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 					}
 				}
 			}
-			for (int j = b; j < OS_O_TILES; j += G) {
-				for (int c = 0; c < OS_OST; c++) {
-					os_copy_3d(slot(16 * OS_OCH * 128), m + OM_O, 16 * j, OS_OCH * c, &full[pp.i], pol);
+			for (int k = 0; k < 2 && b < OS_O_TILES; k++) { /* the whole tile b, then a half (os_o_half) */
+				int j = b, hh = -1;
+				if (k == 1 && (hh = os_o_half(b, G, &j)) < 0)
+					break;
+				const int nst = hh < 0 ? OS_OST : OS_OST / 2, c0 = hh < 0 ? 0 : hh * (OS_OST / 2);
+				for (int c = 0; c < nst; c++) {
+					os_copy_3d(slot(16 * OS_OCH * 128), m + OM_O, 16 * j, OS_OCH * (c0 + c), &full[pp.i], pol);
 					gt_next(pp, OS_NS);
 				}
 				gt_copy_ef(slot((unsigned)E * 32), reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)j * E * 32,
@@ -933,28 +634,58 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			for (int i = tid; i < OS_QR / 4; i += 256)
 				os_put_plain(xs, OS_XLO_Q, 4 * i, __ldcg(reinterpret_cast<const float4 *>(a.att + (size_t)l * OS_QR) + i));
 			gt_sync();
-			float *ro = reinterpret_cast<float *>(xs + 2 * OS_XLO_Q), *hs = ro + MG_W * OS_NTO * 16;
-			for (int j = b; j < OS_O_TILES; j += G) {
+			float *ro = reinterpret_cast<float *>(xs + 2 * OS_XLO_Q), *hs = ro + MG_W * 16;
+			int *tk = reinterpret_cast<int *>(hs + 16);
+			int nfin = 0;
+			for (int k = 0; k < 2; k++) { /* the whole tile b, then a half (os_o_half) */
+				int j = b, hh = -1;
+				if (k == 1 && (hh = os_o_half(b, G, &j)) < 0)
+					break;
+				const int nst = hh < 0 ? OS_OST : OS_OST / 2, k0 = hh < 0 ? 0 : hh * (OS_QR / 2);
 				const float hr = tid < 16 ? os_h1(a, l, j * 16 + tid) : 0.0f;
 				const float br = tid < 16 ? __ldg(ly.bo + j * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + j * 16 + tid) : 0.0f;
-				os_bf_tiles<OS_OCH, 1>(1, OS_OST, pos, full, empty, ring_sa, xs_sa, OS_XLO_Q, ro, warp, lane);
-				if (tid < 16) {
-					const float y = hr + (os_rowsum<1>(ro, 0, tid) + br);
-					h2[j * 16 + tid] = y;
-					hs[tid] = y * nr;
+				os_bf_tiles<OS_OCH, 1>(1, nst, pos, full, empty, ring_sa, xs_sa + 2 * k0, OS_XLO_Q, ro, warp, lane);
+				float y = tid < 16 ? os_rowsum<1>(ro, 0, tid) : 0.0f;
+				bool fin = true;
+				if (hh >= 0) {
+					/* the second half to finish completes the tile (the halves summed in one order) */
+					float *op = a.opart + (((size_t)l * OS_OX + (j - G)) * 2) * 16;
+					if (tid < 16)
+						op[hh * 16 + tid] = y;
+					gt_sync();
+					if (tid == 0) {
+						unsigned t;
+						asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+						             : "=r"(t)
+						             : "l"(cnt + O_N + OS_NKV + (j - G))
+						             : "memory");
+						*tk = (int)t;
+					}
+					gt_sync();
+					fin = *tk == 1;
+					if (fin && tid < 16) {
+						const float other = __ldcg(op + (hh ^ 1) * 16 + tid);
+						y = hh ? other + y : y + other;
+					}
+				}
+				if (fin && tid < 16) {
+					const float v = hr + (y + br);
+					h2[j * 16 + tid] = v;
+					hs[tid] = v * nr;
 				}
 				gt_sync();
-				/* the router's 16 columns of this tile ([E][16] BF16): thread t, expert t / 2's half t % 2 */
+				/* the router's 16 columns of this tile ([E][16] BF16): thread t, expert t / 2's half t % 2
+				 * (a half tile's copy is made either way: which half finishes second is known only here) */
 				mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
-				if (tid < 2 * E) {
+				if (fin && tid < 2 * E) {
 					const uint4 wv = gm_lds128(ring_sa + (uint32_t)pos.i * OS_SLOT + tid * 16);
 					const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
-					const float *hh = hs + 8 * (tid & 1);
+					const float *hh2 = hs + 8 * (tid & 1);
 					float p = 0.0f;
 #pragma unroll
 					for (int i = 0; i < 4; i++) {
 						const float2 wf = __bfloat1622float2(w2[i]);
-						p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
+						p += wf.x * hh2[2 * i] + wf.y * hh2[2 * i + 1];
 					}
 					p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
 					/* integer sums do not depend on the tiles' order: every block reads the same
@@ -967,8 +698,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				if (lane == 0)
 					gt_arrive(&empty[pos.i]);
 				gt_next(pos, OS_NS);
+				nfin += fin;
 			}
-			mg_cpub(cnt + O_O, (OS_O_TILES - b + G - 1) / G, tid);
+			mg_cpub(cnt + O_O, (unsigned)nfin, tid);
 			os_mark(a, l, OT_O, tid);
 		}
 		/* the route (every block; its producer waits on selbar for the experts' copies) */
