@@ -155,7 +155,6 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 		{(void **)&a.q, (size_t)L * OS_QR * 4},
 		{(void **)&a.kraw, (size_t)L * OS_KVW * 4},
 		{(void **)&a.att, (size_t)L * OS_QR * 4},
-		{(void **)&a.opart, (size_t)L * OS_OX * 2 * 16 * 4},
 		{(void **)&a.part, (size_t)OS_NKV * smax * OS_GQ * OS_PS * 4},
 		{(void **)&a.act, (size_t)L * OS_K * OS_FI * 4},
 		{(void **)&a.cnt, cntb + (size_t)L * E * 8}, /* the counters, then the router's sums (one clear) */

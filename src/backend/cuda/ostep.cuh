@@ -80,9 +80,7 @@ enum { O_QKV, O_ATT, O_O, O_GU, O_D, O_N };
  * the producer's: the top-k seen, its last expert copy issued */
 enum { OT_START, OT_QX, OT_QKV, OT_ATT, OT_OSEEN, OT_O, OT_RSEEN, OT_TOPK, OT_GU, OT_DSEEN, OT_DX, OT_D, OT_PSEL,
        OT_PEND, OT_N };
-#define OS_OX (OS_O_TILES - OS_GMIN) /* o tiles split in K halves at most (os_o_half) */
-/* counters a layer: the phases', each kv head's splits, the split o tiles' tickets */
-#define OS_CNT (O_N + OS_NKV + OS_OX)
+#define OS_CNT (O_N + OS_NKV) /* counters a layer: the phases', then each kv head's splits */
 
 /* a layer: biases (qkv [5120], o [2880], the experts' gate|up [E][5760] and down [E][2880]),
  * sinks [64], norms, the router (reordered [180][E][16] BF16) and its bias [E], the experts'
@@ -114,7 +112,6 @@ struct os_args {
 	float *h2;    /* [L][H] */
 	float *yd;    /* [L][K][H] each slot's weighted down output */
 	float *q, *kraw, *att;
-	float *opart; /* [L][OS_OX][2][16] the split o tiles' halves */
 	float *part;  /* [NKV][S][GQ][OS_PS] */
 	long long *lacc; /* [L][E] the router's unnormalized logits in fixed point (2^32), zero at launch */
 	float *act;   /* [L][K][FI] */
@@ -351,6 +348,25 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 		{
 			float a2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 			const int t4 = lane & 3, row = os_pi(g);
+#ifdef OS_MXPRE
+			/* every step's codes and scales loaded before the first decode */
+			uint4 wa[3], wb[3];
+			uint32_t sa[3], sc[3];
+#pragma unroll
+			for (int q = 0; q < 3; q++) {
+				const int s = min(warp + MG_W * q, OS_MXSTEPS - 1), ch = 4 * s + t4;
+				const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
+				wa[q] = gm_lds128(cb), wb[q] = gm_lds128(cb + 8 * OS_MXC);
+				const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + min(ch, OS_H / 32 - 1));
+				sa[q] = gt_lds8(sb), sc[q] = gt_lds8(sb + 8 * OS_MXS);
+				if (ch >= OS_H / 32)
+					sa[q] = sc[q] = 0x100u;
+			}
+#pragma unroll
+			for (int q = 0; q < 3; q++)
+				if (warp + MG_W * q < OS_MXSTEPS)
+					os_gm_mx2(a2, wa[q], wb[q], sa[q], sc[q], ec, xc[0], 4 * (warp + MG_W * q) + t4);
+#else
 #pragma unroll
 			for (int q = 0; q < 3; q++) {
 				const int s = warp + MG_W * q, ch = 4 * s + t4;
@@ -363,6 +379,7 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 					os_gm_mx2(a2, wa, wb, sa, sc, ec, xc[0], ch);
 				}
 			}
+#endif
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[0][e] = a2[0][e] + a2[1][e];
@@ -378,19 +395,6 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 		}
 	}
 	gt_sync();
-}
-
-/* block b's second o task, where the grid is under 180 blocks: half (the return, -1: none) of tile
- * *j. Tiles 0 .. G - 1 go whole to blocks 0 .. G - 1, and each of the 180 - G others in two K
- * halves to two of the last 2 (180 - G) blocks: a block then streams at most 12 stages, not 16
- * (with two whole tiles on 48 of 132 blocks, the o phase took ~3 us longer than on the others) */
-static __device__ __forceinline__ int os_o_half(int b, int G, int *j)
-{
-	const int extra = OS_O_TILES - G, hb0 = G - 2 * extra;
-	if (extra <= 0 || b < hb0)
-		return -1;
-	*j = G + (b - hb0) / 2;
-	return (b - hb0) & 1;
 }
 
 #include "backend/cuda/ostep_attn.cuh"
@@ -535,13 +539,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 					}
 				}
 			}
-			for (int k = 0; k < 2 && b < OS_O_TILES; k++) { /* the whole tile b, then a half (os_o_half) */
-				int j = b, hh = -1;
-				if (k == 1 && (hh = os_o_half(b, G, &j)) < 0)
-					break;
-				const int nst = hh < 0 ? OS_OST : OS_OST / 2, c0 = hh < 0 ? 0 : hh * (OS_OST / 2);
-				for (int c = 0; c < nst; c++) {
-					os_copy_3d(slot(16 * OS_OCH * 128), m + OM_O, 16 * j, OS_OCH * (c0 + c), &full[pp.i], pol);
+			for (int j = b; j < OS_O_TILES; j += G) {
+				for (int c = 0; c < OS_OST; c++) {
+					os_copy_3d(slot(16 * OS_OCH * 128), m + OM_O, 16 * j, OS_OCH * c, &full[pp.i], pol);
 					gt_next(pp, OS_NS);
 				}
 				gt_copy_ef(slot((unsigned)E * 32), reinterpret_cast<const uint8_t *>(ly.rt) + (size_t)j * E * 32,
@@ -635,57 +635,27 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				os_put_plain(xs, OS_XLO_Q, 4 * i, __ldcg(reinterpret_cast<const float4 *>(a.att + (size_t)l * OS_QR) + i));
 			gt_sync();
 			float *ro = reinterpret_cast<float *>(xs + 2 * OS_XLO_Q), *hs = ro + MG_W * 16;
-			int *tk = reinterpret_cast<int *>(hs + 16);
-			int nfin = 0;
-			for (int k = 0; k < 2; k++) { /* the whole tile b, then a half (os_o_half) */
-				int j = b, hh = -1;
-				if (k == 1 && (hh = os_o_half(b, G, &j)) < 0)
-					break;
-				const int nst = hh < 0 ? OS_OST : OS_OST / 2, k0 = hh < 0 ? 0 : hh * (OS_QR / 2);
+			for (int j = b; j < OS_O_TILES; j += G) {
 				const float hr = tid < 16 ? os_h1(a, l, j * 16 + tid) : 0.0f;
 				const float br = tid < 16 ? __ldg(ly.bo + j * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + j * 16 + tid) : 0.0f;
-				os_bf_tiles<OS_OCH, 1>(1, nst, pos, full, empty, ring_sa, xs_sa + 2 * k0, OS_XLO_Q, ro, warp, lane);
-				float y = tid < 16 ? os_rowsum<1>(ro, 0, tid) : 0.0f;
-				bool fin = true;
-				if (hh >= 0) {
-					/* the second half to finish completes the tile (the halves summed in one order) */
-					float *op = a.opart + (((size_t)l * OS_OX + (j - G)) * 2) * 16;
-					if (tid < 16)
-						op[hh * 16 + tid] = y;
-					gt_sync();
-					if (tid == 0) {
-						unsigned t;
-						asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-						             : "=r"(t)
-						             : "l"(cnt + O_N + OS_NKV + (j - G))
-						             : "memory");
-						*tk = (int)t;
-					}
-					gt_sync();
-					fin = *tk == 1;
-					if (fin && tid < 16) {
-						const float other = __ldcg(op + (hh ^ 1) * 16 + tid);
-						y = hh ? other + y : y + other;
-					}
-				}
-				if (fin && tid < 16) {
-					const float v = hr + (y + br);
-					h2[j * 16 + tid] = v;
-					hs[tid] = v * nr;
+				os_bf_tiles<OS_OCH, 1>(1, OS_OST, pos, full, empty, ring_sa, xs_sa, OS_XLO_Q, ro, warp, lane);
+				if (tid < 16) {
+					const float y = hr + (os_rowsum<1>(ro, 0, tid) + br);
+					h2[j * 16 + tid] = y;
+					hs[tid] = y * nr;
 				}
 				gt_sync();
-				/* the router's 16 columns of this tile ([E][16] BF16): thread t, expert t / 2's half t % 2
-				 * (a half tile's copy is made either way: which half finishes second is known only here) */
+				/* the router's 16 columns of this tile ([E][16] BF16): thread t, expert t / 2's half t % 2 */
 				mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
-				if (fin && tid < 2 * E) {
+				if (tid < 2 * E) {
 					const uint4 wv = gm_lds128(ring_sa + (uint32_t)pos.i * OS_SLOT + tid * 16);
 					const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
-					const float *hh2 = hs + 8 * (tid & 1);
+					const float *hh = hs + 8 * (tid & 1);
 					float p = 0.0f;
 #pragma unroll
 					for (int i = 0; i < 4; i++) {
 						const float2 wf = __bfloat1622float2(w2[i]);
-						p += wf.x * hh2[2 * i] + wf.y * hh2[2 * i + 1];
+						p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
 					}
 					p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
 					/* integer sums do not depend on the tiles' order: every block reads the same
@@ -698,9 +668,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				if (lane == 0)
 					gt_arrive(&empty[pos.i]);
 				gt_next(pos, OS_NS);
-				nfin += fin;
 			}
-			mg_cpub(cnt + O_O, (unsigned)nfin, tid);
+			mg_cpub(cnt + O_O, (OS_O_TILES - b + G - 1) / G, tid);
 			os_mark(a, l, OT_O, tid);
 		}
 		/* the route (every block; its producer waits on selbar for the experts' copies) */
