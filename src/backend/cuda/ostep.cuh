@@ -348,8 +348,8 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 		{
 			float a2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 			const int t4 = lane & 3, row = os_pi(g);
-#ifdef OS_MXPRE
-			/* every step's codes and scales loaded before the first decode */
+			/* every step's codes and scales loaded before the first decode (step by step measured
+			 * 1.3-1.4 % slower on gpt-oss-120b, session 45) */
 			uint4 wa[3], wb[3];
 			uint32_t sa[3], sc[3];
 #pragma unroll
@@ -366,20 +366,6 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 			for (int q = 0; q < 3; q++)
 				if (warp + MG_W * q < OS_MXSTEPS)
 					os_gm_mx2(a2, wa[q], wb[q], sa[q], sc[q], ec, xc[0], 4 * (warp + MG_W * q) + t4);
-#else
-#pragma unroll
-			for (int q = 0; q < 3; q++) {
-				const int s = warp + MG_W * q, ch = 4 * s + t4;
-				if (s < OS_MXSTEPS) {
-					const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
-					const uint4 wa = gm_lds128(cb), wb = gm_lds128(cb + 8 * OS_MXC);
-					const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + ch);
-					const bool in = ch < OS_H / 32;
-					const uint32_t sa = in ? gt_lds8(sb) : 0x100u, sc = in ? gt_lds8(sb + 8 * OS_MXS) : 0x100u;
-					os_gm_mx2(a2, wa, wb, sa, sc, ec, xc[0], ch);
-				}
-			}
-#endif
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[0][e] = a2[0][e] + a2[1][e];
@@ -406,8 +392,9 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
  * ties) and the softmax over them. scr: E + 8 floats, then 256 ints (the ranks' parts). (The o
  * tiles' parts summed here from [180][E] floats took 4.7 us a layer of gpt-oss-120b: 92 KB of L2
  * reads a block.) */
+template <typename AfterSel>
 static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uint8_t *xs, float *sred, float *scr,
-                                int *sel, float *selw, int tid)
+                                int *sel, float *selw, int tid, AfterSel after_sel)
 {
 	const int E = a.E;
 	const float *h2 = a.h2 + (size_t)l * OS_H;
@@ -421,7 +408,20 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 	const float rb = tid < E ? __ldg(ly.rb + tid) : 0.0f;
 	float *lg = scr, *sv = scr + OS_EMAX;
 	int *rk = reinterpret_cast<int *>(sv + 8);
+#ifdef OS_RFAST
+	/* the top-k first, x staged after the producer has it */
+	float4 w[OS_R4];
+	float ss = 0.0f;
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		w[u] = i < OS_H / 4 ? __ldg(reinterpret_cast<const float4 *>(ly.n2) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		ss += hv[u].x * hv[u].x + hv[u].y * hv[u].y + hv[u].z * hv[u].z + hv[u].w * hv[u].w;
+	}
+	const float r = 1.0f / sqrtf(mg_block_sum(ss, sred, tid) / (float)OS_H + a.eps);
+#else
 	const float r = os_stage_norm(hv, ly.n2, a.eps, true, xs, sred, tid);
+#endif
 	if (tid < E)
 		lg[tid] = (float)q * 2.3283064365386963e-10f * r + rb; /* 2^-32 */
 	gt_sync();
@@ -443,6 +443,17 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 			sel[rt] = tid, sv[rt] = x;
 	}
 	gt_sync();
+#ifdef OS_RFAST
+	after_sel();
+#pragma unroll
+	for (int u = 0; u < OS_R4; u++) {
+		const int i = tid + 256 * u;
+		if ((i & ~31) < OS_H / 4 + 16)
+			mg_put4(xs, OS_CSX, 4 * i,
+			        make_float4(hv[u].x * r * w[u].x, hv[u].y * r * w[u].y, hv[u].z * r * w[u].z, hv[u].w * r * w[u].w),
+			        tid & 31);
+	}
+#endif
 	if (tid < 32) {
 		const float w = tid < OS_K ? expf(sv[tid] - sv[0]) : 0.0f;
 		float tot = w;
@@ -452,6 +463,9 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 			selw[tid] = w / tot;
 	}
 	gt_sync();
+#ifndef OS_RFAST
+	after_sel();
+#endif
 }
 
 /* a 4-D tensor-map copy (a K / V block) and a 3-D one (a BF16 stage) */
@@ -677,9 +691,10 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 		os_mark(a, l, OT_RSEEN, tid);
 		int *sl = sel + (l & 1) * OS_K;
 		float *sw = selw + (l & 1) * OS_K;
-		os_route(a, ly, l, xs, sred, reinterpret_cast<float *>(xs + 2 * OS_CSX), sl, sw, tid);
-		if (tid == 0)
-			gt_arrive(&selbar[l & 1]);
+		os_route(a, ly, l, xs, sred, reinterpret_cast<float *>(xs + 2 * OS_CSX), sl, sw, tid, [&] {
+			if (tid == 0) /* sel is final: the producer's expert copies may go */
+				gt_arrive(&selbar[l & 1]);
+		});
 		os_mark(a, l, OT_TOPK, tid);
 		/* gate|up: the block's <= 12 tiles, + bias, the clamped SwiGLU of each (gate, up) pair */
 		if (b < OS_K * OS_GU_TILES) {
