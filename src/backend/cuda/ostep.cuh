@@ -175,11 +175,10 @@ static __device__ __forceinline__ void os_put_plain(uint8_t *xs, int xlo, int k,
 /* 720 float4s of a 2880 vector by 256 threads: rounds u of float4 tid + 256 u */
 #define OS_R4 3
 
-/* x = RMSNorm(v; nw) over H into xs: plain (BF16 hi / lo, the qkv's) or, with mx, the MXFP4
- * tiles' staged layout (column stride OS_CSX, zeros past H). v's float4s given (vin[u]: float4
- * tid + 256 u, zeros past 720). Returns 1 / rms. */
-static __device__ float os_stage_norm(const float4 (&vin)[OS_R4], const float *nw, float eps, bool mx, uint8_t *xs,
-                                      float *sred, int tid)
+/* x = RMSNorm(v; nw) over H into xs, plain (BF16 hi / lo: the qkv's). v's float4s given (vin[u]:
+ * float4 tid + 256 u, zeros past 720). Returns 1 / rms. */
+static __device__ float os_stage_norm(const float4 (&vin)[OS_R4], const float *nw, float eps, uint8_t *xs, float *sred,
+                                      int tid)
 {
 	float4 w[OS_R4];
 	float ss = 0.0f;
@@ -196,14 +195,8 @@ static __device__ float os_stage_norm(const float4 (&vin)[OS_R4], const float *n
 		const int i = tid + 256 * u;
 		const float4 x = make_float4(vin[u].x * r * w[u].x, vin[u].y * r * w[u].y, vin[u].z * r * w[u].z,
 		                             vin[u].w * r * w[u].w);
-		if (!mx) {
-			if (i < OS_H / 4)
-				os_put_plain(xs, OS_XLO_H, 4 * i, x);
-		} else if ((i & ~31) < OS_H / 4 + 16) {
-			/* mg_put4's lane pairs need the whole warp: float4s 720-735 are the zero padding
-			 * (v and nw zero there), and a warp past them skips whole */
-			mg_put4(xs, OS_CSX, 4 * i, x, tid & 31);
-		}
+		if (i < OS_H / 4)
+			os_put_plain(xs, OS_XLO_H, 4 * i, x);
 	}
 	gt_sync();
 	return r;
@@ -408,8 +401,8 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 	const float rb = tid < E ? __ldg(ly.rb + tid) : 0.0f;
 	float *lg = scr, *sv = scr + OS_EMAX;
 	int *rk = reinterpret_cast<int *>(sv + 8);
-#ifdef OS_RFAST
-	/* the top-k first, x staged after the producer has it */
+	/* the top-k first, x staged once the producer has it (x staged first measured 0.5-1.0 % slower
+	 * on gpt-oss-120b, session 45) */
 	float4 w[OS_R4];
 	float ss = 0.0f;
 #pragma unroll
@@ -419,9 +412,6 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 		ss += hv[u].x * hv[u].x + hv[u].y * hv[u].y + hv[u].z * hv[u].z + hv[u].w * hv[u].w;
 	}
 	const float r = 1.0f / sqrtf(mg_block_sum(ss, sred, tid) / (float)OS_H + a.eps);
-#else
-	const float r = os_stage_norm(hv, ly.n2, a.eps, true, xs, sred, tid);
-#endif
 	if (tid < E)
 		lg[tid] = (float)q * 2.3283064365386963e-10f * r + rb; /* 2^-32 */
 	gt_sync();
@@ -443,7 +433,6 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 			sel[rt] = tid, sv[rt] = x;
 	}
 	gt_sync();
-#ifdef OS_RFAST
 	after_sel();
 #pragma unroll
 	for (int u = 0; u < OS_R4; u++) {
@@ -453,7 +442,6 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 			        make_float4(hv[u].x * r * w[u].x, hv[u].y * r * w[u].y, hv[u].z * r * w[u].z, hv[u].w * r * w[u].w),
 			        tid & 31);
 	}
-#endif
 	if (tid < 32) {
 		const float w = tid < OS_K ? expf(sv[tid] - sv[0]) : 0.0f;
 		float tot = w;
@@ -463,9 +451,6 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 			selw[tid] = w / tot;
 	}
 	gt_sync();
-#ifndef OS_RFAST
-	after_sel();
-#endif
 }
 
 /* a 4-D tensor-map copy (a K / V block) and a 3-D one (a BF16 stage) */
@@ -605,7 +590,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				const int i = tid + 256 * u;
 				hv[u] = i < OS_H / 4 ? os_h4(a, l, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 			}
-			os_stage_norm(hv, ly.n1, a.eps, false, xs, sred, tid);
+			os_stage_norm(hv, ly.n1, a.eps, xs, sred, tid);
 			os_mark(a, l, OT_QX, tid);
 			const int n = (OS_QKV_TILES - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * OS_XLO_H);
