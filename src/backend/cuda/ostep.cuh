@@ -10,20 +10,27 @@
  *   attn  8 x S splits (S = 1 on a sliding layer: its window is one or two chunks), a kv head's 8
  *         query heads each, in chunks of 128 keys a warp at a time (os_attn_keys); with S > 1
  *         then 64 merges; the sink joins each head's denominator
- *   o     180 tiles, K 4096 in 8 BF16 stages of 512, h2 = h + o + bias; then the tile's part of
- *         the router's logits (mstep's fold)
- *   route every block: x = RMSNorm(h2), logits = the parts' sum / rms + bias, the top-4, softmax
- *         over the 4
+ *   o     180 tiles, K 4096 in 8 BF16 stages of 512, h2 = h + o + bias; then the tile's share of
+ *         the router's logits (mstep's fold), added in fixed point (the same bits in any order)
+ *   route every block: logits = the shares / rms + bias, the top-4 (the producer's expert copies
+ *         go), then x = RMSNorm(h2) staged, softmax over the 4
  *   gu    4 slots x 360 tiles (the experts' interleaved gate / up rows), one ring slot a tile
  *         (codes and scales by two bulk copies), + bias, the clamped SwiGLU
  *   down  4 slots x 180 tiles, yd[slot] = w_slot (down + bias): one slot a task, so the 720 tasks
- *         spread evenly (a row tile's 4 slots in one task left 48 blocks with twice the work)
+ *         spread evenly (a row tile's 4 slots a task would leave 48 of 132 blocks twice the work)
  * The layer's output h' = h2 + yd[0] + .. + yd[3] is never written: whoever reads it sums it in
- * one order (os_h), and the last layer's is written once all its down tasks are in.
+ * one order (os_h4, os_h1), and the last layer's is written once all its down tasks are in.
  *
  * Why: gpt-oss-120b's layer path spends ~64 us a layer on the H200 for ~106 MB (1.7 TB/s; four
  * launches a layer in a chain), and the two earlier step kernels took qwen3-30b-a3b from 476 to
- * 672 tok/s and llama3-8b from 465 to 538 (docs/status.md).
+ * 672 tok/s and llama3-8b from 465 to 538 (docs/status.md). Measured on the H200
+ * (bench/results/2026-11-30-h200-session45.md): gpt-oss-120b 404 -> 475 tok/s (388 -> 450 at
+ * depth 4096), gpt-oss-20b 605-610 -> 680-689 (573-577 -> 647-649). FP4S_OSTEP_TL's marks put a
+ * layer of gpt-oss-20b at ~47 us: qkv ~9 (at the copy ceiling once x is staged), the attention 3
+ * (7-8 on a full layer at depth 4096), o ~7, the route ~1.7, gate|up ~15 and the down ~8.5. The
+ * expert tiles are bound by their decode: ~1.2-1.4 us a 24 KB tile with every stage in shared
+ * memory, where the copy ceiling would take 0.8. Not kept: the o tiles past the grid in K halves
+ * (the o phase ended no sooner).
  *
  * Shared memory: 7 ring slots of 24 KB (a 16-row MXFP4 expert tile is 23,040 code bytes and 1,440
  * scale bytes; a BF16 stage 18,432 or 16,384; a chunk's K or V <= 144 rows of 128 bytes) and the
@@ -380,11 +387,12 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 
 /* ---- the route ----------------------------------------------------------------------------- */
 
-/* every block once the o tiles are in: x = RMSNorm(h2) staged for the gate|up (MXFP4 layout), the
- * logits (the o tiles' fixed-point sums) / rms + bias, the top-4 by ranks (lower index first on
- * ties) and the softmax over them. scr: E + 8 floats, then 256 ints (the ranks' parts). (The o
- * tiles' parts summed here from [180][E] floats took 4.7 us a layer of gpt-oss-120b: 92 KB of L2
- * reads a block.) */
+/* every block once the o tiles are in: the logits (the o tiles' fixed-point sums) / rms + bias,
+ * the top-4 by ranks (lower index first on ties), after_sel() once sel is final, then x =
+ * RMSNorm(h2) staged for the gate|up (MXFP4 layout) and the softmax over the 4. The logits are
+ * the layer path's (moe_tma.cu) but for the shares' row grouping. scr: E + 8 floats, then 256
+ * ints (the ranks' parts). (The o tiles' parts summed here from [180][E] floats took 4.7 us a
+ * layer of gpt-oss-120b: 92 KB of L2 reads a block.) */
 template <typename AfterSel>
 static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uint8_t *xs, float *sred, float *scr,
                                 int *sel, float *selw, int tid, AfterSel after_sel)
