@@ -13,7 +13,7 @@
  * beyond the tolerance, none of the dense models' (no router; their logprobs agree within ~0.002).
  * Then 4 of the requests together in a 4-slot pool, with 12 to 48 new tokens, against the same
  * on a pool of the layer path: the last runs alone in another slot, on blocks the pool placed.
- * Arguments: the presets to run (default all three). Skips where the kernels do not apply (not
+ * Arguments: the presets to run (default all five). Skips where the kernels do not apply (not
  * Hopper, fewer than 128 SMs). */
 #include <cuda_runtime.h>
 #include <math.h>
