@@ -61,8 +61,9 @@ static int os_takes(const struct cuda_impl *c, const struct fp4s_step_desc *d)
 	if (c->kv_dtype != FP4S_KV_BF16 || c->kv_width != OS_KVW || c->n_layers != d->n_layers || !c->kc || !c->vc ||
 	    c->n_blocks < 1)
 		return 0;
+	/* a power of two 16 .. 128: os_route's ranks split the E logits over 256 / E threads an expert */
 	const int E = d->layers[0].moe ? d->layers[0].moe->n_experts : 0;
-	if (E < 8 || E > OS_EMAX || (E & (E - 1)))
+	if (E < 16 || E > OS_EMAX || (E & (E - 1)))
 		return 0;
 	for (int32_t l = 0; l < d->n_layers; l++) {
 		const struct fp4s_step_layer *L = &d->layers[l];
