@@ -137,18 +137,7 @@ int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	a.kvmap = a.maps + nmaps - 2;
 	ds->cnt_bytes = (unsigned)((size_t)L * DS_CNT * 4);
 	/* FP4S_DSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_dstep_report prints them) */
-	const char *tl = getenv("FP4S_DSTEP_TL");
-	a.tl = NULL, a.tl_layer = -1;
-	if (tl && *tl) {
-		const int tll = atoi(tl);
-		if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&a.tl, (size_t)c->sm_count * DT_N * 8, err) &&
-		    !cu_track(c, a.tl, err))
-			a.tl_layer = tll;
-		else
-			a.tl = NULL;
-		if (err)
-			err->code = FP4S_OK, err->msg[0] = 0;
-	}
+	a.tl = cu_step_tl_alloc(c, "FP4S_DSTEP_TL", L, DT_N, &a.tl_layer);
 	free(c->ds);
 	c->ds = ds;
 	return FP4S_OK;
@@ -162,15 +151,37 @@ int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->ds->cnt_bytes, c->s));
 	if (a.tl)
 		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * DT_N * 8, c->s));
+	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)ds_kernel, &a, MG_THREADS, DS_SMEM));
+	return FP4S_OK;
+}
+
+unsigned long long *cu_step_tl_alloc(struct cuda_impl *c, const char *env, int L, int n, int *layer)
+{
+	const char *tl = getenv(env);
+	unsigned long long *t = NULL;
+	*layer = -1;
+	if (!tl || !*tl)
+		return NULL;
+	const int tll = atoi(tl);
+	struct fp4s_error e = {}; /* a diagnostic: failing to get it changes nothing else */
+	if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&t, (size_t)c->sm_count * n * 8, &e) && !cu_track(c, t, &e))
+		*layer = tll;
+	else
+		t = NULL;
+	return t;
+}
+
+cudaError_t cu_step_coop_launch(struct cuda_impl *c, const void *kernel, void *args, unsigned threads, size_t smem)
+{
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;
 	at[0].val.cooperative = 1;
-	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(MG_THREADS);
-	cfg.dynamicSmemBytes = DS_SMEM, cfg.stream = c->s;
+	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(threads);
+	cfg.dynamicSmemBytes = smem, cfg.stream = c->s;
 	cfg.attrs = at, cfg.numAttrs = 1;
-	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, ds_kernel, a));
-	return FP4S_OK;
+	void *argv[1] = {args};
+	return cudaLaunchKernelExC(&cfg, kernel, argv);
 }
 
 static int ds_cmp(const void *x, const void *y)

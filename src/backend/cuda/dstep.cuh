@@ -299,6 +299,8 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	gt_sync();
 	/* thread: head h = tid / 64's dims d, d + 1, the warps' sums weighed by exp(max_w - max) */
 	const int h = tid >> 6, d = 2 * (tid & 63);
+	/* mstep_kernel.cuh mg_attn_combine's loops written out: as its call this kernel's code
+	 * changed, and no device time was left to measure that (session 45) */
 	float M = -INFINITY;
 #pragma unroll
 	for (int w = 0; w < MG_W; w++)

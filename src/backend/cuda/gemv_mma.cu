@@ -534,7 +534,7 @@ static cudaError_t gm_launch_planned(const gm_args &a, int nv, int64_t tiles, in
 
 /* The BF16 scale offset C and the epilogue factors (see the header comment); nonzero when MXFP4
  * scales span more than BF16 can hold exactly (or were not measured). */
-static int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, int *pexp, float *post)
+int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, int *pexp, float *post)
 {
 	if (nv) {
 		*ec = 0;

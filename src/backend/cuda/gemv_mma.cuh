@@ -484,6 +484,10 @@ int gm_expert_args(const struct fp4s_stacked *w, const int32_t *idx, int32_t n_s
                    int zero_centred, const float *cw, float *ch, float *y, int pairact, cudaStream_t s, gm_args *a,
                    int *sms, struct fp4s_error *err);
 cudaError_t gm_tma_launch(const gm_args &a, int nv, int sms, int nz, cudaStream_t s);
+/* gemv_mma.cu: an FP4 matrix's BF16 scale offset C (ec) and its epilogue y = ldexp(sum, pexp) *
+ * post (nv: NVFP4, with its tensor scale ws2; MXFP4 by its scales' range e8_range, as struct
+ * fp4s_mat's); nonzero where MXFP4 scales span more than BF16 holds exactly or were not measured */
+int gm_scale_params(int nv, float ws2, int32_t e8_range, uint32_t *ec, int *pexp, float *post);
 cudaError_t gm_tma_attrs(void);
 
 #endif

@@ -209,15 +209,7 @@ static int cu_step_layers(struct fp4s_backend *be, float *h, struct fp4s_error *
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, ms->cnt_bytes, c->s));
-	/* all blocks resident at once (they wait on each other): a cooperative launch */
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at[1];
-	at[0].id = cudaLaunchAttributeCooperative;
-	at[0].val.cooperative = 1;
-	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(MG_THREADS);
-	cfg.dynamicSmemBytes = MG_SMEM, cfg.stream = c->s;
-	cfg.attrs = at, cfg.numAttrs = 1;
-	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, mg_kernel, a));
+	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)mg_kernel, &a, MG_THREADS, MG_SMEM));
 	return FP4S_OK;
 }
 

@@ -91,12 +91,15 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
  * the softmax and mg_pv_mma do. Rows 0-7 of the MMA are the heads (GQ of them; rows past GQ have
  * q zero and P zero), rows 8-15 their BF16 residual parts. */
 
-/* q's A fragments (rows g: q[g] split into BF16 hi / lo) for the 8 steps of 16 dims, once a
- * split into qfs[step][lane] (warp w: step w), so that mg_attn_keys loads a step's with one
+/* q's A fragments (rows g: q[g] split into BF16 hi / lo) for the HD / 16 steps of 16 dims, once
+ * a split into qfs[step][lane] (warp w: step w), so that mg_attn_keys loads a step's with one
  * 16-byte load rather than holding all 32 registers (the kernels' cap is 168 a thread) */
+template <int HD = MG_HD>
 static __device__ __forceinline__ void mg_attn_qfrag(const float *qs, uint4 *qfs, int warp, int lane)
 {
-	const float *qg = qs + (lane >> 2) * MG_HD + 2 * (lane & 3) + 16 * warp;
+	if (HD < MG_HD && warp >= HD / 16)
+		return;
+	const float *qg = qs + (lane >> 2) * HD + 2 * (lane & 3) + 16 * warp;
 	const float2 x0 = *reinterpret_cast<const float2 *>(qg), x1 = *reinterpret_cast<const float2 *>(qg + 8);
 	uint4 f;
 	f.x = gm_split(x0.x, x0.y, f.y);
@@ -109,10 +112,13 @@ static __device__ __forceinline__ void mg_attn_qfrag(const float *qs, uint4 *qfs
  * (its copy may land after K's). m: the row's running max (the same in its 4 lanes), l: the
  * lane's part of the running sum, o: the sums (n-tile t: dims 8 t + 2c, + 1). The scores are
  * in log2 units (q scaled by log2 e): exp2f is one instruction, expf ~10. done_k() once K's
- * reads are over (the scores summed: every ldmatrix of K has landed). */
-template <int GQ, typename KAt, typename VAt, typename DoneK, typename WaitV>
+ * reads are over (the scores summed: every ldmatrix of K has landed). HD: the head's dims; LO:
+ * keys below lo are masked too (a sliding window's start; the caller runs it only where one of
+ * the warp's keys is in range). */
+template <int GQ, int HD = MG_HD, bool LO = false, typename KAt, typename VAt, typename DoneK, typename WaitV>
 static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, int n, KAt kat, VAt vat, DoneK done_k,
-                                                    WaitV wait_v, float &m, float &l, float (&o)[16][4], int lane)
+                                                    WaitV wait_v, float &m, float &l, float (&o)[HD / 8][4], int lane,
+                                                    int lo = 0)
 {
 	const int g = lane >> 2, c = lane & 3, j = lane >> 3, r = lane & 7;
 	/* two accumulator chains an n-tile (even and odd steps): half the dependent MMAs (one chain
@@ -123,7 +129,7 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 		/* lane j * 8 + r: matrix j's row r = key kw + 8 (j >> 1) + r, chunk 2 kk + (j & 1) */
 		const int key = min(kw + 8 * (j >> 1) + r, n - 1);
 #pragma unroll
-		for (int kk = 0; kk < MG_HD / 16; kk++) {
+		for (int kk = 0; kk < HD / 16; kk++) {
 			uint32_t b0, b1, b2, b3;
 			mg_ldsm4(kat(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
 			const uint4 f = qfs[kk * 32 + lane];
@@ -138,7 +144,8 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 	for (int t = 0; t < 2; t++)
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
-			const bool in = kw + 8 * t + 2 * c + e < n && g < GQ;
+			const int kk = kw + 8 * t + 2 * c + e;
+			const bool in = kk < n && (!LO || kk >= lo) && g < GQ;
 			x[t][e] = in ? (sa[t][e] + sa[t][e + 2]) + (sb[t][e] + sb[t][e + 2]) : -INFINITY;
 			mx = fmaxf(mx, x[t][e]);
 		}
@@ -161,7 +168,7 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 	l = l * al + ps;
 	if (resc)
 #pragma unroll
-		for (int t = 0; t < 16; t++)
+		for (int t = 0; t < HD / 8; t++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				o[t][e] *= al;
@@ -171,7 +178,7 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 	/* lane j * 8 + r: matrix j's row r = key kw + 8 (j & 1) + r, chunk 2 dp + (j >> 1) */
 	const int key = min(kw + 8 * (j & 1) + r, n - 1);
 #pragma unroll
-	for (int dp = 0; dp < MG_HD / 16; dp++) {
+	for (int dp = 0; dp < HD / 16; dp++) {
 		uint32_t b0, b1, b2, b3;
 		mg_ldsm4t(vat(key, 2 * dp + (j >> 1)), b0, b1, b2, b3);
 		gm_mma(o[2 * dp], h0, l0, h1, l1, b0, b1);
@@ -182,9 +189,9 @@ static __device__ __forceinline__ void mg_attn_keys(const uint4 *qfs, int kw, in
 #define MG_OWS (MG_HD + 8) /* a warp's head row in mg_attn_put's sums (floats): float2 stores conflict-free */
 
 /* the warp's split of the split into shared memory: mw, lw [warp][GQ] the rows' max and sum, ow
- * [warp][GQ][MG_OWS] the sums. The caller syncs, then weighs them by exp(mw - max over warps). */
-template <int GQ>
-static __device__ __forceinline__ void mg_attn_put(float m, float l, const float (&o)[16][4], float *mw, float *lw,
+ * [warp][GQ][HD + 8] the sums. The caller syncs, then mg_attn_combine weighs them. */
+template <int GQ, int HD = MG_HD>
+static __device__ __forceinline__ void mg_attn_put(float m, float l, const float (&o)[HD / 8][4], float *mw, float *lw,
                                                    float *ow, int warp, int lane)
 {
 	const int g = lane >> 2, c = lane & 3;
@@ -193,10 +200,30 @@ static __device__ __forceinline__ void mg_attn_put(float m, float l, const float
 	if (g < GQ) {
 		if (c == 0)
 			mw[warp * GQ + g] = m, lw[warp * GQ + g] = l;
-		float *row = ow + (warp * GQ + g) * MG_OWS + 2 * c;
+		float *row = ow + (warp * GQ + g) * (HD + 8) + 2 * c;
 #pragma unroll
-		for (int t = 0; t < 16; t++)
+		for (int t = 0; t < HD / 8; t++)
 			*reinterpret_cast<float2 *>(row + 8 * t) = make_float2(o[t][0] + o[t][2], o[t][1] + o[t][3]);
+	}
+}
+
+/* head h's dims d, d + 1 of a split: the warps' sums (mg_attn_put's) weighed by exp2(max_w - M),
+ * into M (the max over the warps, log2 units), L (the sum) and ox, oy */
+template <int GQ, int HD = MG_HD>
+static __device__ __forceinline__ void mg_attn_combine(const float *mw, const float *lw, const float *ow, int h, int d,
+                                                       float &M, float &L, float &ox, float &oy)
+{
+	M = -INFINITY;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++)
+		M = fmaxf(M, mw[w * GQ + h]);
+	L = 0.0f, ox = 0.0f, oy = 0.0f;
+#pragma unroll
+	for (int w = 0; w < MG_W; w++) {
+		const float f = exp2f(mw[w * GQ + h] - M);
+		const float2 v = *reinterpret_cast<const float2 *>(ow + (w * GQ + h) * (HD + 8) + d);
+		L += f * lw[w * GQ + h];
+		ox += f * v.x, oy += f * v.y;
 	}
 }
 
@@ -220,12 +247,13 @@ static __device__ __forceinline__ uint32_t mg_kv_sa(uint32_t st, int i, int c)
 	return st + (uint32_t)((i >> 4) * 4096 + (c >> 3) * 2048 + (i & 15) * 128 + (((c & 7) ^ (i & 7)) << 4));
 }
 
-/* position t's row of kv head g (of nkv) in a layer's K or V blocks (tab: the sequence's block
- * table) */
+/* position t's row of kv head g (of nkv, HD dims each) in a layer's K or V blocks (tab: the
+ * sequence's block table) */
+template <int HD = MG_HD>
 static __device__ __forceinline__ __nv_bfloat16 *mg_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g,
                                                           int nkv)
 {
-	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * nkv + g) * MG_HD;
+	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * nkv + g) * HD;
 }
 
 /* rotary (rotate-half: dims d and d + 64 a pair; c4, s4 from mg_rope_ld) of one head held by a
@@ -563,6 +591,23 @@ static __device__ void mg_route(const mg_args &a, int l, const float *h2, const 
 	gt_sync();
 }
 
+/* an o tile's share of the router's logits for expert tid / 2: its 16 columns of the router at st
+ * ([E][16] BF16: thread t reads expert t / 2's half t % 2, 16 contiguous bytes) times hs (n2 h2 of
+ * the tile's 16 rows); both threads of the pair get the sum (whole warps call it) */
+static __device__ __forceinline__ float mg_router_part(uint32_t st, const float *hs, int tid)
+{
+	const uint4 wv = gm_lds128(st + tid * 16);
+	const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+	const float *hh = hs + 8 * (tid & 1);
+	float p = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const float2 wf = __bfloat1622float2(w2[i]);
+		p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
+	}
+	return p + __shfl_xor_sync(0xFFFFFFFFu, p, 1);
+}
+
 /* a 5-D tensor-map copy (the K / V blocks) */
 static __device__ __forceinline__ void mg_copy_5d(void *dst, const CUtensorMap *map, int c0, int c1, int c2, int c3,
                                                   int c4, uint64_t *b, uint64_t pol)
@@ -761,16 +806,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 			gt_sync();
 			mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 			{
-				const uint4 wv = gm_lds128(ring_sa + (uint32_t)pos.i * MG_STAGE + tid * 16);
-				const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
-				const float *hh = hs + 8 * (tid & 1);
-				float p = 0.0f;
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					const float2 wf = __bfloat1622float2(w2[i]);
-					p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
-				}
-				p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
+				const float p = mg_router_part(ring_sa + (uint32_t)pos.i * MG_STAGE, hs, tid);
 				if (!(tid & 1))
 					a.rpart[((size_t)l * MG_O_TILES + b) * MG_E + (tid >> 1)] = p;
 			}

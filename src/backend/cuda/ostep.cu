@@ -40,18 +40,6 @@ static int os_mx(const struct fp4s_stacked *s, int64_t rows, int64_t cols)
 	       s->stride_scales % 16 == 0;
 }
 
-/* MXFP4's BF16 scale offset C and y = ldexp(sum, pexp) over a stack's scale range (gemv_mma.cu
- * gm_scale_params); 0 where the range is too wide */
-static int os_scale_params(int32_t e8_range, uint32_t *ec, int *pexp)
-{
-	const int lo = (e8_range - 1) & 0xFF, hi = ((e8_range - 1) >> 8) & 0xFF;
-	if (!e8_range || hi >= 255 || hi - lo > 133)
-		return 0;
-	*ec = (uint32_t)(254 - hi);
-	*pexp = 126 - (int)*ec;
-	return 1;
-}
-
 /* whether the model is one the kernel takes: its expert count, else 0 */
 static int os_takes(const struct cuda_impl *c, const struct fp4s_step_desc *d)
 {
@@ -142,8 +130,9 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 		lo_gu = min(lo_gu, (gu->e8_range - 1) & 0xFF), hi_gu = max(hi_gu, ((gu->e8_range - 1) >> 8) & 0xFF);
 		lo_dn = min(lo_dn, (dn->e8_range - 1) & 0xFF), hi_dn = max(hi_dn, ((dn->e8_range - 1) >> 8) & 0xFF);
 	}
-	if (!os_scale_params(1 + (lo_gu | hi_gu << 8), &a.ec_gu, &a.pexp_gu) ||
-	    !os_scale_params(1 + (lo_dn | hi_dn << 8), &a.ec_dn, &a.pexp_dn))
+	float post; /* 1 for MXFP4 */
+	if (gm_scale_params(0, 1.0f, 1 + (lo_gu | hi_gu << 8), &a.ec_gu, &a.pexp_gu, &post) ||
+	    gm_scale_params(0, 1.0f, 1 + (lo_dn | hi_dn << 8), &a.ec_dn, &a.pexp_dn, &post))
 		rc = FP4S_EUNSUPPORTED;
 	os_layer *dly = NULL;
 	const size_t cntb = ((size_t)L * OS_CNT * 4 + 15) & ~(size_t)15;
@@ -214,18 +203,7 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	a.lacc = reinterpret_cast<long long *>(reinterpret_cast<uint8_t *>(a.cnt) + cntb);
 	os->cnt_bytes = (unsigned)(cntb + (size_t)L * E * 8);
 	/* FP4S_OSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_ostep_report prints them) */
-	const char *tl = getenv("FP4S_OSTEP_TL");
-	a.tl = NULL, a.tl_layer = -1;
-	if (tl && *tl) {
-		const int tll = atoi(tl);
-		if (tll >= 0 && tll < L && !cu_dev_alloc(c, (void **)&a.tl, (size_t)c->sm_count * OT_N * 8, err) &&
-		    !cu_track(c, a.tl, err))
-			a.tl_layer = tll;
-		else
-			a.tl = NULL;
-		if (err)
-			err->code = FP4S_OK, err->msg[0] = 0;
-	}
+	a.tl = cu_step_tl_alloc(c, "FP4S_OSTEP_TL", L, OT_N, &a.tl_layer);
 	free(c->os);
 	c->os = os;
 	return FP4S_OK;
@@ -239,14 +217,7 @@ int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->os->cnt_bytes, c->s));
 	if (a.tl)
 		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * OT_N * 8, c->s));
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute at[1];
-	at[0].id = cudaLaunchAttributeCooperative;
-	at[0].val.cooperative = 1;
-	cfg.gridDim = dim3((unsigned)c->sm_count), cfg.blockDim = dim3(MG_THREADS);
-	cfg.dynamicSmemBytes = OS_SMEM, cfg.stream = c->s;
-	cfg.attrs = at, cfg.numAttrs = 1;
-	FP4S_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, os_kernel, a));
+	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)os_kernel, &a, MG_THREADS, OS_SMEM));
 	return FP4S_OK;
 }
 

@@ -8,7 +8,7 @@
  *   qkv   320 tiles of 16 rows, K 2880 in 5 BF16 stages of 576 (x = RMSNorm(h), plain BF16 hi /
  *         lo); + bias; q to q, k to kraw, v into the cache at pos
  *   attn  8 x S splits (S = 1 on a sliding layer: its window is one or two chunks), a kv head's 8
- *         query heads each, in chunks of 128 keys a warp at a time (os_attn_keys); with S > 1
+ *         query heads each, in chunks of 128 keys a warp at a time (mg_attn_keys); with S > 1
  *         then 64 merges; the sink joins each head's denominator
  *   o     180 tiles, K 4096 in 8 BF16 stages of 512, h2 = h + o + bias; then the tile's share of
  *         the router's logits (mstep's fold), added in fixed point (the same bits in any order)
@@ -72,7 +72,6 @@
 #define OS_XLO_Q (2 * OS_QR + 16)
 #define OS_T 128  /* the attention's chunk */
 #define OS_PS (OS_HD + 4) /* a split's partial a head: 64 sums, max, sum, 2 spare */
-#define OS_OWS (OS_HD + 8)
 #define OS_NTQ 3  /* qkv tiles a block at most (G >= 107) */
 #define OS_NTG 12 /* gate|up tiles (G >= 120) */
 #define OS_NTD 6  /* down tasks (G >= 120) */
@@ -288,16 +287,6 @@ static __device__ __forceinline__ void os_bf_tiles(int n, int nst, gt_pos &pos, 
 		}
 	}
 	gt_sync();
-}
-
-template <int NT>
-static __device__ __forceinline__ float os_rowsum(const float *red, int k, int r)
-{
-	float v = 0.0f;
-#pragma unroll
-	for (int w = 0; w < MG_W; w++)
-		v += red[(w * NT + k) * 16 + r];
-	return v;
 }
 
 /* MMA row g of an MXFP4 tile is its row os_pi(g) (bits 0 and 1 swapped): rows 1,440 bytes apart
@@ -605,14 +594,14 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			os_bf_tiles<OS_QCH, OS_NTQ>(n, OS_QST, pos, full, empty, ring_sa, xs_sa, OS_XLO_H, rq, warp, lane);
 			if (tid < 16 * n) {
 				const int k = tid >> 4, row = (b + k * G) * 16 + (tid & 15);
-				const float y = os_rowsum<OS_NTQ>(rq, k, tid & 15) + __ldg(ly.bqkv + row);
+				const float y = mg_rowsum_k<OS_NTQ>(rq, k, tid & 15) + __ldg(ly.bqkv + row);
 				if (row < OS_QR)
 					a.q[(size_t)l * OS_QR + row] = y;
 				else if (row < OS_QR + OS_KVW)
 					a.kraw[(size_t)l * OS_KVW + row - OS_QR] = y;
 				else {
 					const int r = row - OS_QR - OS_KVW;
-					os_kvrow(ly.vc, tab, ctx - 1, r / OS_HD)[r % OS_HD] = __float2bfloat16_rn(y);
+					mg_kvrow<OS_HD>(ly.vc, tab, ctx - 1, r / OS_HD, OS_NKV)[r % OS_HD] = __float2bfloat16_rn(y);
 				}
 			}
 			mg_cpub(cnt + O_QKV, n, tid);
@@ -647,7 +636,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				const float br = tid < 16 ? __ldg(ly.bo + j * 16 + tid) : 0.0f, nr = tid < 16 ? __ldg(ly.n2 + j * 16 + tid) : 0.0f;
 				os_bf_tiles<OS_OCH, 1>(1, OS_OST, pos, full, empty, ring_sa, xs_sa, OS_XLO_Q, ro, warp, lane);
 				if (tid < 16) {
-					const float y = hr + (os_rowsum<1>(ro, 0, tid) + br);
+					const float y = hr + (mg_rowsum_k<1>(ro, 0, tid) + br);
 					h2[j * 16 + tid] = y;
 					hs[tid] = y * nr;
 				}
@@ -655,16 +644,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				/* the router's 16 columns of this tile ([E][16] BF16): thread t, expert t / 2's half t % 2 */
 				mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 				if (tid < 2 * E) {
-					const uint4 wv = gm_lds128(ring_sa + (uint32_t)pos.i * OS_SLOT + tid * 16);
-					const __nv_bfloat162 *w2 = reinterpret_cast<const __nv_bfloat162 *>(&wv);
-					const float *hh = hs + 8 * (tid & 1);
-					float p = 0.0f;
-#pragma unroll
-					for (int i = 0; i < 4; i++) {
-						const float2 wf = __bfloat1622float2(w2[i]);
-						p += wf.x * hh[2 * i] + wf.y * hh[2 * i + 1];
-					}
-					p += __shfl_xor_sync(0xFFFFFFFFu, p, 1);
+					const float p = mg_router_part(ring_sa + (uint32_t)pos.i * OS_SLOT, hs, tid);
 					/* integer sums do not depend on the tiles' order: every block reads the same
 					 * bits (gemv_fp4.cu's fold, the same 2^32) */
 					if (!(tid & 1))
@@ -697,8 +677,8 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			if (tid < 8 * n) {
 				const int k = tid >> 3, i = tid & 7, j = b + k * G, slot = j / OS_GU_TILES, t = j % OS_GU_TILES;
 				const float *bg = ly.bgu + (size_t)sl[slot] * 2 * OS_FI + t * 16;
-				const float gt = ldexpf(os_rowsum<OS_NTG>(rq, k, 2 * i), a.pexp_gu) + __ldg(bg + 2 * i);
-				const float up = ldexpf(os_rowsum<OS_NTG>(rq, k, 2 * i + 1), a.pexp_gu) + __ldg(bg + 2 * i + 1);
+				const float gt = ldexpf(mg_rowsum_k<OS_NTG>(rq, k, 2 * i), a.pexp_gu) + __ldg(bg + 2 * i);
+				const float up = ldexpf(mg_rowsum_k<OS_NTG>(rq, k, 2 * i + 1), a.pexp_gu) + __ldg(bg + 2 * i + 1);
 				a.act[((size_t)l * OS_K + slot) * OS_FI + t * 8 + i] = swiglu_oai(gt, up, a.alpha, a.limit);
 			}
 			mg_cpub(cnt + O_GU, n, tid);
@@ -719,7 +699,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			if (tid < 16 * n) {
 				const int k = tid >> 4, r = tid & 15, j = b + k * G, slot = j / OS_D_TILES, t = j % OS_D_TILES;
 				const int row = t * 16 + r;
-				const float y = ldexpf(os_rowsum<OS_NTD>(rd, k, r), a.pexp_dn) +
+				const float y = ldexpf(mg_rowsum_k<OS_NTD>(rd, k, r), a.pexp_dn) +
 				                __ldg(ly.bdn + (size_t)sl[slot] * OS_H + row);
 				a.yd[((size_t)l * OS_K + slot) * OS_H + row] = sw[slot] * y;
 			}

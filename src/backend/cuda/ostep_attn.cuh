@@ -25,98 +25,11 @@ static __device__ __forceinline__ void os_range(int window, int ctx, int T, int 
 	}
 }
 
-/* position t's row of kv head g in a layer's K or V blocks */
-static __device__ __forceinline__ __nv_bfloat16 *os_kvrow(__nv_bfloat16 *base, const int32_t *tab, int t, int g)
-{
-	return base + ((size_t)(__ldg(tab + t / MG_KVB) * MG_KVB + t % MG_KVB) * OS_NKV + g) * OS_HD;
-}
-
 /* key i's (< 144) 16-byte chunk c (< 8) in a K or V slot: blocks of 16 rows of 128 bytes, the
  * 128-byte swizzle (chunk XOR row % 8) */
 static __device__ __forceinline__ uint32_t os_kv_sa(uint32_t st, int i, int c)
 {
 	return st + (uint32_t)(i * 128 + ((c ^ (i & 7)) << 4));
-}
-
-/* q's A fragments for the 4 steps of 16 dims (warp w < 4: step w) into qfs[step][lane] */
-static __device__ __forceinline__ void os_attn_qfrag(const float *qs, uint4 *qfs, int warp, int lane)
-{
-	if (warp >= OS_HD / 16)
-		return;
-	const float *qg = qs + (lane >> 2) * OS_HD + 2 * (lane & 3) + 16 * warp;
-	const float2 x0 = *reinterpret_cast<const float2 *>(qg), x1 = *reinterpret_cast<const float2 *>(qg + 8);
-	uint4 f;
-	f.x = gm_split(x0.x, x0.y, f.y);
-	f.z = gm_split(x1.x, x1.y, f.w);
-	qfs[warp * 32 + lane] = f;
-}
-
-/* keys kw .. kw + 16 of a chunk (mstep_kernel.cuh mg_attn_keys for 64 dims and 8 heads): keys
- * outside [lo, n) are masked (the caller runs it only where one is inside), keys past n read key
- * n - 1's rows. Scores in log2 units. */
-template <typename KAt, typename VAt, typename DoneK, typename WaitV>
-static __device__ __forceinline__ void os_attn_keys(const uint4 *qfs, int kw, int lo, int n, KAt kat, VAt vat,
-                                                    DoneK done_k, WaitV wait_v, float &m, float &l,
-                                                    float (&o)[OS_HD / 8][4], int lane)
-{
-	const int c = lane & 3, j = lane >> 3, r = lane & 7;
-	float sa[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-	float sb[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-	{
-		const int key = min(kw + 8 * (j >> 1) + r, n - 1);
-#pragma unroll
-		for (int kk = 0; kk < OS_HD / 16; kk++) {
-			uint32_t b0, b1, b2, b3;
-			mg_ldsm4(kat(key, 2 * kk + (j & 1)), b0, b1, b2, b3);
-			const uint4 f = qfs[kk * 32 + lane];
-			float(&s)[2][4] = (kk & 1) ? sb : sa;
-			gm_mma(s[0], f.x, f.y, f.z, f.w, b0, b1);
-			gm_mma(s[1], f.x, f.y, f.z, f.w, b2, b3);
-		}
-	}
-	float x[2][2], mx = -INFINITY;
-#pragma unroll
-	for (int t = 0; t < 2; t++)
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			const int kk = kw + 8 * t + 2 * c + e;
-			const bool in = kk < n && kk >= lo;
-			x[t][e] = in ? (sa[t][e] + sa[t][e + 2]) + (sb[t][e] + sb[t][e + 2]) : -INFINITY;
-			mx = fmaxf(mx, x[t][e]);
-		}
-	done_k();
-	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-	const float mn = fmaxf(m, mx); /* finite: a key of the warp is in range */
-	const float al = exp2f(m - mn);
-	const bool resc = __any_sync(0xFFFFFFFFu, al != 1.0f && m != -INFINITY);
-	m = mn;
-	float p[2][2], ps = 0.0f;
-#pragma unroll
-	for (int t = 0; t < 2; t++)
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			p[t][e] = exp2f(x[t][e] - mn);
-			ps += p[t][e];
-		}
-	l = l * al + ps;
-	if (resc)
-#pragma unroll
-		for (int t = 0; t < OS_HD / 8; t++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				o[t][e] *= al;
-	uint32_t l0, l1;
-	const uint32_t h0 = gm_split(p[0][0], p[0][1], l0), h1 = gm_split(p[1][0], p[1][1], l1);
-	wait_v();
-	const int key = min(kw + 8 * (j & 1) + r, n - 1);
-#pragma unroll
-	for (int dp = 0; dp < OS_HD / 16; dp++) {
-		uint32_t b0, b1, b2, b3;
-		mg_ldsm4t(vat(key, 2 * dp + (j >> 1)), b0, b1, b2, b3);
-		gm_mma(o[2 * dp], h0, l0, h1, l1, b0, b1);
-		gm_mma(o[2 * dp + 1], h0, l0, h1, l1, b2, b3);
-	}
 }
 
 /* the lane's rotary cos / sin for its dims 2 lane, + 1 (rotate-half over 64: dims d, d + 32) */
@@ -147,7 +60,7 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 {
 	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
 	/* scratch: q [8][64], pos's K and V rows (128 bytes each), q's fragments [4][32], the warps'
-	 * max and sum [8][8] each, their sums [8][8][OS_OWS] */
+	 * max and sum [8][8] each, their sums [8][8][OS_HD + 8] (mg_attn_put) */
 	float *qs = scr;
 	uint4 *kvp = reinterpret_cast<uint4 *>(scr + OS_GQ * OS_HD), *qfs = kvp + 16;
 	float *mw = reinterpret_cast<float *>(qfs + 4 * 32), *lw = mw + MG_W * OS_GQ, *ow = lw + MG_W * OS_GQ;
@@ -163,19 +76,19 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 		if (kw7)
 			kr = __ldcg(reinterpret_cast<const float2 *>(a.kraw + ((size_t)l * OS_NKV + g) * OS_HD) + lane);
 		if (last && tid < 8)
-			kvp[8 + tid] = __ldcg(reinterpret_cast<const uint4 *>(os_kvrow(ly.vc, tab, pos, g)) + tid);
+			kvp[8 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow<OS_HD>(ly.vc, tab, pos, g, OS_NKV)) + tid);
 		const float2 qr = os_rope2(v, c2, s2, lane);
-		const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: exp2f in os_attn_keys */
+		const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: mg_attn_keys's exp2f */
 		reinterpret_cast<float2 *>(qs)[tid] = make_float2(qr.x * sc2, qr.y * sc2);
 		if (kw7) {
 			const float2 k2 = os_rope2(kr, c2, s2, lane);
 			const __nv_bfloat162 kb = __floats2bfloat162_rn(k2.x, k2.y);
 			reinterpret_cast<__nv_bfloat162 *>(kvp)[lane] = kb;
-			reinterpret_cast<__nv_bfloat162 *>(os_kvrow(ly.kc, tab, pos, g))[lane] = kb;
+			reinterpret_cast<__nv_bfloat162 *>(mg_kvrow<OS_HD>(ly.kc, tab, pos, g, OS_NKV))[lane] = kb;
 		}
 	}
 	gt_sync();
-	os_attn_qfrag(qs, qfs, warp, lane);
+	mg_attn_qfrag<OS_HD>(qs, qfs, warp, lane);
 	gt_sync();
 	float m = -INFINITY, lsum = 0.0f, o[OS_HD / 8][4];
 #pragma unroll
@@ -192,8 +105,8 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 			if (use)
 				mg_wbar(&full[kq.i], kq.ph, 2, kq.n);
 			const uint32_t kst = ring_sa + (uint32_t)kq.i * OS_SLOT, vst = ring_sa + (uint32_t)vq.i * OS_SLOT;
-			os_attn_keys(
-				qfs, kw, lo, n,
+			mg_attn_keys<OS_GQ, OS_HD, true>(
+				qfs, kw, n,
 				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(kst, i, c) : kp_sa + (uint32_t)(c << 4); },
 				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(vst, i, c) : vp_sa + (uint32_t)(c << 4); },
 				[&] {
@@ -204,7 +117,7 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 					if (use)
 						mg_wbar(&full[vq.i], vq.ph, 2, vq.n);
 				},
-				m, lsum, o, lane);
+				m, lsum, o, lane, lo);
 			if (use && lane == 0)
 				gt_arrive(&empty[vq.i]);
 		}
@@ -219,33 +132,12 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 			gt_next_n(rp, OS_NS, 2);
 		}
 	}
-	/* the warp's max, sum and sums into shared memory */
-	{
-		const int gg = lane >> 2, c = lane & 3;
-		lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, 1);
-		lsum += __shfl_xor_sync(0xFFFFFFFFu, lsum, 2);
-		if (c == 0)
-			mw[warp * OS_GQ + gg] = m, lw[warp * OS_GQ + gg] = lsum;
-		float *row = ow + (warp * OS_GQ + gg) * OS_OWS + 2 * c;
-#pragma unroll
-		for (int t = 0; t < OS_HD / 8; t++)
-			*reinterpret_cast<float2 *>(row + 8 * t) = make_float2(o[t][0] + o[t][2], o[t][1] + o[t][3]);
-	}
+	mg_attn_put<OS_GQ, OS_HD>(m, lsum, o, mw, lw, ow, warp, lane);
 	gt_sync();
 	/* thread: head h = tid / 32's dims d, d + 1, the warps' sums weighed by exp2(max_w - max) */
 	const int h = tid >> 5, d = 2 * (tid & 31);
-	float M = -INFINITY;
-#pragma unroll
-	for (int w = 0; w < MG_W; w++)
-		M = fmaxf(M, mw[w * OS_GQ + h]);
-	float L = 0.0f, ox = 0.0f, oy = 0.0f;
-#pragma unroll
-	for (int w = 0; w < MG_W; w++) {
-		const float f = exp2f(mw[w * OS_GQ + h] - M);
-		const float2 v = *reinterpret_cast<const float2 *>(ow + (w * OS_GQ + h) * OS_OWS + d);
-		L += f * lw[w * OS_GQ + h];
-		ox += f * v.x, oy += f * v.y;
-	}
+	float M, L, ox, oy;
+	mg_attn_combine<OS_GQ, OS_HD>(mw, lw, ow, h, d, M, L, ox, oy);
 	if (S == 1) {
 		/* the sink: a key of zero value whose score is the sink's logit */
 		L += exp2f(__ldg(ly.sinks + g * OS_GQ + h) * 1.4426950408889634f - M);
