@@ -562,12 +562,12 @@ static __device__ __forceinline__ void mg_tiles(int n, gt_pos &pos, uint64_t *fu
 	gt_sync();
 }
 
-template <int NT>
+template <int NT, int W = MG_W>
 static __device__ __forceinline__ float mg_rowsum_k(const float *red, int k, int r)
 {
 	float v = 0.0f;
 #pragma unroll
-	for (int w = 0; w < MG_W; w++)
+	for (int w = 0; w < W; w++)
 		v += red[(w * NT + k) * 16 + r];
 	return v;
 }

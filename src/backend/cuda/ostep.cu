@@ -217,7 +217,7 @@ int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->os->cnt_bytes, c->s));
 	if (a.tl)
 		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * OT_N * 8, c->s));
-	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)os_kernel, &a, MG_THREADS, OS_SMEM));
+	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)os_kernel, &a, OS_THREADS, OS_SMEM));
 	return FP4S_OK;
 }
 

@@ -76,7 +76,18 @@
 #define OS_NTG 12 /* gate|up tiles (G >= 120) */
 #define OS_NTD 6  /* down tasks (G >= 120) */
 #define OS_GMIN 120
-#define OS_XS (4 * 2 * OS_CSX + 8 * OS_NTD * 16 * 4 + 1024) /* the down's x, its row sums, spare */
+/* consumer warps of the expert phases only (gate|up, down): the expert tiles are bound by their
+ * decode with 8 warps (session 45), so more join there; the other phases keep warps 0-7. 13 or
+ * 16 warps a block cap a thread at 128 registers (4 warps on a scheduler's 16K), 12 at 168.
+ * Measured on gpt-oss-20b (H200, session 46): 4 +2.1 % at tg128, +0.9-1.5 % at depth 4096, with
+ * 24 bytes of spills; 3 (no spills) 1-3 % slower than none. */
+#ifndef OS_XW
+#define OS_XW 4
+#endif
+#define OS_CW (MG_W + OS_XW)
+#define OS_THREADS ((OS_CW + 1) * 32)
+#define OS_MXQ ((OS_MXSTEPS + OS_CW - 1) / OS_CW) /* an expert tile's steps a warp at most */
+#define OS_XS (4 * 2 * OS_CSX + OS_CW * OS_NTD * 16 * 4 + 1024) /* the down's x, its row sums, spare */
 #define OS_SMEM (OS_NS * OS_SLOT + OS_XS + 256)
 
 enum { O_QKV, O_ATT, O_O, O_GU, O_D, O_N };
@@ -234,6 +245,20 @@ static __device__ __forceinline__ void os_stage_act(const float *v, uint8_t *xs,
 
 /* ---- the tiles ----------------------------------------------------------------------------- */
 
+/* a consumer warp's hand-back of a stage the expert-only warps do not read: warp 0 arrives for
+ * them too (the empty barriers count OS_CW arrivals) */
+static __device__ __forceinline__ void os_arrive(uint64_t *b, int warp)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(gt_sa(b)), "r"(warp == 0 ? 1 + OS_XW : 1)
+	             : "memory");
+}
+
+/* the expert phases' barrier: all OS_CW consumer warps */
+static __device__ __forceinline__ void os_xsync(void)
+{
+	asm volatile("bar.sync 2, %0;" ::"n"(OS_CW * 32) : "memory");
+}
+
 static __device__ __forceinline__ uint32_t os_lds32(uint32_t sa)
 {
 	uint32_t v;
@@ -278,7 +303,7 @@ static __device__ __forceinline__ void os_bf_tiles(int n, int nst, gt_pos &pos, 
 			os_bf_stage<NCH>(acc, ring_sa + (uint32_t)pos.i * OS_SLOT, xcol, warp, lane);
 			__syncwarp();
 			if (lane == 0)
-				gt_arrive(&empty[pos.i]);
+				os_arrive(&empty[pos.i], warp);
 			gt_next(pos, OS_NS);
 		}
 		if (c == 0) {
@@ -320,8 +345,9 @@ static __device__ __forceinline__ void os_gm_mx2(float (&acc)[2][4], const uint4
 	}
 }
 
-/* n <= NT MXFP4 tiles, one ring slot each, x staged at xcol(k) for tile k (this lane's column);
- * the warps' row sums (memory row order) into red[(w NT + k) 16 + row] */
+/* n <= NT MXFP4 tiles, one ring slot each, by all OS_CW consumer warps (steps w, w + 12), x staged
+ * at xcol(k) for tile k (this lane's column); the warps' row sums (memory row order) into red[(w NT
+ * + k) 16 + row], mg_rowsum_k<NT, OS_CW> adds them */
 template <int NT, typename XcolF>
 static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t *full, uint64_t *empty,
                                                    uint32_t ring_sa, XcolF xcol, uint32_t ec, float *red, int warp,
@@ -339,11 +365,11 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 			const int t4 = lane & 3, row = os_pi(g);
 			/* every step's codes and scales loaded before the first decode (step by step measured
 			 * 1.3-1.4 % slower on gpt-oss-120b, session 45) */
-			uint4 wa[3], wb[3];
-			uint32_t sa[3], sc[3];
+			uint4 wa[OS_MXQ], wb[OS_MXQ];
+			uint32_t sa[OS_MXQ], sc[OS_MXQ];
 #pragma unroll
-			for (int q = 0; q < 3; q++) {
-				const int s = min(warp + MG_W * q, OS_MXSTEPS - 1), ch = 4 * s + t4;
+			for (int q = 0; q < OS_MXQ; q++) {
+				const int s = min(warp + OS_CW * q, OS_MXSTEPS - 1), ch = 4 * s + t4;
 				const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
 				wa[q] = gm_lds128(cb), wb[q] = gm_lds128(cb + 8 * OS_MXC);
 				const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + min(ch, OS_H / 32 - 1));
@@ -352,9 +378,9 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 					sa[q] = sc[q] = 0x100u;
 			}
 #pragma unroll
-			for (int q = 0; q < 3; q++)
-				if (warp + MG_W * q < OS_MXSTEPS)
-					os_gm_mx2(a2, wa[q], wb[q], sa[q], sc[q], ec, xc[0], 4 * (warp + MG_W * q) + t4);
+			for (int q = 0; q < OS_MXQ; q++)
+				if (warp + OS_CW * q < OS_MXSTEPS)
+					os_gm_mx2(a2, wa[q], wb[q], sa[q], sc[q], ec, xc[0], 4 * (warp + OS_CW * q) + t4);
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[0][e] = a2[0][e] + a2[1][e];
@@ -369,7 +395,7 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 			red[(warp * NT + k) * 16 + 8 + row] = acc[0][2] + acc[0][3];
 		}
 	}
-	gt_sync();
+	os_xsync();
 }
 
 #include "backend/cuda/ostep_attn.cuh"
@@ -469,7 +495,7 @@ static __device__ __forceinline__ void os_copy_3d(void *dst, const CUtensorMap *
 	             : "memory");
 }
 
-__global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
+__global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 {
 	extern __shared__ __align__(1024) uint8_t smem[];
 	uint8_t *ring = smem;
@@ -480,6 +506,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 	int *sel = reinterpret_cast<int *>(selbar + 2);          /* [2][4] */
 	float *selw = reinterpret_cast<float *>(sel + 2 * OS_K); /* [2][4] */
 	float *sred = selw + 2 * OS_K;                           /* [8] */
+	unsigned *spos = reinterpret_cast<unsigned *>(sred + MG_W); /* the ring position at an expert phase's start */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int b = blockIdx.x, G = gridDim.x, E = a.E;
 	const int ctx = __ldg(a.pos) + 1, T = os_split_t(ctx, G), SF = (ctx + T - 1) / T;
@@ -489,7 +516,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			__trap();
 		for (int i = 0; i < OS_NS; i++) {
 			gt_init(&full[i], 1);
-			gt_init(&empty[i], MG_W);
+			gt_init(&empty[i], OS_CW);
 		}
 		gt_init(&selbar[0], 1);
 		gt_init(&selbar[1], 1);
@@ -497,7 +524,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 	}
 	__syncthreads();
 
-	if (warp == MG_W) { /* the producer: every stage in the consumers' order */
+	if (warp == OS_CW) { /* the producer: every stage in the consumers' order */
 		if (lane)
 			return;
 		uint64_t pol;
@@ -572,6 +599,27 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 
 	gt_pos pos = {0, 0, 0};
 	const uint32_t ring_sa = gt_sa(ring), xs_sa = gt_sa(xs);
+	/* the down's x for task k of this block: its slot's columns */
+	auto dcol = [&](int k) { return xs_sa + (uint32_t)((b + k * G) / OS_D_TILES * 2 * OS_CSX); };
+	if (warp >= MG_W) { /* the expert-only warps: each layer's gate|up and down tiles, at the ring
+	                     * position warps 0-7 share at each phase's start */
+		for (int l = 0; l < a.L; l++) {
+			if (b < OS_K * OS_GU_TILES) {
+				os_xsync();
+				gt_pos p = {spos[0], (int)spos[1], spos[2]};
+				os_mx_tiles<OS_NTG>((OS_K * OS_GU_TILES - b + G - 1) / G, p, full, empty, ring_sa,
+				                    [&](int) { return xs_sa; }, a.ec_gu, reinterpret_cast<float *>(xs + 2 * OS_CSX),
+				                    warp, lane);
+			}
+			if (b < OS_K * OS_D_TILES) {
+				os_xsync();
+				gt_pos p = {spos[0], (int)spos[1], spos[2]};
+				os_mx_tiles<OS_NTD>((OS_K * OS_D_TILES - b + G - 1) / G, p, full, empty, ring_sa, dcol, a.ec_dn,
+				                    reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX), warp, lane);
+			}
+		}
+		return;
+	}
 	for (int l = 0; l < a.L; l++) {
 		const os_layer &ly = a.ly[l];
 		unsigned *cnt = a.cnt + (size_t)l * OS_CNT;
@@ -653,7 +701,7 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 				}
 				__syncwarp();
 				if (lane == 0)
-					gt_arrive(&empty[pos.i]);
+					os_arrive(&empty[pos.i], warp);
 				gt_next(pos, OS_NS);
 			}
 			mg_cpub(cnt + O_O, (OS_O_TILES - b + G - 1) / G, tid);
@@ -673,12 +721,15 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 		if (b < OS_K * OS_GU_TILES) {
 			const int n = (OS_K * OS_GU_TILES - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * OS_CSX);
+			if (tid == 0)
+				spos[0] = pos.n, spos[1] = (unsigned)pos.i, spos[2] = pos.ph;
+			os_xsync(); /* x staged, the ring position shared: the expert-only warps go */
 			os_mx_tiles<OS_NTG>(n, pos, full, empty, ring_sa, [&](int) { return xs_sa; }, a.ec_gu, rq, warp, lane);
 			if (tid < 8 * n) {
 				const int k = tid >> 3, i = tid & 7, j = b + k * G, slot = j / OS_GU_TILES, t = j % OS_GU_TILES;
 				const float *bg = ly.bgu + (size_t)sl[slot] * 2 * OS_FI + t * 16;
-				const float gt = ldexpf(mg_rowsum_k<OS_NTG>(rq, k, 2 * i), a.pexp_gu) + __ldg(bg + 2 * i);
-				const float up = ldexpf(mg_rowsum_k<OS_NTG>(rq, k, 2 * i + 1), a.pexp_gu) + __ldg(bg + 2 * i + 1);
+				const float gt = ldexpf(mg_rowsum_k<OS_NTG, OS_CW>(rq, k, 2 * i), a.pexp_gu) + __ldg(bg + 2 * i);
+				const float up = ldexpf(mg_rowsum_k<OS_NTG, OS_CW>(rq, k, 2 * i + 1), a.pexp_gu) + __ldg(bg + 2 * i + 1);
 				a.act[((size_t)l * OS_K + slot) * OS_FI + t * 8 + i] = swiglu_oai(gt, up, a.alpha, a.limit);
 			}
 			mg_cpub(cnt + O_GU, n, tid);
@@ -693,13 +744,14 @@ __global__ void __launch_bounds__(MG_THREADS, 1) os_kernel(const os_args a)
 			gt_sync();
 			os_mark(a, l, OT_DX, tid);
 			float *rd = reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX);
-			os_mx_tiles<OS_NTD>(n, pos, full, empty, ring_sa,
-			                    [&](int k) { return xs_sa + (uint32_t)((b + k * G) / OS_D_TILES * 2 * OS_CSX); },
-			                    a.ec_dn, rd, warp, lane);
+			if (tid == 0)
+				spos[0] = pos.n, spos[1] = (unsigned)pos.i, spos[2] = pos.ph;
+			os_xsync();
+			os_mx_tiles<OS_NTD>(n, pos, full, empty, ring_sa, dcol, a.ec_dn, rd, warp, lane);
 			if (tid < 16 * n) {
 				const int k = tid >> 4, r = tid & 15, j = b + k * G, slot = j / OS_D_TILES, t = j % OS_D_TILES;
 				const int row = t * 16 + r;
-				const float y = ldexpf(mg_rowsum_k<OS_NTD>(rd, k, r), a.pexp_dn) +
+				const float y = ldexpf(mg_rowsum_k<OS_NTD, OS_CW>(rd, k, r), a.pexp_dn) +
 				                __ldg(ly.bdn + (size_t)sl[slot] * OS_H + row);
 				a.yd[((size_t)l * OS_K + slot) * OS_H + row] = sw[slot] * y;
 			}

@@ -111,7 +111,7 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 				[&](int i, int c) -> uint32_t { return a0 + i < pos ? os_kv_sa(vst, i, c) : vp_sa + (uint32_t)(c << 4); },
 				[&] {
 					if (use && lane == 0)
-						gt_arrive(&empty[kq.i]);
+						os_arrive(&empty[kq.i], warp);
 				},
 				[&] {
 					if (use)
@@ -119,7 +119,7 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 				},
 				m, lsum, o, lane, lo);
 			if (use && lane == 0)
-				gt_arrive(&empty[vq.i]);
+				os_arrive(&empty[vq.i], warp);
 		}
 		if (mm > 0) { /* the chunk's K and V slots: the warps that did not read them hand them back once landed */
 			if (lane == 0 && !use)
@@ -127,7 +127,7 @@ static __device__ void os_attn(const os_args &a, const os_layer &ly, int l, int 
 					gt_pos q = rp;
 					gt_next_n(q, OS_NS, c);
 					mg_wbar(&full[q.i], q.ph, 2, q.n);
-					gt_arrive(&empty[q.i]);
+					os_arrive(&empty[q.i], warp);
 				}
 			gt_next_n(rp, OS_NS, 2);
 		}
