@@ -79,10 +79,11 @@
 /* consumer warps of the expert phases only (gate|up, down): the expert tiles are bound by their
  * decode with 8 warps (session 45), so more join there; the other phases keep warps 0-7. 13 or
  * 16 warps a block cap a thread at 128 registers (4 warps on a scheduler's 16K), 12 at 168.
- * Measured on gpt-oss-20b (H200, session 46): 4 +2.1 % at tg128, +0.9-1.5 % at depth 4096, with
- * 24 bytes of spills; 3 (no spills) 1-3 % slower than none. */
+ * Measured in one call (H200, session 46) against the kernel before these warps: 7 (16 warps,
+ * 16 bytes of spills) gpt-oss-20b +3.6 % at tg128 and +5.5 % at depth 4096, gpt-oss-120b +4.1 /
+ * +4.2 %; 4 +1.5-2.9 %; 0 (this code, 8 warps) +1.8-4.0 %; 3 (no spills) slower than none. */
 #ifndef OS_XW
-#define OS_XW 4
+#define OS_XW 7
 #endif
 #define OS_CW (MG_W + OS_XW)
 #define OS_THREADS ((OS_CW + 1) * 32)
@@ -345,7 +346,7 @@ static __device__ __forceinline__ void os_gm_mx2(float (&acc)[2][4], const uint4
 	}
 }
 
-/* n <= NT MXFP4 tiles, one ring slot each, by all OS_CW consumer warps (steps w, w + 12), x staged
+/* n <= NT MXFP4 tiles, one ring slot each, by all OS_CW consumer warps (steps w, w + OS_CW), x staged
  * at xcol(k) for tile k (this lane's column); the warps' row sums (memory row order) into red[(w NT
  * + k) 16 + row], mg_rowsum_k<NT, OS_CW> adds them */
 template <int NT, typename XcolF>
