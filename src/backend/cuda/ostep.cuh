@@ -359,14 +359,6 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 	for (int k = 0; k < n; k++) {
 		float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 		const uint32_t xc[1] = {xcol(k) + (uint32_t)((g & 1) * OS_CSX)};
-#ifdef OS_ROT
-		/* the tile's steps by warp wr: rotated by OS_MXSTEPS % OS_CW a tile, so that the warps that
-		 * take one step more than the others change from tile to tile (the warps do not wait for
-		 * each other between tiles) */
-		const int wr = (int)(((unsigned)warp + (unsigned)pos.n * (OS_MXSTEPS % OS_CW)) % OS_CW);
-#else
-		const int wr = warp;
-#endif
 		mg_wbar(&full[pos.i], pos.ph, 1, pos.n);
 		const uint32_t st = ring_sa + (uint32_t)pos.i * OS_SLOT;
 		{
@@ -378,7 +370,7 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 			uint32_t sa[OS_MXQ], sc[OS_MXQ];
 #pragma unroll
 			for (int q = 0; q < OS_MXQ; q++) {
-				const int s = min(wr + OS_CW * q, OS_MXSTEPS - 1), ch = 4 * s + t4;
+				const int s = min(warp + OS_CW * q, OS_MXSTEPS - 1), ch = 4 * s + t4;
 				const uint32_t cb = st + (uint32_t)(row * OS_MXC + s * 64 + t4 * 16);
 				wa[q] = gm_lds128(cb), wb[q] = gm_lds128(cb + 8 * OS_MXC);
 				const uint32_t sb = st + (uint32_t)(16 * OS_MXC + row * OS_MXS + min(ch, OS_H / 32 - 1));
@@ -388,8 +380,8 @@ static __device__ __forceinline__ void os_mx_tiles(int n, gt_pos &pos, uint64_t 
 			}
 #pragma unroll
 			for (int q = 0; q < OS_MXQ; q++)
-				if (wr + OS_CW * q < OS_MXSTEPS)
-					os_gm_mx2(a2, wa[q], wb[q], sa[q], sc[q], ec, xc[0], 4 * (wr + OS_CW * q) + t4);
+				if (warp + OS_CW * q < OS_MXSTEPS)
+					os_gm_mx2(a2, wa[q], wb[q], sa[q], sc[q], ec, xc[0], 4 * (warp + OS_CW * q) + t4);
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[0][e] = a2[0][e] + a2[1][e];
