@@ -29,8 +29,9 @@
  * layer of gpt-oss-20b at ~47 us: qkv ~9 (at the copy ceiling once x is staged), the attention 3
  * (7-8 on a full layer at depth 4096), o ~7, the route ~1.7, gate|up ~15 and the down ~8.5. The
  * expert tiles are bound by their decode: ~1.2-1.4 us a 24 KB tile with every stage in shared
- * memory, where the copy ceiling would take 0.8. Not kept: the o tiles past the grid in K halves
- * (the o phase ended no sooner).
+ * memory, where the copy ceiling would take 0.8; so 7 more warps join those phases (OS_XW,
+ * session 46: gpt-oss-120b 482 -> 501 tok/s, 456 -> 475 at depth; gpt-oss-20b 707 -> 733, 660 ->
+ * 697). Not kept: the o tiles past the grid in K halves (the o phase ended no sooner).
  *
  * Shared memory: 7 ring slots of 24 KB (a 16-row MXFP4 expert tile is 23,040 code bytes and 1,440
  * scale bytes; a BF16 stage 18,432 or 16,384; a chunk's K or V <= 144 rows of 128 bytes) and the
