@@ -931,6 +931,7 @@ static void cu_destroy(struct fp4s_backend *be)
 		return;
 	struct cuda_impl *c = impl_of(be);
 	if (c) {
+		cu_mstep_report(c);
 		cu_dstep_report(c);
 		cu_ostep_report(c);
 		for (int32_t i = 0; i < c->n_allocs; i++)

@@ -151,6 +151,8 @@ int cu_ostep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err);
 /* FP4S_DSTEP_TL=L: layer L's phase marks of the last step, to stderr (at the backend's end) */
 void cu_dstep_report(struct cuda_impl *c);
+/* FP4S_MSTEP_TL=L: the same for mstep.cu (the MoE step) */
+void cu_mstep_report(struct cuda_impl *c);
 /* FP4S_OSTEP_TL=L: the same for ostep.cu */
 void cu_ostep_report(struct cuda_impl *c);
 /* a step kernel's marks (dev_tl: [G][n] globaltimer ns, 0 where a block has none) as the median and

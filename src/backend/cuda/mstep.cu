@@ -188,7 +188,8 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	a.eps = d->eps, a.scale = d->attn_scale, a.mscale = d->rope_mscale, a.inv_freq = d->inv_freq;
 	a.nb = c->n_blocks;
 	a.kvmap = a.maps + 4 * L;
-	a.tl = NULL, a.tl_layer = -1;
+	/* FP4S_MSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_mstep_report prints them) */
+	a.tl = cu_step_tl_alloc(c, "FP4S_MSTEP_TL", L, MG_TL, &a.tl_layer);
 	ms->cnt_bytes = (unsigned)((size_t)L * MG_CNT * 4);
 	c->ms = ms;
 	return FP4S_OK;
@@ -209,8 +210,22 @@ static int cu_step_layers(struct fp4s_backend *be, float *h, struct fp4s_error *
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
 	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, ms->cnt_bytes, c->s));
+	if (a.tl)
+		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * MG_TL * 8, c->s));
 	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)mg_kernel, &a, MG_THREADS, MG_SMEM));
 	return FP4S_OK;
+}
+
+void cu_mstep_report(struct cuda_impl *c)
+{
+	if (!c->ms || !c->ms->a.tl)
+		return;
+	/* mstep.cuh's T_ marks; the attention's are the block's last task's, p: the producer's */
+	static const char *const names[MG_TL] = {
+		"start",    "qkv x",      "qkv tiles", "qkv",    "attn q",   "attn s",    "attn sm", "attn pv",
+		"attn pw",  "merge seen", "merge ld",  "attn",   "o",        "o seen",    "r sum",   "topk",
+		"gu",       "down seen",  "down act",  "down land", "down",    "p topk",    "p copied"};
+	cu_step_tl_print("mstep", c->ms->a.tl, c->sm_count, MG_TL, names, c->ms->a.tl_layer);
 }
 
 void cu_mstep_install(struct fp4s_backend *be)
