@@ -82,7 +82,7 @@
  * 16 warps a block cap a thread at 128 registers (4 warps on a scheduler's 16K), 12 at 168.
  * Measured in one call (H200, session 46) against the kernel before these warps: 7 (16 warps,
  * 16 bytes of spills) gpt-oss-20b +3.6 % at tg128 and +5.5 % at depth 4096, gpt-oss-120b +4.1 /
- * +4.2 %; 4 +1.5-2.9 %; 0 (this code, 8 warps) +1.8-4.0 %; 3 (no spills) slower than none. */
+ * +4.2 %; 4 +0.9-2.9 %; 0 (this code, 8 warps) +1.8-4.0 %; 3 (no spills) slower than none. */
 #ifndef OS_XW
 #define OS_XW 7
 #endif
