@@ -2,7 +2,7 @@
 # Session 46's device calls: the tree built once (/tmp/b-base, with TESTS), the tests run (TARGS their
 # arguments), then each of MODELS generated (/dev/shm; gpt-oss as MXFP4, the rest NVFP4) and benched
 # with the whole-step kernel: tg128 (3 reps) and depth 4096 (-n 64, 2 reps), RUNS rounds; LAYERS=1
-# adds the layer path's (FP4S_MSTEP=0) in each round, TL=l the step's phase marks at layer l (of build TLB, default base; TLE the variable, default FP4S_OSTEP_TL). VARIANTS ("name:nvcc flags", commas between
+# adds the layer path's (FP4S_MSTEP=0) in each round, TL=l the step's phase marks at layer l (of build TLB, default base; TLE the variables, default FP4S_OSTEP_TL). VARIANTS ("name:nvcc flags", commas between
 # flags; name.patch in this folder applied to a copy of the tree) adds builds benched the same way;
 # VTESTS (tests, TARGS their arguments) are built and run in each variant too.
 set -uo pipefail
@@ -45,8 +45,8 @@ for r in $(seq ${RUNS:-1}); do
 			bench $m-$n-d$r /tmp/b-$n/fp4serve bench -m /dev/shm/$m -p 0 --ctx 4096 -n 64 --reps 2
 		done
 		if [ -n "${TL:-}" ]; then # FP4S_OSTEP_TL=$TL's phase marks, tg128 and depth 4096
-			bench $m-tl-$r ${TLE:-FP4S_OSTEP_TL}=$TL /tmp/b-${TLB:-base}/fp4serve bench -m /dev/shm/$m -p 0 -n 128 --reps 3
-			bench $m-tl-d$r ${TLE:-FP4S_OSTEP_TL}=$TL /tmp/b-${TLB:-base}/fp4serve bench -m /dev/shm/$m -p 0 --ctx 4096 -n 64 --reps 2
+			bench $m-tl-$r $(for e in ${TLE:-FP4S_OSTEP_TL}; do printf "%s=%s " $e $TL; done) /tmp/b-${TLB:-base}/fp4serve bench -m /dev/shm/$m -p 0 -n 128 --reps 3
+			bench $m-tl-d$r $(for e in ${TLE:-FP4S_OSTEP_TL}; do printf "%s=%s " $e $TL; done) /tmp/b-${TLB:-base}/fp4serve bench -m /dev/shm/$m -p 0 --ctx 4096 -n 64 --reps 2
 			for x in tl- tl-d; do echo "$m $x" >> $S; awk '/step timeline/{f=1} f && /^(model|ceiling)/{f=0} f' $L/b-$m-$x$r.txt >> $S; done
 		fi
 		if [ -n "${LAYERS:-}" ]; then
