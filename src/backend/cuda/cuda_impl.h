@@ -162,9 +162,11 @@ void cu_step_tl_print(const char *kind, const unsigned long long *dev_tl, int G,
 /* the marks' buffer ([SMs][n], backend memory) where the environment variable env names a layer
  * below L (*layer: it, else -1); NULL otherwise or where it cannot be had */
 unsigned long long *cu_step_tl_alloc(struct cuda_impl *c, const char *env, int L, int n, int *layer);
-/* a step kernel over all SMs, one block each, all resident at once (they wait on each other): a
- * cooperative launch on the backend's stream; args: the kernel's one argument block */
-cudaError_t cu_step_coop_launch(struct cuda_impl *c, const void *kernel, void *args, unsigned threads, size_t smem);
+/* a step kernel over all SMs, one block each, all resident at once (they wait on each other): its
+ * phase counters (cnt_bytes at cnt) and its timeline (n_marks a block at tl, where kept) zeroed,
+ * then a cooperative launch on the backend's stream; args: the kernel's one argument block */
+cudaError_t cu_step_run(struct cuda_impl *c, const void *kernel, void *args, unsigned threads, size_t smem, void *cnt,
+                        size_t cnt_bytes, void *tl, int n_marks);
 /* h += W x for one token, p the MoE block the hint (mh_*) names next: also the next MoE router's
  * logits, added in the add's blocks, for a one-launch MoE block that routes in every block
  * (moe_tma.cu, local); FP4S_EUNSUPPORTED (nothing enqueued) where that path is not taken. Reads

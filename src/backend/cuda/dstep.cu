@@ -148,10 +148,7 @@ int cu_dstep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	ds_args a = c->ds->a;
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
-	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->ds->cnt_bytes, c->s));
-	if (a.tl)
-		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * DT_N * 8, c->s));
-	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)ds_kernel, &a, MG_THREADS, DS_SMEM));
+	FP4S_CUDA_TRY(err, cu_step_run(c, (const void *)ds_kernel, &a, MG_THREADS, DS_SMEM, a.cnt, c->ds->cnt_bytes, a.tl, DT_N));
 	return FP4S_OK;
 }
 
@@ -171,8 +168,14 @@ unsigned long long *cu_step_tl_alloc(struct cuda_impl *c, const char *env, int L
 	return t;
 }
 
-cudaError_t cu_step_coop_launch(struct cuda_impl *c, const void *kernel, void *args, unsigned threads, size_t smem)
+cudaError_t cu_step_run(struct cuda_impl *c, const void *kernel, void *args, unsigned threads, size_t smem, void *cnt,
+                        size_t cnt_bytes, void *tl, int n_marks)
 {
+	cudaError_t e = cudaMemsetAsync(cnt, 0, cnt_bytes, c->s);
+	if (e == cudaSuccess && tl)
+		e = cudaMemsetAsync(tl, 0, (size_t)c->sm_count * (size_t)n_marks * 8, c->s);
+	if (e != cudaSuccess)
+		return e;
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;

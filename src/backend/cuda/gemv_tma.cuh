@@ -35,6 +35,12 @@ static __device__ __forceinline__ void gt_arrive(uint64_t *b)
 	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gt_sa(b)) : "memory");
 }
 
+/* n arrivals at once (a warp that arrives for others too) */
+static __device__ __forceinline__ void gt_arrive_n(uint64_t *b, unsigned n)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(gt_sa(b)), "r"(n) : "memory");
+}
+
 static __device__ __forceinline__ void gt_wait(uint64_t *b, unsigned parity)
 {
 	uint32_t ok;

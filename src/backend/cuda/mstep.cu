@@ -209,10 +209,7 @@ static int cu_step_layers(struct fp4s_backend *be, float *h, struct fp4s_error *
 	mg_args a = ms->a;
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
-	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, ms->cnt_bytes, c->s));
-	if (a.tl)
-		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * MG_TL * 8, c->s));
-	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)mg_kernel, &a, MG_THREADS, MG_SMEM));
+	FP4S_CUDA_TRY(err, cu_step_run(c, (const void *)mg_kernel, &a, MG_THREADS, MG_SMEM, a.cnt, ms->cnt_bytes, a.tl, MG_TL));
 	return FP4S_OK;
 }
 

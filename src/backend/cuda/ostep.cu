@@ -214,10 +214,7 @@ int cu_ostep_launch(struct cuda_impl *c, float *h, struct fp4s_error *err)
 	os_args a = c->os->a;
 	a.pos = c->d_pos, a.seq = c->d_seq, a.table = c->d_table, a.table_stride = c->table_stride;
 	a.hin = h, a.hout = h;
-	FP4S_CUDA_TRY(err, cudaMemsetAsync(a.cnt, 0, c->os->cnt_bytes, c->s));
-	if (a.tl)
-		FP4S_CUDA_TRY(err, cudaMemsetAsync(a.tl, 0, (size_t)c->sm_count * OT_N * 8, c->s));
-	FP4S_CUDA_TRY(err, cu_step_coop_launch(c, (const void *)os_kernel, &a, OS_THREADS, OS_SMEM));
+	FP4S_CUDA_TRY(err, cu_step_run(c, (const void *)os_kernel, &a, OS_THREADS, OS_SMEM, a.cnt, c->os->cnt_bytes, a.tl, OT_N));
 	return FP4S_OK;
 }
 

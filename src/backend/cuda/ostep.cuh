@@ -251,8 +251,7 @@ static __device__ __forceinline__ void os_stage_act(const float *v, uint8_t *xs,
  * them too (the empty barriers count OS_CW arrivals) */
 static __device__ __forceinline__ void os_arrive(uint64_t *b, int warp)
 {
-	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(gt_sa(b)), "r"(warp == 0 ? 1 + OS_XW : 1)
-	             : "memory");
+	gt_arrive_n(b, warp == 0 ? 1 + OS_XW : 1);
 }
 
 /* the expert phases' barrier: all OS_CW consumer warps */
@@ -508,7 +507,7 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 	int *sel = reinterpret_cast<int *>(selbar + 2);          /* [2][4] */
 	float *selw = reinterpret_cast<float *>(sel + 2 * OS_K); /* [2][4] */
 	float *sred = selw + 2 * OS_K;                           /* [8] */
-	unsigned *spos = reinterpret_cast<unsigned *>(sred + MG_W); /* the ring position at an expert phase's start */
+	gt_pos *spos = reinterpret_cast<gt_pos *>(sred + MG_W); /* the ring position at an expert phase's start */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int b = blockIdx.x, G = gridDim.x, E = a.E;
 	const int ctx = __ldg(a.pos) + 1, T = os_split_t(ctx, G), SF = (ctx + T - 1) / T;
@@ -608,14 +607,14 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 		for (int l = 0; l < a.L; l++) {
 			if (b < OS_K * OS_GU_TILES) {
 				os_xsync();
-				gt_pos p = {spos[0], (int)spos[1], spos[2]};
+				gt_pos p = *spos;
 				os_mx_tiles<OS_NTG>((OS_K * OS_GU_TILES - b + G - 1) / G, p, full, empty, ring_sa,
 				                    [&](int) { return xs_sa; }, a.ec_gu, reinterpret_cast<float *>(xs + 2 * OS_CSX),
 				                    warp, lane);
 			}
 			if (b < OS_K * OS_D_TILES) {
 				os_xsync();
-				gt_pos p = {spos[0], (int)spos[1], spos[2]};
+				gt_pos p = *spos;
 				os_mx_tiles<OS_NTD>((OS_K * OS_D_TILES - b + G - 1) / G, p, full, empty, ring_sa, dcol, a.ec_dn,
 				                    reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX), warp, lane);
 			}
@@ -724,7 +723,7 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 			const int n = (OS_K * OS_GU_TILES - b + G - 1) / G;
 			float *rq = reinterpret_cast<float *>(xs + 2 * OS_CSX);
 			if (tid == 0)
-				spos[0] = pos.n, spos[1] = (unsigned)pos.i, spos[2] = pos.ph;
+				*spos = pos;
 			os_xsync(); /* x staged, the ring position shared: the expert-only warps go */
 			os_mx_tiles<OS_NTG>(n, pos, full, empty, ring_sa, [&](int) { return xs_sa; }, a.ec_gu, rq, warp, lane);
 			if (tid < 8 * n) {
@@ -747,7 +746,7 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 			os_mark(a, l, OT_DX, tid);
 			float *rd = reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX);
 			if (tid == 0)
-				spos[0] = pos.n, spos[1] = (unsigned)pos.i, spos[2] = pos.ph;
+				*spos = pos;
 			os_xsync();
 			os_mx_tiles<OS_NTD>(n, pos, full, empty, ring_sa, dcol, a.ec_dn, rd, warp, lane);
 			if (tid < 16 * n) {
