@@ -49,7 +49,8 @@ static int os_takes(const struct cuda_impl *c, const struct fp4s_step_desc *d)
 	if (c->kv_dtype != FP4S_KV_BF16 || c->kv_width != OS_KVW || c->n_layers != d->n_layers || !c->kc || !c->vc ||
 	    c->n_blocks < 1)
 		return 0;
-	/* a power of two 16 .. 128: os_route's ranks split the E logits over 256 / E threads an expert */
+	/* a power of two 16 .. 128: os_route splits the E logits over min(256 / E, E / 4) threads an
+	 * expert, 4 at a time */
 	const int E = d->layers[0].moe ? d->layers[0].moe->n_experts : 0;
 	if (E < 16 || E > OS_EMAX || (E & (E - 1)))
 		return 0;

@@ -17,7 +17,8 @@
  *   gu    4 slots x 360 tiles (the experts' interleaved gate / up rows), one ring slot a tile
  *         (codes and scales by two bulk copies), + bias, the clamped SwiGLU
  *   down  4 slots x 180 tiles, yd[slot] = w_slot (down + bias): one slot a task, so the 720 tasks
- *         spread evenly (a row tile's 4 slots a task would leave 48 of 132 blocks twice the work)
+ *         spread evenly (a row tile's 4 slots a task would leave 48 of 132 blocks twice the work);
+ *         a block's 5-6 tasks are consecutive (os_d0), so they need 1 or 2 slots' x, not 4
  * The layer's output h' = h2 + yd[0] + .. + yd[3] is never written: whoever reads it sums it in
  * one order (os_h4, os_h1), and the last layer's is written once all its down tasks are in.
  *
@@ -221,28 +222,38 @@ static __device__ float os_stage_norm(const float4 (&vin)[OS_R4], const float *n
 	return r;
 }
 
-/* the down's x: the 4 slots' SwiGLU outputs (v: [4][2880] floats) staged in the MXFP4 tiles'
- * layout, slot s at xs + s 2 OS_CSX (zeros past 2880), by the 256 consumer threads; all 12 loads
- * a thread in flight before the first is used (a slot at a time: 2.2 us a layer of gpt-oss-120b) */
-static __device__ __forceinline__ void os_stage_act(const float *v, uint8_t *xs, int tid)
+/* the first of block b's down tasks (b = G: their count): consecutive tasks a block, so that its
+ * 5-6 tasks fall in 1 or 2 slots (b + k G touched all 4, and every block staged all 4 slots' x:
+ * 132 x 46 KB of L2 reads, ~1.4 us a layer) */
+static __device__ __forceinline__ int os_d0(int b, int G)
 {
-	float4 r[OS_K][OS_R4];
+	return b * (OS_K * OS_D_TILES) / G;
+}
+
+/* the down's x: slots s0 .. s0 + ns - 1 (ns <= 2) of the SwiGLU outputs (v: [4][2880] floats)
+ * staged in the MXFP4 tiles' layout, slot s at xs + s 2 OS_CSX (zeros past 2880), by the 256
+ * consumer threads; all loads a thread in flight before the first is used (a slot at a time: 2.2
+ * us a layer of gpt-oss-120b) */
+static __device__ __forceinline__ void os_stage_act(const float *v, uint8_t *xs, int s0, int ns, int tid)
+{
+	float4 r[2][OS_R4];
 #pragma unroll
-	for (int s = 0; s < OS_K; s++)
+	for (int s = 0; s < 2; s++)
 #pragma unroll
 		for (int u = 0; u < OS_R4; u++) {
 			const int i = tid + 256 * u;
-			r[s][u] = i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(v + s * OS_FI) + i)
-			                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			r[s][u] = s < ns && i < OS_H / 4 ? __ldcg(reinterpret_cast<const float4 *>(v + (s0 + s) * OS_FI) + i)
+			                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		}
 #pragma unroll
-	for (int s = 0; s < OS_K; s++)
+	for (int s = 0; s < 2; s++)
+		if (s < ns)
 #pragma unroll
-		for (int u = 0; u < OS_R4; u++) {
-			const int i = tid + 256 * u;
-			if ((i & ~31) < OS_H / 4 + 16) /* warp-uniform: warps past the padding skip */
-				mg_put4(xs + s * 2 * OS_CSX, OS_CSX, 4 * i, r[s][u], tid & 31);
-		}
+			for (int u = 0; u < OS_R4; u++) {
+				const int i = tid + 256 * u;
+				if ((i & ~31) < OS_H / 4 + 16) /* warp-uniform: warps past the padding skip */
+					mg_put4(xs + (s0 + s) * 2 * OS_CSX, OS_CSX, 4 * i, r[s][u], tid & 31);
+			}
 }
 
 /* ---- the tiles ----------------------------------------------------------------------------- */
@@ -439,15 +450,23 @@ static __device__ void os_route(const os_args &a, const os_layer &ly, int l, uin
 	if (tid < E)
 		lg[tid] = (float)q * 2.3283064365386963e-10f * r + rb; /* 2^-32 */
 	gt_sync();
-	/* thread (e, part): the logits of part's share above logit e */
-	const int P = 256 / E, e = tid % E, part = tid / E, span = E / P;
+	/* thread (e, part): the logits of part's share above logit e, read 4 at a time (span >= 4).
+	 * Why: one load a logit, not unrolled, took ~1.5 us a layer more with 128 experts than with 32
+	 * (gpt-oss-120b's timeline, session 46: 64 dependent loads a thread) */
+	const int P = min(256 / E, E / 4), e = tid % E, part = tid / E, span = E / P;
 	const float x = lg[e];
-	int rank = 0;
-	for (int j = part * span; j < part * span + span; j++) {
-		const float v = lg[j];
-		rank += v > x || (v == x && j < e);
+	if (part < P) {
+		int rank = 0;
+		const float4 *l4 = reinterpret_cast<const float4 *>(lg + part * span);
+#pragma unroll 4
+		for (int j4 = 0; j4 < span / 4; j4++) {
+			const float4 v = l4[j4];
+			const int j = part * span + 4 * j4;
+			rank += (v.x > x || (v.x == x && j < e)) + (v.y > x || (v.y == x && j + 1 < e)) +
+			        (v.z > x || (v.z == x && j + 2 < e)) + (v.w > x || (v.w == x && j + 3 < e));
+		}
+		rk[part * E + e] = rank;
 	}
-	rk[part * E + e] = rank;
 	gt_sync();
 	if (tid < E) {
 		int rt = 0;
@@ -584,7 +603,7 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 				           &full[pp.i], pol);
 				gt_next(pp, OS_NS);
 			}
-			for (int j = b; j < OS_K * OS_D_TILES; j += G) {
+			for (int j = os_d0(b, G); j < os_d0(b + 1, G); j++) {
 				const int e = sl[j / OS_D_TILES], t = j % OS_D_TILES;
 				uint8_t *d = slot(16 * (OS_MXC + OS_MXS));
 				gt_copy_ef(d, ly.dn + (size_t)e * a.dn_stride + (size_t)t * 16 * OS_MXC, 16 * OS_MXC, &full[pp.i], pol);
@@ -601,7 +620,8 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 	gt_pos pos = {0, 0, 0};
 	const uint32_t ring_sa = gt_sa(ring), xs_sa = gt_sa(xs);
 	/* the down's x for task k of this block: its slot's columns */
-	auto dcol = [&](int k) { return xs_sa + (uint32_t)((b + k * G) / OS_D_TILES * 2 * OS_CSX); };
+	const int dj0 = os_d0(b, G), dn = os_d0(b + 1, G) - dj0; /* the block's down tasks */
+	auto dcol = [&](int k) { return xs_sa + (uint32_t)((dj0 + k) / OS_D_TILES * 2 * OS_CSX); };
 	if (warp >= MG_W) { /* the expert-only warps: each layer's gate|up and down tiles, at the ring
 	                     * position warps 0-7 share at each phase's start */
 		for (int l = 0; l < a.L; l++) {
@@ -612,10 +632,10 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 				                    [&](int) { return xs_sa; }, a.ec_gu, reinterpret_cast<float *>(xs + 2 * OS_CSX),
 				                    warp, lane);
 			}
-			if (b < OS_K * OS_D_TILES) {
+			if (dn > 0) {
 				os_xsync();
 				gt_pos p = *spos;
-				os_mx_tiles<OS_NTD>((OS_K * OS_D_TILES - b + G - 1) / G, p, full, empty, ring_sa, dcol, a.ec_dn,
+				os_mx_tiles<OS_NTD>(dn, p, full, empty, ring_sa, dcol, a.ec_dn,
 				                    reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX), warp, lane);
 			}
 		}
@@ -737,11 +757,11 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 			os_mark(a, l, OT_GU, tid);
 		}
 		/* down: slot s's tile t a task, yd[s] = w_s (down + bias) */
-		if (b < OS_K * OS_D_TILES) {
-			const int n = (OS_K * OS_D_TILES - b + G - 1) / G;
+		if (dn > 0) {
+			const int n = dn, s0 = dj0 / OS_D_TILES;
 			mg_cwait(cnt + O_GU, OS_K * OS_GU_TILES, tid);
 			os_mark(a, l, OT_DSEEN, tid);
-			os_stage_act(a.act + (size_t)l * OS_K * OS_FI, xs, tid);
+			os_stage_act(a.act + (size_t)l * OS_K * OS_FI, xs, s0, (dj0 + n - 1) / OS_D_TILES - s0 + 1, tid);
 			gt_sync();
 			os_mark(a, l, OT_DX, tid);
 			float *rd = reinterpret_cast<float *>(xs + OS_K * 2 * OS_CSX);
@@ -750,7 +770,7 @@ __global__ void __launch_bounds__(OS_THREADS, 1) os_kernel(const os_args a)
 			os_xsync();
 			os_mx_tiles<OS_NTD>(n, pos, full, empty, ring_sa, dcol, a.ec_dn, rd, warp, lane);
 			if (tid < 16 * n) {
-				const int k = tid >> 4, r = tid & 15, j = b + k * G, slot = j / OS_D_TILES, t = j % OS_D_TILES;
+				const int k = tid >> 4, r = tid & 15, j = dj0 + k, slot = j / OS_D_TILES, t = j % OS_D_TILES;
 				const int row = t * 16 + r;
 				const float y = ldexpf(mg_rowsum_k<OS_NTD, OS_CW>(rd, k, r), a.pexp_dn) +
 				                __ldg(ly.bdn + (size_t)sl[slot] * OS_H + row);
