@@ -16,8 +16,11 @@
 struct cu_mstep {
 	mg_args a;            /* everything but the batch's arrays, which step_layers fills */
 	mg_layer *ly;         /* [L] (device) */
-	unsigned cnt_bytes;   /* the counters, cleared before each launch */
+	unsigned cnt_bytes;   /* the counters and act, cleared before each launch */
 };
+
+/* act's offset past the counters of L layers (256-byte aligned) */
+#define MG_ACT_OFF(L) ((((size_t)(L) * MG_CNT * 4) + 255) & ~(size_t)255)
 
 /* the router [E][H] BF16 to [H / 16][E][16]: an o tile's 16 columns together */
 static __global__ void mg_router_cols(const __nv_bfloat16 *w, __nv_bfloat16 *out)
@@ -133,9 +136,9 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 		{(void **)&a.part, (size_t)MG_NKV * smax * 8 * MG_PS * 4},
 		{(void **)&a.rpart, (size_t)L * MG_O_TILES * MG_E * 4},
 		{(void **)&a.logits, (size_t)L * MG_E * 4},
-		{(void **)&a.act, (size_t)L * MG_K * MG_FI * 4},
 		{(void **)&a.sel, (size_t)L * MG_K * 4},
-		{(void **)&a.cnt, (size_t)L * MG_CNT * 4},
+		/* the counters, then act: cleared together before each launch (mg_put_ready) */
+		{(void **)&a.cnt, MG_ACT_OFF(L) + (size_t)L * MG_K * MG_FI * 4},
 		{(void **)&ms->ly, (size_t)L * sizeof(mg_layer)},
 		{(void **)&a.maps, ((size_t)4 * L + 2) * sizeof(CUtensorMap)},
 	};
@@ -190,7 +193,8 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	a.kvmap = a.maps + 4 * L;
 	/* FP4S_MSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_mstep_report prints them) */
 	a.tl = cu_step_tl_alloc(c, "FP4S_MSTEP_TL", L, MG_TL, &a.tl_layer);
-	ms->cnt_bytes = (unsigned)((size_t)L * MG_CNT * 4);
+	a.act = (float *)((char *)a.cnt + MG_ACT_OFF(L));
+	ms->cnt_bytes = (unsigned)(MG_ACT_OFF(L) + (size_t)L * MG_K * MG_FI * 4);
 	c->ms = ms;
 	return FP4S_OK;
 }

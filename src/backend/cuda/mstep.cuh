@@ -279,6 +279,39 @@ static __device__ __forceinline__ void mg_pub(unsigned *c, unsigned n)
 	asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
 }
 
+/* A value that carries its own readiness (the gate|up's outputs, act): the buffer is cleared with
+ * the counters before each launch, a written value is never all-zero bits (+0 goes as -0, the same
+ * in every product), and its count is added relaxed, a hint for the readers, who load until no
+ * value is zero. A release count waits for the block's stores to be acknowledged, and on the SM
+ * those acknowledgements queue behind the expert copies landing: FP4S_MSTEP_TL measured 1.1-1.8
+ * us from the gate|up's last row sums to its count, 0.1 us this way (qwen3-30b-a3b on the H200:
+ * +1.5 % tg128, +3 % at depth 4096, bench/results/2026-11-30-h200-session48.md). */
+static __device__ __forceinline__ void mg_put_ready(float *p, float v)
+{
+	const unsigned u = __float_as_uint(v);
+	asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(u ? u : 0x80000000u) : "memory");
+}
+
+static __device__ __forceinline__ void mg_pub_hint(unsigned *c, unsigned n)
+{
+	asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(c), "r"(n) : "memory");
+}
+
+static __device__ __forceinline__ float4 mg_ld_ready4(const float *p)
+{
+	float4 r;
+	asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+	             : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+	             : "l"(p)
+	             : "memory");
+	return r;
+}
+
+static __device__ __forceinline__ bool mg_ready4(const float4 &r)
+{
+	return __float_as_uint(r.x) && __float_as_uint(r.y) && __float_as_uint(r.z) && __float_as_uint(r.w);
+}
+
 /* the consumers' outputs written, thread 0 adds n to *c for them (the barrier orders the others'
  * writes before its release) */
 static __device__ __forceinline__ void mg_cpub(unsigned *c, unsigned n, int tid)
@@ -430,9 +463,14 @@ static __device__ void mg_stage_plain(const float *v, int n, uint8_t *xs, int cs
 static __device__ void mg_stage_act(const float *v, uint8_t *xs, int tid)
 {
 	float4 r[6];
+	/* act's values carry their readiness (mg_put_ready): its count is a hint, a zero not landed yet */
 #pragma unroll
 	for (int u = 0; u < 6; u++)
-		r[u] = __ldcg(reinterpret_cast<const float4 *>(v) + tid + u * MG_W * 32);
+		r[u] = mg_ld_ready4(v + 4 * (tid + u * MG_W * 32));
+#pragma unroll
+	for (int u = 0; u < 6; u++)
+		while (!mg_ready4(r[u]))
+			r[u] = mg_ld_ready4(v + 4 * (tid + u * MG_W * 32));
 #pragma unroll
 	for (int u = 0; u < 6; u++) {
 		/* a lane pair's 8 values in one slot (MG_FI % 8 == 0) */

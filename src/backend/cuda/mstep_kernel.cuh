@@ -839,16 +839,18 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				const float ws = __ldg(ly.gu_ws2 + sl[slot]);
 				const float gt = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i), 14) * ws;
 				const float up = ldexpf(mg_rowsum_k<6>(rq, k, 2 * i + 1), 14) * ws;
-				a.act[((size_t)l * MG_K + slot) * MG_FI + t * 8 + i] = silu_mul(gt, up);
+				mg_put_ready(a.act + ((size_t)l * MG_K + slot) * MG_FI + t * 8 + i, silu_mul(gt, up));
 			}
-			mg_cpub(cnt + C_GU, n, tid);
+			gt_sync(); /* the row sums read (the down stages its x over them) */
+			if (tid == 0)
+				mg_pub_hint(cnt + C_GU, n);
 		}
 		mg_mark(a, l, T_GU, tid);
 		/* down, the 8 slots of a row tile summed in order */
 		if (b < MG_D_TILES) {
 			const float h2r = tid < 16 ? __ldcg(h2 + b * 16 + tid) : 0.0f; /* complete since the route */
 			const float dws = __ldg(ly.dn_ws2 + sl[warp]);
-			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid);
+			mg_cwait(cnt + C_GU, MG_K * MG_GU_TILES, tid); /* a hint: mg_stage_act waits for the values */
 			mg_mark(a, l, T_DSEEN, tid);
 			mg_stage_act(a.act + (size_t)l * MG_K * MG_FI, xs, tid);
 			gt_sync();
