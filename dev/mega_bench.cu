@@ -289,6 +289,8 @@ static void mg_launch(mg_run &r, cudaStream_t s, cudaEvent_t e0 = NULL)
 {
 	mg_cnt_lo = (unsigned)(uintptr_t)r.a.cnt;
 	CK(cudaMemsetAsync(r.a.cnt, 0, (size_t)r.a.L * MG_CNT * 4, s));
+	/* act's values carry their readiness (mg_put_ready): zero until written */
+	CK(cudaMemsetAsync(r.a.act, 0, (size_t)r.a.L * MG_K * MG_FI * 4, s));
 	if (e0)
 		CK(cudaEventRecord(e0, s));
 	void *args[] = {(void *)&r.a};
