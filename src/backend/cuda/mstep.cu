@@ -19,8 +19,10 @@ struct cu_mstep {
 	unsigned cnt_bytes;   /* the counters and act, cleared before each launch */
 };
 
-/* act's offset past the counters of L layers (256-byte aligned) */
+/* act's offset past the counters of L layers (256-byte aligned), and the bytes cleared before
+ * each launch: the counters, then act */
 #define MG_ACT_OFF(L) ((((size_t)(L) * MG_CNT * 4) + 255) & ~(size_t)255)
+#define MG_CLEAR_BYTES(L) (MG_ACT_OFF(L) + (size_t)(L) * MG_K * MG_FI * 4)
 
 /* the router [E][H] BF16 to [H / 16][E][16]: an o tile's 16 columns together */
 static __global__ void mg_router_cols(const __nv_bfloat16 *w, __nv_bfloat16 *out)
@@ -138,7 +140,7 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 		{(void **)&a.logits, (size_t)L * MG_E * 4},
 		{(void **)&a.sel, (size_t)L * MG_K * 4},
 		/* the counters, then act: cleared together before each launch (mg_put_ready) */
-		{(void **)&a.cnt, MG_ACT_OFF(L) + (size_t)L * MG_K * MG_FI * 4},
+		{(void **)&a.cnt, MG_CLEAR_BYTES(L)},
 		{(void **)&ms->ly, (size_t)L * sizeof(mg_layer)},
 		{(void **)&a.maps, ((size_t)4 * L + 2) * sizeof(CUtensorMap)},
 	};
@@ -194,7 +196,7 @@ static int cu_step_prepare(struct fp4s_backend *be, const struct fp4s_step_desc 
 	/* FP4S_MSTEP_TL=L: the phase marks of layer L (a diagnostic: cu_mstep_report prints them) */
 	a.tl = cu_step_tl_alloc(c, "FP4S_MSTEP_TL", L, MG_TL, &a.tl_layer);
 	a.act = (float *)((char *)a.cnt + MG_ACT_OFF(L));
-	ms->cnt_bytes = (unsigned)(MG_ACT_OFF(L) + (size_t)L * MG_K * MG_FI * 4);
+	ms->cnt_bytes = (unsigned)MG_CLEAR_BYTES(L);
 	c->ms = ms;
 	return FP4S_OK;
 }
