@@ -865,8 +865,9 @@ __global__ void __launch_bounds__(MG_THREADS, 1) mg_kernel(const mg_args a)
 				gt_next_n(q, MG_NS, warp >> 1);
 				mg_wbar(&full[q.i], q.ph, 1, q.n);
 				mg_mark(a, l, T_DLAND, tid);
-				/* two MMA chains of 24 (mg_step). Four chains of 12 (steps by parity as well,
-				 * the loop unrolled whole) measured 5-7 % slower (session 51) */
+				/* two MMA chains of 24 (mg_step). Four chains of 12 (steps by parity as well)
+				 * measured the same with this loop, and 5-7 % slower with it unrolled whole
+				 * (session 51) */
 				float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}}, acc2[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 				const uint32_t xc[1] = {xs_sa + warp * 2 * MG_CS_F + (uint32_t)(((lane >> 2) & 1) * MG_CS_F)};
 				const uint32_t st = ring_sa + (uint32_t)q.i * MG_STAGE + (uint32_t)(warp & 1) * MG_DSTAGE;
