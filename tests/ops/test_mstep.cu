@@ -220,7 +220,19 @@ static void run_preset(const char *preset)
 	CHECK(fp4s_engine_open(&o, &lpool, &err) == 0);
 	unsetenv("FP4S_MSTEP");
 	if (pool && lpool) {
-		static const int is[4] = {9, 2, 7, 11}, gen[4] = {12, 24, 36, 48};
+		static const int is[4] = {9, 2, 7, 11};
+		int gen[4] = {12, 24, 36, 48};
+		/* FP4S_TEST_POOL_GEN=a,b,c,d (each 1..NGEN) moves the steps where requests leave the pool:
+		 * a diagnostic, to tell whether a difference follows the first alone step or the data */
+		const char *pg = getenv("FP4S_TEST_POOL_GEN");
+		if (pg) {
+			int v[4], nv = sscanf(pg, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
+			for (int j = 0; j < 4 && nv == 4; j++)
+				nv = v[j] >= 1 && v[j] <= NGEN ? nv : 0;
+			CHECK_MSG(nv == 4, "FP4S_TEST_POOL_GEN=%s: four counts of 1 to %d expected", pg, NGEN);
+			for (int j = 0; j < 4 && nv == 4; j++)
+				gen[j] = v[j];
+		}
 		static struct outs c, d;
 		int eq2 = 0, ties2 = 0, bad2 = 0;
 		CHECK(run_many(lpool, is, gen, 4, &c) == 0);
