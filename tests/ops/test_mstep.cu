@@ -226,12 +226,13 @@ static void run_preset(const char *preset)
 		 * a diagnostic, to tell whether a difference follows the first alone step or the data */
 		const char *pg = getenv("FP4S_TEST_POOL_GEN");
 		if (pg) {
-			int v[4], nv = sscanf(pg, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]);
-			for (int j = 0; j < 4 && nv == 4; j++)
-				nv = v[j] >= 1 && v[j] <= NGEN ? nv : 0;
-			CHECK_MSG(nv == 4, "FP4S_TEST_POOL_GEN=%s: four counts of 1 to %d expected", pg, NGEN);
-			for (int j = 0; j < 4 && nv == 4; j++)
-				gen[j] = v[j];
+			int v[4];
+			bool ok = sscanf(pg, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]) == 4;
+			for (int j = 0; j < 4; j++)
+				ok = ok && v[j] >= 1 && v[j] <= NGEN;
+			CHECK_MSG(ok, "FP4S_TEST_POOL_GEN=%s: four counts of 1 to %d expected", pg, NGEN);
+			if (ok)
+				memcpy(gen, v, sizeof gen);
 		}
 		static struct outs c, d;
 		int eq2 = 0, ties2 = 0, bad2 = 0;
