@@ -175,6 +175,19 @@ static void compare(const struct outs *a, const struct outs *b, int i, int n, in
  * from its first alone step on. A part there is a router flip if it comes back at the same step
  * with the same tokens when both pools run again with that request alone from 2 steps earlier
  * (see the header); up to `flips` of those pass (the MoE allowance the alone runs left). */
+/* the 4 pooled requests (is, gen) on the layer path's pool (into c) and the step's (d), compared;
+ * returns the number equal throughout, and each one's part into pt */
+static int run_pools(struct fp4s_engine *pool, struct fp4s_engine *lpool, const int *is, const int *gen,
+                     struct outs *c, struct outs *d, struct part *pt, int *ties, int *bad, float *lp_max)
+{
+	int eq = 0;
+	CHECK(run_many(lpool, is, gen, 4, c) == 0);
+	CHECK(run_many(pool, is, gen, 4, d) == 0);
+	for (int j = 0; j < 4; j++)
+		compare(c, d, is[j], gen[j], &eq, ties, bad, lp_max, &pt[j]);
+	return eq;
+}
+
 static void pool_check(const char *preset, struct fp4s_engine *pool, struct fp4s_engine *lpool, int flips,
                        float *lp_max)
 {
@@ -194,12 +207,9 @@ static void pool_check(const char *preset, struct fp4s_engine *pool, struct fp4s
 		memcpy(gen, v, sizeof gen);
 	}
 	static struct outs c, d;
-	int eq = 0, ties = 0, bad = 0;
+	int ties = 0, bad = 0;
 	struct part pt[4];
-	CHECK(run_many(lpool, is, gen, 4, &c) == 0);
-	CHECK(run_many(pool, is, gen, 4, &d) == 0);
-	for (int j = 0; j < 4; j++)
-		compare(&c, &d, is[j], gen[j], &eq, &ties, &bad, lp_max, &pt[j]);
+	const int eq = run_pools(pool, lpool, is, gen, &c, &d, pt, &ties, &bad, lp_max);
 	const int i = is[3];
 	printf("%s pool: %d of 4 requests run together equal to the layer path's pool, %d at a near tie, %d "
 	       "beyond the tolerance; request %d alone from step %d\n",
@@ -210,18 +220,15 @@ static void pool_check(const char *preset, struct fp4s_engine *pool, struct fp4s
 		CHECK_MSG(pt[j].step < 0, "request %d (never alone in the pool) differs beyond the tolerance", is[j]);
 	int flipped = 0;
 	if (pt[3].step >= 0) {
-		CHECK_MSG(pt[3].step >= d.alone[i], "request %d parts at step %d, before its first alone step %d", i,
-		          pt[3].step, d.alone[i]);
+		const bool alone = pt[3].step >= d.alone[i];
+		CHECK_MSG(alone, "request %d parts at step %d, before its first alone step %d", i, pt[3].step, d.alone[i]);
 		/* the third request leaves 2 steps earlier: the last alone from 2 steps earlier */
-		int gen2[4] = {gen[0], gen[1], gen[2] - 2, gen[3]};
-		if (flips > 0 && pt[3].step >= d.alone[i] && gen2[2] >= 1 && gen2[2] > gen2[1]) {
+		const int gen2[4] = {gen[0], gen[1], gen[2] - 2, gen[3]};
+		if (flips > 0 && alone && gen2[2] >= 1 && gen2[2] > gen2[1]) {
 			static struct outs c2, d2;
-			int eq2 = 0, ties2 = 0, bad2 = 0;
+			int ties2 = 0, bad2 = 0;
 			struct part pt2[4];
-			CHECK(run_many(lpool, is, gen2, 4, &c2) == 0);
-			CHECK(run_many(pool, is, gen2, 4, &d2) == 0);
-			for (int j = 0; j < 4; j++)
-				compare(&c2, &d2, is[j], gen2[j], &eq2, &ties2, &bad2, lp_max, &pt2[j]);
+			run_pools(pool, lpool, is, gen2, &c2, &d2, pt2, &ties2, &bad2, lp_max);
 			flipped = pt2[0].step < 0 && pt2[1].step < 0 && pt2[2].step < 0 && d2.alone[i] < d.alone[i] &&
 			          pt2[3].step == pt[3].step && pt2[3].a_tok == pt[3].a_tok && pt2[3].b_tok == pt[3].b_tok;
 			printf("%s pool again, request %d alone from step %d: parts at step %d (%d and %d): %s\n", preset, i,
