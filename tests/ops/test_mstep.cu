@@ -168,13 +168,6 @@ static void compare(const struct outs *a, const struct outs *b, int i, int n, in
 	}
 }
 
-/* 4 requests together in a pool of 4 slots with 12, 24, 36 and 48 new tokens, so that the last
- * decodes alone (one-token steps through the whole-step kernel) in a slot other than the first,
- * on blocks wherever the pool had them; against the same on a pool of the layer path. The steps
- * they share run the same batched kernels in both, so the last request alone can part, and only
- * from its first alone step on. A part there is a router flip if it comes back at the same step
- * with the same tokens when both pools run again with that request alone from 2 steps earlier
- * (see the header); up to `flips` of those pass (the MoE allowance the alone runs left). */
 /* the 4 pooled requests (is, gen) on the layer path's pool (into c) and the step's (d), compared;
  * returns the number equal throughout, and each one's part into pt */
 static int run_pools(struct fp4s_engine *pool, struct fp4s_engine *lpool, const int *is, const int *gen,
@@ -188,6 +181,13 @@ static int run_pools(struct fp4s_engine *pool, struct fp4s_engine *lpool, const 
 	return eq;
 }
 
+/* 4 requests together in a pool of 4 slots with 12, 24, 36 and 48 new tokens, so that the last
+ * decodes alone (one-token steps through the whole-step kernel) in a slot other than the first,
+ * on blocks wherever the pool had them; against the same on a pool of the layer path. The steps
+ * they share run the same batched kernels in both, so the last request alone can part, and only
+ * from its first alone step on. A part there is a router flip if it comes back at the same step
+ * with the same tokens when both pools run again with that request alone from 2 steps earlier
+ * (see the header); up to `flips` of those pass (the MoE allowance the alone runs left). */
 static void pool_check(const char *preset, struct fp4s_engine *pool, struct fp4s_engine *lpool, int flips,
                        float *lp_max)
 {
