@@ -3,9 +3,10 @@
  * -120b's) in the engine (label gpu), against the layer-by-layer CUDA path (FP4S_MSTEP=0), which
  * test_engine_cuda and test_golden hold to the CPU backend. Each model: the preset's geometry cut
  * to 2 layers (gen --layers 2, NVFP4 random weights; gpt-oss as it ships, MXFP4 experts and BF16
- * attention, its first layer sliding, its second full), BF16 KV. Prompts of 5 to 3000 tokens (the MoE step: up to 24 attention splits of 128
+ * attention, its first layer sliding, its second full), BF16 KV. Prompts of 5 to 4200 tokens (the MoE step: up to 34 attention splits of 128
  * positions; the dense step: at 2100 and 3000 on 132 SMs 15 and 16 splits of 144 and 192
- * positions, two chunks each, 2100's last chunk at one step pos alone), 48 greedy tokens each
+ * positions, two chunks each, 2100's last chunk at one step pos alone; at 4200, as the benchmark's
+ * depth 4096, 16 splits of 272, three chunks), 48 greedy tokens each
  * with logprobs: the tokens must agree until a near tie (the other run's token among
  * the first's best, within TIE nats), and the logprobs of the agreeing prefix within TOL. The two
  * paths sum in different orders and a router can flip an expert at a near tie of its logits
@@ -36,7 +37,7 @@ extern "C" {
 #include "ops_test.h"
 #include "test_util.h"
 
-#define NREQ 14
+#define NREQ 15
 #define NGEN 48
 #define TOL 0.02f
 #define TIE 0.05f
@@ -59,7 +60,7 @@ struct part {
 	int32_t step, a_tok, b_tok; /* the step and the two tokens (equal: the logprobs differ) */
 };
 
-static int32_t prompts[NREQ][3000];
+static int32_t prompts[NREQ][4200];
 static int32_t plen[NREQ];
 
 /* requests is[0..n) together, greedy, gen[j] tokens each (<= NGEN) with logprobs */
@@ -272,7 +273,7 @@ static void run_preset(const char *preset)
 	o.model = dir;
 	o.backend = "cuda";
 	o.max_seqs = 1;
-	o.max_ctx = 3072;
+	o.max_ctx = 4352;
 	o.kv_cache_dtype = "bf16";
 	struct fp4s_engine *ms = NULL, *ly = NULL;
 	CHECK(fp4s_engine_open(&o, &ms, &err) == 0);
@@ -286,7 +287,7 @@ static void run_preset(const char *preset)
 	CHECK_MSG(fp4s_engine_fwd(ms)->step_ok, "the whole-step kernel did not take %s's geometry", preset);
 	CHECK_MSG(!fp4s_engine_fwd(ly)->step_ok, "FP4S_MSTEP=0 did not turn the whole-step kernel off");
 	const int32_t V = (int32_t)fp4s_engine_model(ms)->cfg.vocab;
-	static const int32_t lens[NREQ] = {5, 17, 40, 100, 127, 128, 129, 200, 300, 450, 600, 700, 2100, 3000};
+	static const int32_t lens[NREQ] = {5, 17, 40, 100, 127, 128, 129, 200, 300, 450, 600, 700, 2100, 3000, 4200};
 	for (int i = 0; i < NREQ; i++) {
 		plen[i] = lens[i];
 		for (int j = 0; j < plen[i]; j++)
