@@ -247,14 +247,26 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		/* the chunk's stages: K c at rp + c, V c at rp + nk + c. use: key kw (and so all of the
 		 * warp's stage sk) came through the ring. The warp gives its K stage back to the producer
 		 * once its scores are summed and its V stage after P V (both at the chunk's end measured
-		 * within noise, session 43), the others at the chunk's end once landed: a warp's arrival
-		 * on a stage not yet filled could count toward the slot's previous use while another
-		 * warp still reads it. */
+		 * within noise, session 43), the others at the chunk's start once landed: a warp's
+		 * arrival on a stage not yet filled could count toward the slot's previous use while
+		 * another warp still reads it. At the start, not after its keys: off the chain from the
+		 * warp's last P V to its next chunk (llama3-8b +1.0 % at depth 4096, session 55; the
+		 * stages have landed by then, their copies issued a chunk or more ahead). */
 		const int sk = warp >> 2;
 		const bool use = kw < mm;
 		gt_pos kq = rp, vq = rp;
 		gt_next_n(kq, MG_NS, sk);
 		gt_next_n(vq, MG_NS, nk + sk);
+		if (lane == 0)
+			for (int c = 0; c < 2 * nk; c++) {
+				if (!(use && (c == sk || c == nk + sk))) {
+					mg_wbar(&full[rp.i], rp.ph, 2, rp.n);
+					gt_arrive(&empty[rp.i]);
+				}
+				gt_next(rp, MG_NS);
+			}
+		else
+			gt_next_n(rp, MG_NS, 2 * nk);
 		if (kw < n) {
 			if (use)
 				mg_wbar(&full[kq.i], kq.ph, 2, kq.n);
@@ -283,16 +295,6 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 			if (a0 == t0)
 				ds_mark(a, l, DT_AC, tid);
 		}
-		if (lane == 0)
-			for (int c = 0; c < 2 * nk; c++) {
-				if (!(use && (c == sk || c == nk + sk))) {
-					mg_wbar(&full[rp.i], rp.ph, 2, rp.n);
-					gt_arrive(&empty[rp.i]);
-				}
-				gt_next(rp, MG_NS);
-			}
-		else
-			gt_next_n(rp, MG_NS, 2 * nk);
 	}
 	ds_mark(a, l, DT_AL, tid);
 	mg_attn_put<DS_GQ>(m, lsum, o, mw, lw, ow, warp, lane);
