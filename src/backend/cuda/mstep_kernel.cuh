@@ -241,7 +241,9 @@ static __device__ __forceinline__ void mg_rope_ld(const float *inv_freq, float m
 
 /* row i's (< 64) 16-byte chunk c (< 16) in a K or V stage at st: 4 blocks of 4 KB, each [half
  * of the row][position][128 bytes] with the 128-byte swizzle (chunk c % 8 XOR the line's index %
- * 8, which is the position's % 8: 8 consecutive rows' same chunk on 8 different bank groups) */
+ * 8, which is the position's % 8: 8 consecutive rows' same chunk on 8 different bank groups).
+ * dstep.cuh ds_attn's kva writes the same layout out by selects: a change here goes there too
+ * (raw/2026-12-01s55/kv.patch makes it one helper; its cubin differs, so it waits for a run). */
 static __device__ __forceinline__ uint32_t mg_kv_sa(uint32_t st, int i, int c)
 {
 	return st + (uint32_t)((i >> 4) * 4096 + (c >> 3) * 2048 + (i & 15) * 128 + (((c & 7) ^ (i & 7)) << 4));
