@@ -273,19 +273,11 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 			if (a0 == t0)
 				ds_mark(a, l, DT_AK, tid);
 			const uint32_t kst = ring_sa + (uint32_t)kq.i * MG_STAGE, vst = ring_sa + (uint32_t)vq.i * MG_STAGE;
-			/* key i's chunk c: its row as a base, a half's stride and the swizzle's XOR (mg_kv_sa;
-			 * pos's row in kvp: linear), chosen by selects. mg_attn_keys asks for one key a lane,
-			 * so these are worked out once, not in each of its 16 steps behind a branch as the
-			 * ternary of two addresses compiled (llama3-8b +1 % at tg128 and depth 4096, session 55) */
-			auto kva = [&](uint32_t st, uint32_t ps, int i, int c) -> uint32_t {
-				const bool ring = a0 + i < pos;
-				const uint32_t b = ring ? st + (uint32_t)((i & 63) >> 4) * 4096u + (uint32_t)(i & 15) * 128u : ps;
-				const uint32_t hs = ring ? 2048u : 128u, x = ring ? (uint32_t)(i & 7) : 0u;
-				return b + (uint32_t)(c >> 3) * hs + ((((uint32_t)c & 7u) ^ x) << 4);
-			};
+			/* by selects (mg_kv_sa_or): mg_attn_keys asks for one key a lane, so its row is worked
+			 * out once, not behind a branch in each step (llama3-8b +1 %, session 55) */
 			mg_attn_keys<DS_GQ>(
-				qfs, kw, n, [&](int i, int c) -> uint32_t { return kva(kst, kp_sa, i, c); },
-				[&](int i, int c) -> uint32_t { return kva(vst, vp_sa, i, c); },
+				qfs, kw, n, [&](int i, int c) -> uint32_t { return mg_kv_sa_or(a0 + i < pos, kst, kp_sa, i, c); },
+				[&](int i, int c) -> uint32_t { return mg_kv_sa_or(a0 + i < pos, vst, vp_sa, i, c); },
 				[&] {
 					if (use && lane == 0)
 						gt_arrive(&empty[kq.i]);

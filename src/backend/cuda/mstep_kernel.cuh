@@ -242,11 +242,21 @@ static __device__ __forceinline__ void mg_rope_ld(const float *inv_freq, float m
 /* row i's (< 64) 16-byte chunk c (< 16) in a K or V stage at st: 4 blocks of 4 KB, each [half
  * of the row][position][128 bytes] with the 128-byte swizzle (chunk c % 8 XOR the line's index %
  * 8, which is the position's % 8: 8 consecutive rows' same chunk on 8 different bank groups).
- * dstep.cuh ds_attn's kva writes the same layout out by selects: a change here goes there too
- * (raw/2026-12-01s55/kv.patch makes it one helper; its cubin differs, so it waits for a run). */
+ * mg_kv_sa_or below writes the same layout out by selects: a change here goes there too. */
 static __device__ __forceinline__ uint32_t mg_kv_sa(uint32_t st, int i, int c)
 {
 	return st + (uint32_t)((i >> 4) * 4096 + (c >> 3) * 2048 + (i & 15) * 128 + (((c & 7) ^ (i & 7)) << 4));
+}
+
+/* mg_kv_sa(st, i & 63, c) where ring, else chunk c of a linear row at ps (pos's row, staged
+ * apart): the row's base, a half's stride and the XOR chosen by selects. With i the same in a
+ * caller's unrolled steps they are worked out once, where a ternary of the two addresses
+ * compiled to a branch around each step's (the dense step, session 55) */
+static __device__ __forceinline__ uint32_t mg_kv_sa_or(bool ring, uint32_t st, uint32_t ps, int i, int c)
+{
+	const uint32_t b = ring ? st + (uint32_t)((i & 63) >> 4) * 4096u + (uint32_t)(i & 15) * 128u : ps;
+	const uint32_t hs = ring ? 2048u : 128u, x = ring ? (uint32_t)(i & 7) : 0u;
+	return b + (uint32_t)(c >> 3) * hs + ((((uint32_t)c & 7u) ^ x) << 4);
 }
 
 /* position t's row of kv head g (of nkv, HD dims each) in a layer's K or V blocks (tab: the
