@@ -185,9 +185,117 @@ static __device__ __forceinline__ int ds_split_t(int ctx, int G)
 	return max(DS_TMIN, ((ctx + s0 - 1) / s0 + 15) & ~15);
 }
 
+static_assert(DS_GQ == 4, "ds_attn_keys_t: the MMA's 8 columns are 4 heads' parts and residuals");
+
+/* x rounded to BF16 and its BF16 residual, packed (x's part in the low half) */
+static __device__ __forceinline__ uint32_t ds_hilo(float x)
+{
+	const __nv_bfloat16 h = __float2bfloat16_rn(x), r = __float2bfloat16_rn(x - __bfloat162float(h));
+	return (uint32_t)__bfloat16_as_ushort(h) | ((uint32_t)__bfloat16_as_ushort(r) << 16);
+}
+
+/* an 8 x 8 BF16 matrix in the MMA's C / A fragment layout, transposed */
+static __device__ __forceinline__ uint32_t ds_movt(uint32_t x)
+{
+	uint32_t y;
+	asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+	return y;
+}
+
+/* q's B fragments for ds_attn_keys_t's S^T = K Q^T: column n is head n / 2's q rounded to BF16
+ * (n even) or its residual (n odd). Warp w: step w (dims 16 w .. + 16); lane (g, c): column g's
+ * dims 2c, 2c + 1 (x) and 2c + 8, 2c + 9 (y). */
+static __device__ __forceinline__ void ds_attn_qfrag_t(const float *qs, uint2 *qft, int warp, int lane)
+{
+	const int g = lane >> 2, c = lane & 3;
+	const float *qg = qs + (g >> 1) * DS_HD + 16 * warp + 2 * c;
+	const float2 x0 = *reinterpret_cast<const float2 *>(qg), x1 = *reinterpret_cast<const float2 *>(qg + 8);
+	uint32_t l0, l1;
+	const uint32_t h0 = gm_split(x0.x, x0.y, l0), h1 = gm_split(x1.x, x1.y, l1);
+	qft[warp * 32 + lane] = (g & 1) ? make_uint2(l0, l1) : make_uint2(h0, h1);
+}
+
+/* mg_attn_keys for 4 heads, transposed: S^T = K Q^T and O^T = V^T P^T, with the 16 keys (then 16
+ * dims) as the MMA's rows and the heads' BF16 parts and residuals as its 8 columns. Every row and
+ * column carries data, where mg_attn_keys's rows 4-7 and 12-15 are zeros with 4 heads: half the
+ * MMAs, half the P V accumulators, and no spills (llama3-8b +1.5 % at tg128 and depth 4096,
+ * qwen3-8b +1.5 % / +1.0 %, session 56). The scores come out a head a lane group, the wrong way
+ * round for P V's B fragment; movmatrix turns them (two a chunk). Lane (g, c) works on head c:
+ * the scores of keys kw + g and kw + g + 8; m: head c's running max (the same in its 8 lanes); l:
+ * the lane's part of head c's sum; o[dp]: dims 16 dp + g (0: part, 1: residual) and + 8 (2, 3).
+ * qb: ds_attn_qfrag_t's fragments, held. The rest as mg_attn_keys. */
+template <typename KAt, typename VAt, typename DoneK, typename WaitV>
+static __device__ __forceinline__ void ds_attn_keys_t(const uint2 (&qb)[DS_HD / 16], int kw, int n, KAt kat, VAt vat,
+                                                      DoneK done_k, WaitV wait_v, float &m, float &l,
+                                                      float (&o)[DS_HD / 16][4], int lane)
+{
+	const int g = lane >> 2, j = lane >> 3, r = lane & 7;
+	/* lane j * 8 + r: matrix j's row r = key kw + 8 (j >> 1) + r, chunk 2 s + (j & 1) (dims lo /
+	 * hi of step s): K's matrices are A's fragments 0, 2, 1, 3, V's transposed 0, 1, 2, 3 */
+	const int key = min(kw + 8 * (j >> 1) + r, n - 1);
+	constexpr int NC = 4; /* independent accumulator chains (2 measured the same, session 56) */
+	float s[NC][4];
+#pragma unroll
+	for (int u = 0; u < NC; u++)
+		s[u][0] = s[u][1] = s[u][2] = s[u][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < DS_HD / 16; kk++) {
+		uint32_t a0, a1, a2, a3;
+		mg_ldsm4(kat(key, 2 * kk + (j & 1)), a0, a2, a1, a3);
+		gm_mma(s[kk % NC], a0, a1, a2, a3, qb[kk].x, qb[kk].y);
+	}
+	float y0 = s[0][0] + s[0][1], y1 = s[0][2] + s[0][3];
+#pragma unroll
+	for (int u = 1; u < NC; u++)
+		y0 += s[u][0] + s[u][1], y1 += s[u][2] + s[u][3];
+	const float x0 = kw + g < n ? y0 : -INFINITY, x1 = kw + g + 8 < n ? y1 : -INFINITY;
+	done_k();
+	float mx = fmaxf(x0, x1);
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
+	mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
+	const float mn = fmaxf(m, mx); /* finite: key kw < n */
+	const float al = exp2f(m - mn);
+	const bool resc = __any_sync(0xFFFFFFFFu, al != 1.0f && m != -INFINITY);
+	m = mn;
+	const float p0 = exp2f(x0 - mn), p1 = exp2f(x1 - mn);
+	l = l * al + (p0 + p1);
+	if (resc)
+#pragma unroll
+		for (int t = 0; t < DS_HD / 16; t++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				o[t][e] *= al;
+	/* P^T's B fragments: keys 2c, 2c + 1 (b0; + 8: b1) of column g */
+	const uint32_t b0 = ds_movt(ds_hilo(p0)), b1 = ds_movt(ds_hilo(p1));
+	wait_v();
+#pragma unroll
+	for (int dp = 0; dp < DS_HD / 16; dp++) {
+		uint32_t a0, a1, a2, a3;
+		mg_ldsm4t(vat(key, 2 * dp + (j & 1)), a0, a1, a2, a3);
+		gm_mma(o[dp], a0, a1, a2, a3, b0, b1);
+	}
+}
+
+/* ds_attn_keys_t's split into shared memory, as mg_attn_put's */
+static __device__ __forceinline__ void ds_attn_put_t(float m, float l, const float (&o)[DS_HD / 16][4], float *mw,
+                                                     float *lw, float *ow, int warp, int lane)
+{
+	const int g = lane >> 2, c = lane & 3;
+	l += __shfl_xor_sync(0xFFFFFFFFu, l, 4);
+	l += __shfl_xor_sync(0xFFFFFFFFu, l, 8);
+	l += __shfl_xor_sync(0xFFFFFFFFu, l, 16);
+	if (g == 0)
+		mw[warp * DS_GQ + c] = m, lw[warp * DS_GQ + c] = l;
+	float *row = ow + (warp * DS_GQ + c) * MG_OWS + g; /* MG_OWS % 32 = 8: conflict-free */
+#pragma unroll
+	for (int dp = 0; dp < DS_HD / 16; dp++)
+		row[16 * dp] = o[dp][0] + o[dp][1], row[16 * dp + 8] = o[dp][2] + o[dp][3];
+}
+
 /* one attention split: kv head g's 4 query heads over positions [s T, min(ctx, (s + 1) T)), in
- * chunks of MG_T keys, a warp at a time (mstep_kernel.cuh mg_attn_keys; rows 4-7 of its MMA are
- * zero). Why chunks: a split of T > MG_T keys would hold its whole K and V in the ring (T = 272
+ * chunks of MG_T keys, a warp at a time (ds_attn_keys_t, mstep_kernel.cuh
+ * mg_attn_keys transposed). Why chunks: a split of T > MG_T keys would hold its whole K and V in the ring (T = 272
  * at depth 4096 on 132 SMs: 17 stages of the ring's 8); a chunk's stages go back to the producer
  * as the warps finish with them, so the next chunk's copies overlap this one's math. Why a warp
  * at a time: with the block-wide form (mg_attn: scores, softmax and P V each behind a barrier)
@@ -199,14 +307,15 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 {
 	const int warp = tid >> 5, lane = tid & 31, pos = ctx - 1;
 	const int t0 = s * T, t1 = min(ctx, t0 + T);
-	/* scratch: q [8][128], pos's K and V rows (bf16), q's fragments [8][32] (uint4), the warps'
-	 * max and sum [8][4] each, their sums [8][4][MG_OWS] */
+	/* scratch: q [8][128], pos's K and V rows (bf16), q's fragments [8][32] (uint2, in uint4's
+	 * room), the warps' max and sum [8][4] each, their sums [8][4][MG_OWS] */
 	float *qs = scr;
-	uint4 *kvp = reinterpret_cast<uint4 *>(scr + 8 * DS_HD), *qfs = kvp + 32;
-	float *mw = reinterpret_cast<float *>(qfs + MG_W * 32), *lw = mw + MG_W * DS_GQ, *ow = lw + MG_W * DS_GQ;
+	uint4 *kvp = reinterpret_cast<uint4 *>(scr + 8 * DS_HD);
+	uint2 *qfs = reinterpret_cast<uint2 *>(kvp + 32);
+	float *mw = reinterpret_cast<float *>(kvp + 32 + MG_W * 32), *lw = mw + MG_W * DS_GQ, *ow = lw + MG_W * DS_GQ;
 	const uint32_t kp_sa = gt_sa(kvp), vp_sa = kp_sa + DS_HD * 2;
 	{
-		/* warp h < 4: head h's q; the rest write zeros into rows 4-7; in the last split warp 7
+		/* warp h < 4: head h's q; the rest write zeros into rows 4-7 (not read); in the last split warp 7
 		 * also finishes k at pos and threads 0-15 stage v's row (mg_attn) */
 		const bool norm = ly.qn != nullptr, last = t1 == ctx, kw7 = last && warp == MG_W - 1;
 		const float4 one = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
@@ -224,7 +333,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 			kvp[16 + tid] = __ldcg(reinterpret_cast<const uint4 *>(mg_kvrow(ly.vc, tab, pos, g, DS_NKV)) + tid);
 		if (warp < DS_GQ) {
 			const float4 qr = ds_norm_rope(v, qw, c4, s4, a.eps, norm, lane);
-			const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: mg_attn_keys's exp2f */
+			const float sc2 = a.scale * 1.4426950408889634f; /* log2 e: ds_attn_keys_t's exp2f */
 			reinterpret_cast<float4 *>(qs)[tid] = make_float4(qr.x * sc2, qr.y * sc2, qr.z * sc2, qr.w * sc2);
 		} else
 			reinterpret_cast<float4 *>(qs)[tid] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -234,11 +343,15 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 	}
 	gt_sync();
 	ds_mark(a, l, DT_AQ, tid); /* the block's last task's */
-	mg_attn_qfrag(qs, qfs, warp, lane);
+	ds_attn_qfrag_t(qs, qfs, warp, lane);
 	gt_sync();
-	float m = -INFINITY, lsum = 0.0f, o[16][4];
+	uint2 qb[DS_HD / 16]; /* held: 16 registers, where mg_attn_keys loads a step's from shared memory */
 #pragma unroll
-	for (int t = 0; t < 16; t++)
+	for (int kk = 0; kk < DS_HD / 16; kk++)
+		qb[kk] = qfs[kk * 32 + lane];
+	float m = -INFINITY, lsum = 0.0f, o[DS_HD / 16][4];
+#pragma unroll
+	for (int t = 0; t < DS_HD / 16; t++)
 		o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 	const int kw = 16 * warp; /* the warp's keys in a chunk: kw .. + 16, in its stages kw / 64 */
 #pragma unroll 1
@@ -273,10 +386,11 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 			if (a0 == t0)
 				ds_mark(a, l, DT_AK, tid);
 			const uint32_t kst = ring_sa + (uint32_t)kq.i * MG_STAGE, vst = ring_sa + (uint32_t)vq.i * MG_STAGE;
-			/* by selects (mg_kv_sa_or): mg_attn_keys asks for one key a lane, so its row is worked
+			/* by selects (mg_kv_sa_or): ds_attn_keys_t asks for one key a lane, so its row is worked
 			 * out once, not behind a branch in each step (llama3-8b +1 %, session 55) */
-			mg_attn_keys<DS_GQ>(
-				qfs, kw, n, [&](int i, int c) -> uint32_t { return mg_kv_sa_or(a0 + i < pos, kst, kp_sa, i, c); },
+			ds_attn_keys_t(
+				qb, kw, n,
+				[&](int i, int c) -> uint32_t { return mg_kv_sa_or(a0 + i < pos, kst, kp_sa, i, c); },
 				[&](int i, int c) -> uint32_t { return mg_kv_sa_or(a0 + i < pos, vst, vp_sa, i, c); },
 				[&] {
 					if (use && lane == 0)
@@ -294,7 +408,7 @@ static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int 
 		}
 	}
 	ds_mark(a, l, DT_AL, tid);
-	mg_attn_put<DS_GQ>(m, lsum, o, mw, lw, ow, warp, lane);
+	ds_attn_put_t(m, lsum, o, mw, lw, ow, warp, lane);
 	gt_sync();
 	/* thread: head h = tid / 64's dims d, d + 1, the warps' sums weighed by exp(max_w - max) */
 	const int h = tid >> 6, d = 2 * (tid & 63);

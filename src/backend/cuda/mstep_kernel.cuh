@@ -82,8 +82,8 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 	*reinterpret_cast<float2 *>(og + 8) = make_float2(o1[0] + o1[2], o1[1] + o1[3]);
 }
 
-/* The attention a warp at a time (the dense step's splits; flash decoding with the warps as
- * splits): warp w takes keys 16 w .. + 16 of each chunk of MG_T, runs both products for them on
+/* The attention a warp at a time (gpt-oss's splits; the dense step's 4 heads take it transposed,
+ * dstep.cuh ds_attn_keys_t; flash decoding with the warps as splits): warp w takes keys 16 w .. + 16 of each chunk of MG_T, runs both products for them on
  * the tensor cores with the scores kept in registers (the S = Q K^T accumulators are the P V
  * product's A fragments: keys 2c, 2c + 1 and 2c + 8, 2c + 9 of row g either way), an online
  * softmax over its chunks, and all 128 dims of P V (16 n-tiles of accumulators). The warps meet
