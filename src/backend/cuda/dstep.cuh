@@ -218,12 +218,12 @@ static __device__ __forceinline__ void ds_attn_qfrag_t(const float *qs, uint2 *q
 /* mg_attn_keys for 4 heads, transposed: S^T = K Q^T and O^T = V^T P^T, with the 16 keys (then 16
  * dims) as the MMA's rows and the heads' BF16 parts and residuals as its 8 columns. Every row and
  * column carries data, where mg_attn_keys's rows 4-7 and 12-15 are zeros with 4 heads: half the
- * MMAs, half the P V accumulators, and no spills (llama3-8b +1.5 % at tg128 and depth 4096,
- * qwen3-8b +1.5 % / +1.0 %, session 56). The scores come out a head a lane group, the wrong way
- * round for P V's B fragment; movmatrix turns them (two a chunk). Lane (g, c) works on head c:
- * the scores of keys kw + g and kw + g + 8; m: head c's running max (the same in its 8 lanes); l:
- * the lane's part of head c's sum; o[dp]: dims 16 dp + g (0: part, 1: residual) and + 8 (2, 3).
- * qb: ds_attn_qfrag_t's fragments, held. The rest as mg_attn_keys. */
+ * MMAs, half the P V accumulators, and no spills (llama3-8b +1.1 % / +1.8 % at tg128 / depth 4096,
+ * qwen3-8b +1.5 % / +1.1 %, session 56). The scores come out a head a lane group, the wrong way
+ * round for P V's B fragment; movmatrix turns them (two a chunk). Lane (g, c) works on head c: the
+ * scores of keys kw + g and kw + g + 8; m: head c's running max (the same in its 8 lanes); l: the
+ * lane's part of head c's sum; o[dp]: dims 16 dp + g (0: part, 1: residual) and + 8 (2, 3). qb:
+ * ds_attn_qfrag_t's fragments, held. The rest as mg_attn_keys. */
 template <typename KAt, typename VAt, typename DoneK, typename WaitV>
 static __device__ __forceinline__ void ds_attn_keys_t(const uint2 (&qb)[DS_HD / 16], int kw, int n, KAt kat, VAt vat,
                                                       DoneK done_k, WaitV wait_v, float &m, float &l,
@@ -294,13 +294,13 @@ static __device__ __forceinline__ void ds_attn_put_t(float m, float l, const flo
 }
 
 /* one attention split: kv head g's 4 query heads over positions [s T, min(ctx, (s + 1) T)), in
- * chunks of MG_T keys, a warp at a time (ds_attn_keys_t, mstep_kernel.cuh
- * mg_attn_keys transposed). Why chunks: a split of T > MG_T keys would hold its whole K and V in the ring (T = 272
- * at depth 4096 on 132 SMs: 17 stages of the ring's 8); a chunk's stages go back to the producer
- * as the warps finish with them, so the next chunk's copies overlap this one's math. Why a warp
- * at a time: with the block-wide form (mg_attn: scores, softmax and P V each behind a barrier)
- * a split of 272 keys took 9.7 us on the H200, this form 7.5 (llama3-8b at depth 4096,
- * FP4S_DSTEP_TL; bench/results/2026-11-30-h200-session43.md). */
+ * chunks of MG_T keys, a warp at a time (ds_attn_keys_t, mstep_kernel.cuh mg_attn_keys transposed).
+ * Why chunks: a split of T > MG_T keys would hold its whole K and V in the ring (T = 272 at depth
+ * 4096 on 132 SMs: 17 stages of the ring's 8); a chunk's stages go back to the producer as the
+ * warps finish with them, so the next chunk's copies overlap this one's math. Why a warp at a time:
+ * with the block-wide form (mg_attn: scores, softmax and P V each behind a barrier) a split of 272
+ * keys took 9.7 us on the H200, this form 7.5 (llama3-8b at depth 4096, FP4S_DSTEP_TL;
+ * bench/results/2026-11-30-h200-session43.md). */
 static __device__ void ds_attn(const ds_args &a, const ds_layer &ly, int l, int g, int s, int ctx, int T, int S,
                                const int32_t *tab, const unsigned *qkv_cnt, float *scr, int tid, gt_pos &rp,
                                uint64_t *full, uint64_t *empty, uint32_t ring_sa)

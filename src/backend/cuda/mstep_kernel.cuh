@@ -83,13 +83,13 @@ static __device__ __forceinline__ void mg_pv_mma(const float *sc, float *ot, int
 }
 
 /* The attention a warp at a time (gpt-oss's splits; the dense step's 4 heads take it transposed,
- * dstep.cuh ds_attn_keys_t; flash decoding with the warps as splits): warp w takes keys 16 w .. + 16 of each chunk of MG_T, runs both products for them on
- * the tensor cores with the scores kept in registers (the S = Q K^T accumulators are the P V
- * product's A fragments: keys 2c, 2c + 1 and 2c + 8, 2c + 9 of row g either way), an online
- * softmax over its chunks, and all 128 dims of P V (16 n-tiles of accumulators). The warps meet
- * once a split (mg_attn_put, then the caller sums them), not three times a chunk as mg_qk_mma,
- * the softmax and mg_pv_mma do. Rows 0-7 of the MMA are the heads (GQ of them; rows past GQ have
- * q zero and P zero), rows 8-15 their BF16 residual parts. */
+ * dstep.cuh ds_attn_keys_t; flash decoding with the warps as splits): warp w takes keys 16 w .. +
+ * 16 of each chunk of MG_T, runs both products for them on the tensor cores with the scores kept in
+ * registers (the S = Q K^T accumulators are the P V product's A fragments: keys 2c, 2c + 1 and 2c +
+ * 8, 2c + 9 of row g either way), an online softmax over its chunks, and all 128 dims of P V (16
+ * n-tiles of accumulators). The warps meet once a split (mg_attn_put, then the caller sums them),
+ * not three times a chunk as mg_qk_mma, the softmax and mg_pv_mma do. Rows 0-7 of the MMA are the
+ * heads (GQ of them; rows past GQ have q zero and P zero), rows 8-15 their BF16 residual parts. */
 
 /* q's A fragments (rows g: q[g] split into BF16 hi / lo) for the HD / 16 steps of 16 dims, once
  * a split into qfs[step][lane] (warp w: step w), so that mg_attn_keys loads a step's with one
