@@ -104,6 +104,9 @@ int cu_dstep_prepare(struct cuda_impl *c, const struct fp4s_step_desc *d, struct
 	for (size_t i = 0; !rc && i < sizeof bufs / sizeof bufs[0]; i++)
 		if (!(rc = cu_dev_alloc(c, bufs[i].p, bufs[i].bytes, err)))
 			rc = cu_track(c, *bufs[i].p, err);
+	/* the partials' readiness: zero before the first step (dstep.cuh ds_merge_rounds_ready) */
+	if (!rc && cudaMemset(a.part, 0, (size_t)DS_NKV * smax * DS_GQ * MG_PS * 4) != cudaSuccess)
+		rc = fp4s_error_set(err, FP4S_ECUDA, "dstep: clearing the attention partials failed");
 	const size_t layer_kv = (size_t)c->n_blocks * MG_KVB * DS_NKV * DS_HD;
 	for (int l = 0; !rc && l < L; l++) {
 		const struct fp4s_step_layer *S = &d->layers[l];
