@@ -473,16 +473,16 @@ static __device__ __forceinline__ float4 ds_merge_rounds_ready(float *p0, size_t
 		const int ja = j0 + warp, jb = ja + MG_W, jm = j0 + (lane & 15);
 		float4 va = ja < S ? mg_ld_ready4(p0 + ja * ps + 4 * lane) : one;
 		float4 vb = jb < S ? mg_ld_ready4(p0 + jb * ps + 4 * lane) : one;
-		unsigned mu = jm < S ? ds_ld_relaxed(p0 + jm * ps + MG_HD) : 1u;
-		unsigned lu = jm < S ? ds_ld_relaxed(p0 + jm * ps + MG_HD + 1) : 1u;
+		unsigned mu = jm < S ? ds_ld_relaxed(p0 + jm * ps + DS_HD) : 1u;
+		unsigned lu = jm < S ? ds_ld_relaxed(p0 + jm * ps + DS_HD + 1) : 1u;
 		while (!mg_ready4(va))
 			va = mg_ld_ready4(p0 + ja * ps + 4 * lane);
 		while (!mg_ready4(vb))
 			vb = mg_ld_ready4(p0 + jb * ps + 4 * lane);
 		while (!mu)
-			mu = ds_ld_relaxed(p0 + jm * ps + MG_HD);
+			mu = ds_ld_relaxed(p0 + jm * ps + DS_HD);
 		while (!lu)
-			lu = ds_ld_relaxed(p0 + jm * ps + MG_HD + 1);
+			lu = ds_ld_relaxed(p0 + jm * ps + DS_HD + 1);
 		const float mj = jm < S ? __uint_as_float(mu) : -INFINITY, lj = jm < S ? __uint_as_float(lu) : 0.0f;
 		float Mn = mj; /* lanes 16-31 repeat lanes 0-15 */
 		for (int o = 8; o; o >>= 1)
