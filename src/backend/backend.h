@@ -32,6 +32,8 @@ struct fp4s_samp_result;
 
 struct fp4s_batch {
 	int32_t n;
+	/* NULL (backends with argmax_launch): token i is the one the last argmax_launch found for its
+	 * row i, as it left it on the device (the next step enqueued before the host has it) */
 	const int32_t *tokens;
 	const int32_t *pos;
 	const int32_t *seq;
@@ -166,6 +168,13 @@ struct fp4s_backend {
 	/* out[i] = argmax of row i of logits [n, vocab] (ties: the lowest id), to the host */
 	int (*argmax)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
 	              int32_t *out, struct fp4s_error *err);
+	/* The argmax split in two, so that the next step can be enqueued between them: launch finds
+	 * each row's token and keeps it where a batch with tokens NULL reads it (row i: token i);
+	 * wait copies the n (<= the launch's) tokens to the host once they are there. NULL where the
+	 * backend runs synchronously (the CPU): the forward pass then holds the tokens itself. */
+	int (*argmax_launch)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
+	                     struct fp4s_error *err);
+	int (*argmax_wait)(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err);
 	/* out[i] = a token drawn from row i of logits [n, vocab] as rows[i] says (sampler.h's
 	 * fp4s_samp_row, its edits in edits[rows[i].edit0 ..]): the token sampler.c would draw for
 	 * the same row; lp[i] (sampler.h's fp4s_samp_result: the raw logprobs fp4s_samp_sample gives)

@@ -154,6 +154,7 @@ int cmd_bench(int argc, char **argv)
 	/* --temp: a sampler a sequence (seeded), their device rows */
 	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS || sp.logprobs;
 	const int dev_sample = sampling && fp4s_fwd_can_sample(f);
+	const int ahead = !sampling && fp4s_engine_lookahead(e, NULL, NULL) && nb <= FP4S_FWD_LAUNCH_ROWS;
 	struct fp4s_sampler *smp = sampling ? calloc((size_t)nb, sizeof *smp) : NULL;
 	struct fp4s_samp_row *srow = sampling ? malloc((size_t)nb * sizeof *srow) : NULL;
 	struct fp4s_samp_result *slp = sampling ? malloc((size_t)nb * sizeof *slp) : NULL;
@@ -182,6 +183,7 @@ int cmd_bench(int argc, char **argv)
 	/* warm-up + reps; the prompts fill the cache the decode then reads (the pp figure is sequence
 	 * 0's prompt alone; the others are prefilled the same way, untimed) */
 	int32_t ntg = 0;
+	double t_last = 0;
 	for (int r = -1; r < reps; r++) {
 		for (int32_t q = 0; prompt_len > 0 && q < nb; q++) {
 			int32_t row = prompt_len - 1;
@@ -197,7 +199,37 @@ int cmd_bench(int argc, char **argv)
 			if (r >= 0 && q == 0)
 				t_pp[r] = now_s() - a;
 		}
-		for (int32_t i = 0; i < tg; i++) {
+		/* Greedy decode as the engine runs it (engine_opts' lookahead): step i + 1 is enqueued
+		 * before step i's tokens are read, each token fed to the next step where it was found;
+		 * a token's time runs from one read to the next. FP4S_LOOKAHEAD=0: one step at a time. */
+		for (int32_t i = 0; ahead && i < tg; i++) {
+			int src = 0;
+			if (i == 0) {
+				for (int32_t q = 0; q < nb; q++)
+					btok[q] = tok[(prompt_len + 7 * q) % eo.max_ctx], bpos[q] = prompt_len, bseq[q] = q, brow[q] = q;
+				const struct fp4s_batch b0 = {nb, btok, bpos, bseq, NULL, 0};
+				t_last = now_s();
+				src = fp4s_fwd_launch_argmax(f, &b0, brow, nb, &err);
+			}
+			if (!src && i + 1 < tg) {
+				for (int32_t q = 0; q < nb; q++)
+					bpos[q] = prompt_len + i + 1;
+				const struct fp4s_batch bn = {nb, NULL, bpos, bseq, NULL, 0};
+				src = fp4s_fwd_launch_argmax(f, &bn, brow, nb, &err);
+			}
+			if (!src)
+				src = fp4s_fwd_collect(f, bnext, &err);
+			if (src) {
+				fprintf(stderr, "fp4serve bench: %s\n", err.msg);
+				rc = 1;
+				goto done;
+			}
+			const double t = now_s();
+			if (r >= 0)
+				t_tg[ntg++] = t - t_last;
+			t_last = t;
+		}
+		for (int32_t i = 0; !ahead && i < tg; i++) {
 			for (int32_t q = 0; q < nb; q++) {
 				btok[q] = tok[(prompt_len + i + 7 * q) % eo.max_ctx];
 				bpos[q] = prompt_len + i;
@@ -255,11 +287,12 @@ int cmd_bench(int argc, char **argv)
 			       "\"prompt_tokens\":%d,\"pp_tok_s\":%.2f,\"ctx\":%d,\"gen_tokens\":%d,\"batch\":%d,"
 			       "\"tg_tok_s\":%.3f,\"tg_ms_median\":%.3f,\"bytes_per_token\":%.0f,"
 			       "\"gb_s\":%.2f,\"copy_ceiling_gb_s\":%.1f,\"pct_of_ceiling\":%.1f,"
-			       "\"roofline_tok_s\":%.2f,\"reps\":%d,\"whole_step\":%s}\n",
+			       "\"roofline_tok_s\":%.2f,\"reps\":%d,\"whole_step\":%s,\"lookahead\":%s}\n",
 			       eo.model, be, fp4s_arch_name(m->cfg.arch), load_s, prompt_len,
 			       pp_s > 0 ? prompt_len / pp_s : 0, ctx, tg, nb, tg_tps, tg_s * 1e3,
 			       bytes, gbs, ceiling, ceiling > 0 ? 100 * gbs / ceiling : 0,
-			       ceiling > 0 && nb == 1 ? ceiling * 1e9 / bytes : 0, reps, whole ? "true" : "false");
+			       ceiling > 0 && nb == 1 ? ceiling * 1e9 / bytes : 0, reps, whole ? "true" : "false",
+			       ahead ? "true" : "false");
 		} else {
 			printf("model      %s (%s, %s backend, loaded in %.2f s)\n", eo.model,
 			       fp4s_arch_name(m->cfg.arch), be, load_s);
@@ -269,9 +302,10 @@ int cmd_bench(int argc, char **argv)
 				printf("sampling   temperature %g, top_p %g, top_k %d, logprobs %s (top %d), on the %s\n",
 				       (double)sp.temperature, (double)sp.top_p, sp.top_k, sp.logprobs ? "yes" : "no",
 				       sp.top_logprobs, dev_sample ? "device" : "host");
-			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)%s\n",
+			printf("decode     %.3f GB read per token (weights %.3f GB + KV %.3f MB at depth %d)%s%s\n",
 			       bytes / 1e9, st.bytes_per_token / 1e9, kv / 1e6, prompt_len + tg / 2,
-			       whole ? "; one launch a token (whole-step kernel)" : "");
+			       whole ? "; one launch a token (whole-step kernel)" : "",
+			       ahead ? "; the next step enqueued before a token is read" : "");
 			printf("%-10s %10s %12s %12s %10s %8s\n", "test", "tokens", "tok/s", nb > 1 ? "ms/step" : "ms/token", "GB/s",
 			       "% ceil");
 			if (pp > 0)

@@ -61,6 +61,7 @@ struct fp4s_engine {
 	/* step scratch */
 	int32_t *b_tok, *b_pos, *b_seq, *b_rows;
 	struct req **b_req;
+	int32_t *b_live; /* a step taken from ahead: row j's request still runs */
 	float *logits;
 	struct fp4s_event *events;
 	int32_t n_events_cap;
@@ -71,6 +72,14 @@ struct fp4s_engine {
 	struct fp4s_samp_result *s_lp; /* the rows' logprobs, where asked */
 	struct fp4s_samp_edit *s_edits;
 	int32_t s_edits_cap;
+	/* the step enqueued ahead (launch_ahead): ahead_n rows, row j request a_req[j] (id a_id[j])
+	 * at position a_pos[j] of slot a_seq[j]; 0 rows: none */
+	int lookahead;
+	int64_t ahead_taken, ahead_dropped; /* steps enqueued ahead that were used / dropped */
+	int32_t ahead_n;
+	struct req **a_req;
+	int64_t *a_id;
+	int32_t *a_pos, *a_seq, *a_rows;
 };
 
 void fp4s_request_defaults(struct fp4s_request *r)
@@ -193,15 +202,27 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->b_seq = malloc((size_t)e->max_batch * 4);
 	e->b_rows = malloc((size_t)e->max_batch * 4);
 	e->b_req = malloc((size_t)e->max_batch * sizeof *e->b_req);
+	e->b_live = malloc((size_t)e->max_batch * 4);
 	e->logits = malloc((size_t)e->max_seqs * (size_t)e->vocab * sizeof *e->logits);
 	e->s_rows = malloc((size_t)e->max_seqs * sizeof *e->s_rows);
 	e->s_tok = malloc((size_t)e->max_seqs * sizeof *e->s_tok);
 	e->s_lp = malloc((size_t)e->max_seqs * sizeof *e->s_lp);
 	e->dev_sample = fp4s_fwd_can_sample(&e->fwd);
+	{
+		const char *la = getenv("FP4S_LOOKAHEAD");
+		const int want = la && *la ? (atoi(la) ? 1 : -1) : o->lookahead;
+		e->lookahead = want > 0 || (want == 0 && fp4s_fwd_async(&e->fwd));
+	}
+	e->a_req = malloc((size_t)e->max_seqs * sizeof *e->a_req);
+	e->a_id = malloc((size_t)e->max_seqs * sizeof *e->a_id);
+	e->a_pos = malloc((size_t)e->max_seqs * 4);
+	e->a_seq = malloc((size_t)e->max_seqs * 4);
+	e->a_rows = malloc((size_t)e->max_seqs * 4);
 	e->n_events_cap = e->n_reqs;
 	e->events = calloc((size_t)e->n_events_cap, sizeof *e->events);
 	if (!e->reqs || !e->slot_used || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_rows ||
-	    !e->b_req || !e->logits || !e->events || !e->s_rows || !e->s_tok || !e->s_lp) {
+	    !e->b_req || !e->logits || !e->events || !e->s_rows || !e->s_tok || !e->s_lp || !e->a_req || !e->a_id || !e->b_live ||
+	    !e->a_pos || !e->a_seq || !e->a_rows) {
 		rc = fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 		goto fail;
 	}
@@ -236,10 +257,31 @@ static void req_release(struct fp4s_engine *e, struct req *r)
 	memset(r, 0, sizeof *r);
 }
 
+static int ahead_live(const struct fp4s_engine *e, int32_t j)
+{
+	const struct req *r = e->a_req[j];
+	return r->state == REQ_RUNNING && r->id == e->a_id[j];
+}
+
+/* The step enqueued ahead is not wanted (its requests ended, or the forward pass is needed for
+ * something else): its tokens are read and dropped. Its KV rows lie past what their requests
+ * count as computed, so they are written again before anything reads them. */
+static void ahead_drop(struct fp4s_engine *e)
+{
+	if (e->ahead_n > 0) {
+		int32_t tok[FP4S_FWD_LAUNCH_ROWS];
+		e->ahead_dropped++;
+		struct fp4s_error ignored;
+		(void)fp4s_fwd_collect(&e->fwd, tok, &ignored);
+		e->ahead_n = 0;
+	}
+}
+
 void fp4s_engine_close(struct fp4s_engine *e)
 {
 	if (!e)
 		return;
+	ahead_drop(e);
 	for (int32_t i = 0; e->reqs && i < e->n_reqs; i++)
 		if (e->reqs[i].state != REQ_FREE)
 			req_release(e, &e->reqs[i]);
@@ -253,8 +295,9 @@ void fp4s_engine_close(struct fp4s_engine *e)
 	fp4s_kv_pool_free(&e->pool);
 	free(e->table);
 	free(e->slot_used), free(e->b_tok), free(e->b_pos), free(e->b_seq), free(e->b_rows);
-	free(e->b_req), free(e->logits), free(e->events);
+	free(e->b_req), free(e->b_live), free(e->logits), free(e->events);
 	free(e->s_rows), free(e->s_tok), free(e->s_lp), free(e->s_edits);
+	free(e->a_req), free(e->a_id), free(e->a_pos), free(e->a_seq), free(e->a_rows);
 	free(e);
 }
 
@@ -262,6 +305,14 @@ const struct fp4s_model *fp4s_engine_model(const struct fp4s_engine *e) { return
 struct fp4s_tokenizer *fp4s_engine_tokenizer(struct fp4s_engine *e) { return e->tok; }
 int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e) { return e->max_ctx; }
 struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e) { return &e->fwd; }
+int fp4s_engine_lookahead(const struct fp4s_engine *e, int64_t *taken, int64_t *dropped)
+{
+	if (taken)
+		*taken = e->ahead_taken;
+	if (dropped)
+		*dropped = e->ahead_dropped;
+	return e->lookahead;
+}
 const char *fp4s_engine_backend_name(const struct fp4s_engine *e) { return e->be->name; }
 enum fp4s_kv_dtype fp4s_engine_kv_dtype(const struct fp4s_engine *e) { return e->kv_dtype; }
 
@@ -541,6 +592,49 @@ void fp4s_engine_kv_usage(const struct fp4s_engine *e, int32_t *used, int32_t *t
 	*prefix_lookups = e->pool.lookups;
 }
 
+/* Enqueues the next decode step of this step's nb requests before this step's tokens are read
+ * (engine_opts' lookahead), when every row is the one decode token of a plain greedy request
+ * that cannot reach a length limit with this token, no request waits for a slot, and each
+ * request gets a block for its next position without preempting anyone. Row j then takes the
+ * token this step finds for its row j (out row j: b_rows[j] == j), where it was found. A request
+ * that stops at this token leaves its row behind, dropped when the step is collected. */
+static int launch_ahead(struct fp4s_engine *e, int32_t nb, int32_t nout, struct fp4s_error *err)
+{
+	if (!e->lookahead || nb != nout || nb > e->max_seqs)
+		return FP4S_OK;
+	for (int32_t i = 0; i < e->n_reqs; i++)
+		if (e->reqs[i].state == REQ_WAITING)
+			return FP4S_OK;
+	for (int32_t j = 0; j < nb; j++) {
+		const struct req *r = e->b_req[j];
+		const int32_t n_next = r->n_tokens + 1; /* with this step's token */
+		if (e->b_rows[j] != j || r->state != REQ_RUNNING || r->cancelled || !pure_greedy(r) ||
+		    r->n_computed != r->n_tokens || n_next >= e->max_ctx ||
+		    (r->max_tokens > 0 && n_next - r->n_prompt >= r->max_tokens))
+			return FP4S_OK;
+	}
+	for (int32_t j = 0; j < nb; j++) {
+		struct req *r = e->b_req[j];
+		while (r->n_blocks * FP4S_KV_BLOCK <= r->n_computed) {
+			const int32_t blk = fp4s_kv_pool_alloc(&e->pool);
+			if (blk < 0)
+				return FP4S_OK; /* the next step's scheduling may preempt for it */
+			r->blocks[r->n_blocks++] = blk;
+		}
+	}
+	for (int32_t j = 0; j < nb; j++) {
+		struct req *r = e->b_req[j];
+		e->a_req[j] = r, e->a_id[j] = r->id;
+		e->a_pos[j] = r->n_computed, e->a_seq[j] = r->slot, e->a_rows[j] = j;
+		memcpy(e->table + (size_t)r->slot * e->stride, r->blocks, (size_t)r->n_blocks * sizeof *r->blocks);
+	}
+	struct fp4s_batch b = {nb, NULL, e->a_pos, e->a_seq, e->table, e->stride};
+	int rc = fp4s_fwd_launch_argmax(&e->fwd, &b, e->a_rows, nb, err);
+	if (!rc)
+		e->ahead_n = nb;
+	return rc;
+}
+
 int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, struct fp4s_error *err)
 {
 	int32_t nev = 0, nb = 0, nout = 0;
@@ -556,8 +650,34 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		if ((r->state == REQ_WAITING || r->state == REQ_RUNNING) && r->cancelled)
 			finish(e, r, new_event(e, &nev, r), FP4S_FINISH_CANCELLED);
 	}
+	/* The step enqueued ahead is this one, unless none of its requests runs any more (they ended
+	 * or were cancelled); its rows' requests then count their token as computed, as the
+	 * scheduling below does for the tokens it takes. Waiting requests are admitted next time. */
+	int ahead = 0;
+	for (int32_t j = 0; j < e->ahead_n && !ahead; j++)
+		ahead = ahead_live(e, j);
+	if (!ahead)
+		ahead_drop(e);
+	for (int32_t j = 0; ahead && j < e->ahead_n; j++) {
+		struct req *r = e->a_req[j];
+		e->b_req[j] = r, e->b_pos[j] = e->a_pos[j], e->b_seq[j] = e->a_seq[j], e->b_rows[j] = j;
+		e->b_live[j] = ahead_live(e, j);
+		if (e->b_live[j] && (r->n_computed != e->a_pos[j] || r->n_tokens != e->a_pos[j] + 1)) {
+			ahead_drop(e);
+			return fp4s_error_set(err, FP4S_EINVAL, "engine: request %lld at %d tokens (%d computed) "
+			                      "for a step ahead at position %d", (long long)r->id, r->n_tokens,
+			                      r->n_computed, e->a_pos[j]);
+		}
+		if (e->b_live[j])
+			r->n_computed++;
+	}
+	if (ahead) {
+		nb = nout = e->ahead_n;
+		e->ahead_n = 0;
+		e->ahead_taken++;
+	}
 	/* admit waiting requests into free slots, oldest first */
-	for (;;) {
+	for (; !ahead;) {
 		struct req *oldest = NULL;
 		for (int32_t i = 0; i < e->n_reqs; i++)
 			if (e->reqs[i].state == REQ_WAITING && (!oldest || e->reqs[i].order < oldest->order))
@@ -575,7 +695,7 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		prefix_match(e, oldest);
 	}
 	/* decode tokens first, then prefill chunks, oldest first */
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < 2 && !ahead; pass++) {
 		for (;;) {
 			struct req *pick = NULL;
 			for (int32_t i = 0; i < e->n_reqs; i++) {
@@ -617,7 +737,7 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	if (nb == 0)
 		return nev;
 	/* the block table rows of the sequences in this batch */
-	for (int32_t j = 0; j < nb; j++) {
+	for (int32_t j = 0; j < nb && !ahead; j++) {
 		const struct req *r = e->b_req[j];
 		memcpy(e->table + (size_t)r->slot * e->stride, r->blocks, (size_t)r->n_blocks * sizeof *r->blocks);
 	}
@@ -625,13 +745,28 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	/* When every request sampled this step is plain greedy, only the argmax leaves the backend
 	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
 	int all_greedy = 1, dev = e->dev_sample && nout <= 1024; /* the backend's rows a call */
-	for (int32_t o = 0; o < nout; o++)
+	for (int32_t o = 0; o < nout && !ahead; o++)
 		all_greedy &= pure_greedy(e->b_req[e->b_rows[o]]);
 	/* Otherwise the backend draws the tokens where the logits are (the same tokens and logprobs
 	 * as the host's sampler: sampler.h) when it can; else the logits come here. */
 	int32_t greedy_tok[64];
 	int rc;
-	if (all_greedy && nout <= 64) {
+	if (ahead || (all_greedy && nout > 0 && nout <= 64 && e->lookahead)) {
+		/* launched (or taken from ahead); the next step may go in before its tokens are read */
+		dev = 0;
+		rc = ahead ? FP4S_OK : fp4s_fwd_launch_argmax(&e->fwd, &b, e->b_rows, nout, err);
+		if (!rc)
+			rc = launch_ahead(e, nb, nout, err);
+		if (!rc)
+			rc = fp4s_fwd_collect(&e->fwd, greedy_tok, err);
+		if (rc) { /* nothing stays in flight */
+			int32_t drop[FP4S_FWD_LAUNCH_ROWS];
+			struct fp4s_error ignored;
+			while (e->fwd.n_launched > 0)
+				(void)fp4s_fwd_collect(&e->fwd, drop, &ignored);
+			e->ahead_n = 0;
+		}
+	} else if (all_greedy && nout <= 64) {
 		dev = 0;
 		rc = fp4s_fwd_run_argmax(&e->fwd, &b, e->b_rows, nout, greedy_tok, err);
 	} else if (dev) {
@@ -646,12 +781,14 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	if (rc)
 		return rc;
 	for (int32_t j = 0; j < nb; j++)
-		if (j == 0 || e->b_req[j] != e->b_req[j - 1])
+		if ((j == 0 || e->b_req[j] != e->b_req[j - 1]) && (!ahead || e->b_live[j]))
 			register_blocks(e, e->b_req[j]);
 	for (int32_t o = 0; o < nout; o++) {
 		struct req *r = e->b_req[e->b_rows[o]];
+		if (ahead && !e->b_live[e->b_rows[o]])
+			continue; /* it ended after this step was enqueued */
 		struct fp4s_event *ev = new_event(e, &nev, r);
-		if (all_greedy && nout <= 64)
+		if (ahead || (all_greedy && nout <= 64))
 			ev->sample.token = greedy_tok[o];
 		else if (dev && e->s_tok[o] < 0)
 			return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token has a finite logit after masking");
@@ -693,6 +830,7 @@ int fp4s_engine_score(struct fp4s_engine *e, const int32_t *tokens, int64_t n, i
                       double *nll_sum, double *nll_sq_sum, int64_t *n_scored, struct fp4s_error *err)
 {
 	*nll_sum = 0, *nll_sq_sum = 0, *n_scored = 0;
+	ahead_drop(e);
 	if (ctx < 2 || ctx > e->max_ctx)
 		return fp4s_error_set(err, FP4S_EINVAL, "perplexity context %d must be in [2, %d]", ctx, e->max_ctx);
 	if (ctx > e->max_batch)

@@ -33,6 +33,12 @@ struct fp4s_engine_opts {
 	                        * full context (no pressure). Fewer blocks: requests take blocks as
 	                        * they grow, and the newest are preempted (recomputed) when none is left */
 	int32_t no_prefix_caching; /* 1 turns off reuse of shared prompt blocks */
+	/* a decode step of plain greedy requests enqueues the next one before its tokens are read,
+	 * each token fed to the next step where it was found, so that a GPU does not wait for the
+	 * host between tokens (a request that stops has its extra row dropped): 0 = where the backend
+	 * runs asynchronously (a GPU), 1 = everywhere (tests on the CPU), -1 = never;
+	 * FP4S_LOOKAHEAD=0 / 1 in the environment overrides it */
+	int32_t lookahead;
 };
 
 enum fp4s_finish {
@@ -76,6 +82,9 @@ int32_t fp4s_engine_max_ctx(const struct fp4s_engine *e);
 /* The forward pass itself, for benchmarks that drive batches directly (KV slot 0..max_seqs-1;
  * do not mix with requests in flight). */
 struct fp4s_fwd *fp4s_engine_fwd(struct fp4s_engine *e);
+/* 1 when decode steps are enqueued ahead (engine_opts' lookahead); *taken: such steps used so
+ * far, *dropped: those not used (their requests had all ended; either may be NULL) */
+int fp4s_engine_lookahead(const struct fp4s_engine *e, int64_t *taken, int64_t *dropped);
 /* "cpu" or "cuda": the backend the engine runs on */
 const char *fp4s_engine_backend_name(const struct fp4s_engine *e);
 /* the KV cache's element type (--kv-cache-dtype resolved) */

@@ -424,6 +424,8 @@ static int scratch_reserve(struct fp4s_fwd *f, int32_t n, int32_t n_out, int64_t
 void fp4s_fwd_free(struct fp4s_fwd *f)
 {
 	scratch_free(f);
+	for (int i = 0; i < FP4S_FWD_AHEAD; i++)
+		free(f->held[i]);
 	for (int32_t i = 0; i < f->n_owned; i++)
 		free(f->owned[i]);
 	free(f->owned);
@@ -642,9 +644,10 @@ struct nll_req {
 	double *out;
 };
 
+/* launch: the argmax is launched (tokens: a synchronous backend's tokens go there) */
 static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                float *logits, int32_t *tokens, const struct samp_req *sr, const struct nll_req *nr,
-               struct fp4s_error *err)
+               int launch, struct fp4s_error *err)
 {
 	const struct fp4s_config *c = f->cfg;
 	struct fp4s_backend *be = f->be;
@@ -657,12 +660,25 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	for (int32_t i = 0; i < n_out; i++)
 		if (out_rows[i] < 0 || out_rows[i] >= b->n)
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: logits row %d outside the batch", out_rows[i]);
-	for (int32_t i = 0; i < b->n; i++)
-		if (b->tokens[i] < 0 || b->tokens[i] >= f->embed.rows)
-			return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
-			                      b->tokens[i], (long long)f->embed.rows);
 	/* without a block table, each slot owns a fixed range of blocks */
 	struct fp4s_batch bt = *b;
+	const int32_t fed = f->fed_n;
+	f->fed_n = 0; /* this step's work replaces what fed it */
+	if (!b->tokens) {
+		/* the last launch's tokens: in range (argmax over the lm_head's rows, checked at init to be
+		 * no more than the embedding's) */
+		if (b->n > fed || c->vocab > f->embed.rows)
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: a batch of %d fed tokens after a step that "
+			                      "found %d (vocabulary %lld, embedding rows %lld)", b->n, fed,
+			                      (long long)c->vocab, (long long)f->embed.rows);
+		if (!be->argmax_launch)
+			bt.tokens = f->held[(f->launched_at + f->n_launched - 1) % FP4S_FWD_AHEAD];
+	} else {
+		for (int32_t i = 0; i < b->n; i++)
+			if (b->tokens[i] < 0 || b->tokens[i] >= f->embed.rows)
+				return fp4s_error_set(err, FP4S_EINVAL, "token id %d outside the vocabulary [0, %lld)",
+				                      b->tokens[i], (long long)f->embed.rows);
+	}
 	if (!bt.block_table) {
 		if (f->n_blocks < f->max_seqs * f->table_stride)
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: a pooled KV cache needs the batch's block table");
@@ -683,21 +699,67 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 		return be->token_nll(be, f->logits, n_out, c->vocab, nr->targets, nr->out, err);
 	if (tokens && sr)
 		return be->sample(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, tokens, sr->lp, err);
-	if (tokens)
-		return be->argmax(be, f->logits, n_out, c->vocab, tokens, err);
+	if (launch && be->argmax_launch)
+		rc = be->argmax_launch(be, f->logits, n_out, c->vocab, err);
+	else if (tokens)
+		rc = be->argmax(be, f->logits, n_out, c->vocab, tokens, err);
+	if (!rc && launch)
+		f->fed_n = n_out;
+	if (tokens || launch)
+		return rc;
 	return be->read(be, logits, f->logits, (int64_t)n_out * c->vocab * (int64_t)sizeof(float), err);
 }
 
 int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                  int32_t n_out, float *logits, struct fp4s_error *err)
 {
-	return run(f, b, out_rows, n_out, logits, NULL, NULL, NULL, err);
+	return run(f, b, out_rows, n_out, logits, NULL, NULL, NULL, 0, err);
 }
 
 int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                         int32_t n_out, int32_t *tokens, struct fp4s_error *err)
 {
-	return run(f, b, out_rows, n_out, NULL, tokens, NULL, NULL, err);
+	return run(f, b, out_rows, n_out, NULL, tokens, NULL, NULL, 0, err);
+}
+
+int fp4s_fwd_async(const struct fp4s_fwd *f) { return f->be->argmax_launch != NULL && f->be->argmax_wait != NULL; }
+
+int fp4s_fwd_launch_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                           int32_t n_out, struct fp4s_error *err)
+{
+	if (f->n_launched >= FP4S_FWD_AHEAD)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: %d launches not collected", f->n_launched);
+	if (n_out <= 0 || n_out > FP4S_FWD_LAUNCH_ROWS)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: an argmax launch of %d rows (1 to %d)", n_out,
+		                      FP4S_FWD_LAUNCH_ROWS);
+	const int slot = (f->launched_at + f->n_launched) % FP4S_FWD_AHEAD;
+	int32_t *held = NULL;
+	if (!fp4s_fwd_async(f)) {
+		if (!f->held[slot] && !(f->held[slot] = malloc(FP4S_FWD_LAUNCH_ROWS * sizeof(int32_t))))
+			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+		held = f->held[slot];
+	}
+	const int rc = run(f, b, out_rows, n_out, NULL, held, NULL, NULL, 1, err);
+	if (rc)
+		return rc;
+	f->launch_n[slot] = n_out;
+	f->n_launched++;
+	return FP4S_OK;
+}
+
+int fp4s_fwd_collect(struct fp4s_fwd *f, int32_t *tokens, struct fp4s_error *err)
+{
+	if (f->n_launched == 0)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: nothing launched to collect");
+	const int slot = f->launched_at;
+	const int32_t n = f->launch_n[slot];
+	f->launched_at = (f->launched_at + 1) % FP4S_FWD_AHEAD;
+	f->n_launched--;
+	if (!fp4s_fwd_async(f)) {
+		memcpy(tokens, f->held[slot], (size_t)n * sizeof(int32_t));
+		return FP4S_OK;
+	}
+	return f->be->argmax_wait(f->be, tokens, n, err);
 }
 
 /* FP4S_DEVICE_SAMPLE=0: sampling and scoring on the host (A/B) */
@@ -719,7 +781,7 @@ int fp4s_fwd_run_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 	if (!f->be->sample)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not sample");
 	const struct samp_req sr = {rows, edits, n_edits, lp};
-	return run(f, b, out_rows, n_out, NULL, tokens, &sr, NULL, err);
+	return run(f, b, out_rows, n_out, NULL, tokens, &sr, NULL, 0, err);
 }
 
 int fp4s_fwd_can_nll(const struct fp4s_fwd *f)
@@ -733,5 +795,5 @@ int fp4s_fwd_run_nll(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32
 	if (!f->be->token_nll)
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not score tokens");
 	const struct nll_req nr = {targets, nll};
-	return run(f, b, out_rows, n_out, NULL, NULL, NULL, &nr, err);
+	return run(f, b, out_rows, n_out, NULL, NULL, NULL, &nr, 0, err);
 }

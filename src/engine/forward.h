@@ -49,7 +49,18 @@ struct fp4s_fwd {
 	int32_t has_moe;
 	int32_t moe_on_device; /* every MoE layer routes on the backend (no host round trip) */
 	int32_t step_ok; /* the backend's step_layers runs one-token steps (backend.h step_prepare) */
+	/* fp4s_fwd_launch_argmax's launches not collected yet, oldest first (FP4S_FWD_AHEAD at
+	 * most): the first at launched_at, their row counts; on a backend without argmax_launch, their
+	 * tokens (held, found when launched) */
+	int32_t n_launched, launched_at, launch_n[2];
+	int32_t *held[2];
+	int32_t fed_n; /* the last step's argmax rows still feed a batch with tokens NULL; 0: none */
 };
+
+/* launches that may be outstanding (the one being collected and the one after it) */
+#define FP4S_FWD_AHEAD 2
+/* rows an argmax launch may have */
+#define FP4S_FWD_LAUNCH_ROWS 1024
 
 /* Builds the views and the KV cache: max_seqs sequences of up to max_ctx positions over a pool
  * of n_blocks blocks (0: enough for every slot at full length, and batches without a block
@@ -70,6 +81,17 @@ int fp4s_fwd_run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *
 int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                         int32_t n_out, int32_t *tokens, struct fp4s_error *err);
 
+/* The same, split so that the next step can be enqueued before this one's tokens are read (the
+ * GPU then does not wait for the host between them): launch enqueues the step and its argmax,
+ * collect waits for the oldest launch's n_out tokens. Up to FP4S_FWD_AHEAD launches may be
+ * outstanding. b->tokens may be NULL when the step before was a launch: token i is then the one
+ * that launch found for its out row i (b->n <= its n_out), which on a GPU never left it. */
+int fp4s_fwd_launch_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                           int32_t n_out, struct fp4s_error *err);
+int fp4s_fwd_collect(struct fp4s_fwd *f, int32_t *tokens, struct fp4s_error *err);
+/* 1 when the step is queued on a GPU and the host free meanwhile (argmax_launch); 0: a launch
+ * runs to its end first (the CPU backend; launch and collect still work, for tests) */
+int fp4s_fwd_async(const struct fp4s_fwd *f);
 /* 1 when the backend samples on its own (backend.h's sample) and FP4S_DEVICE_SAMPLE is not 0 (the
  * host's sampler instead, for A/B): fp4s_fwd_run_sample may be used */
 int fp4s_fwd_can_sample(const struct fp4s_fwd *f);

@@ -54,9 +54,9 @@ struct outs {
 static int32_t prompts[NREQ][128];
 static int32_t plen[NREQ];
 
-/* Runs requests [first, first + count) together; returns 0 or -1. sampled: temperature 0.8,
+/* Runs requests [first, first + count) together; returns 0 or -1. sampled 1: temperature 0.8,
  * top_p 0.9, top_k 40 and penalties, seeded, logprobs for the even requests (raw, processed for
- * every other one; drawn on the device by default). */
+ * every other one; drawn on the device by default); 2: greedy without logprobs. */
 static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
@@ -68,7 +68,10 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 	r.sampling.ignore_eos = true;
 	r.sampling.logprobs = true;
 	r.sampling.top_logprobs = NTOP;
-	if (sampled) {
+	if (sampled == 2) { /* plain greedy: what steps enqueued ahead take */
+		r.sampling.logprobs = false;
+		r.sampling.top_logprobs = 0;
+	} else if (sampled) {
 		r.sampling.temperature = 0.8f;
 		r.sampling.top_p = 0.9f;
 		r.sampling.top_k = 40;
@@ -82,7 +85,7 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 		r.prompt = prompts[i];
 		r.n_prompt = plen[i];
 		r.sampling.seed = 1000 + (uint64_t)i;
-		if (sampled) {
+		if (sampled == 1) {
 			r.sampling.logprobs = i % 2 == 0;
 			r.sampling.top_logprobs = i % 2 == 0 ? NTOP : 0;
 			r.sampling.logprobs_mode = i % 4 == 2 ? FP4S_SAMP_LOGPROBS_PROCESSED : FP4S_SAMP_LOGPROBS_RAW;
@@ -279,6 +282,42 @@ static void test_preset(const char *preset, const char *format)
 			          NREQ - same, NREQ);
 		}
 		fp4s_engine_close(host);
+	}
+
+	/* Steps enqueued ahead (engine_opts' lookahead, on by default on a GPU) take plain greedy
+	 * requests (no logprobs): the same kernels run, the tokens fed on the device, so the tokens
+	 * must be the same as without, one request at a time; 64 together, where the batches' rows
+	 * may differ at their ends, all but MoE flips. */
+	for (int together = 0; together < 2; together++) {
+		struct fp4s_engine_opts lo = o;
+		lo.max_seqs = together ? NREQ : 1;
+		lo.max_batch_tokens = together ? 64 : 0;
+		lo.lookahead = -1;
+		struct fp4s_engine *plain = NULL, *la = NULL;
+		CHECK(fp4s_engine_open(&lo, &plain, &err) == 0);
+		lo.lookahead = 0; /* the default: on, the backend being asynchronous */
+		CHECK(fp4s_engine_open(&lo, &la, &err) == 0);
+		if (plain && la) {
+			static struct outs p1, q1;
+			for (int i = 0; i < NREQ; i += together ? NREQ : 1) {
+				CHECK(run(plain, i, together ? NREQ : 1, &p1, 2) == 0);
+				CHECK(run(la, i, together ? NREQ : 1, &q1, 2) == 0);
+			}
+			int same = 0;
+			for (int i = 0; i < NREQ; i++)
+				same += p1.n[i] == NGEN && q1.n[i] == NGEN && !memcmp(p1.tok[i], q1.tok[i], sizeof p1.tok[i]);
+			int64_t taken = 0, dropped = 0;
+			CHECK_EQ_INT(fp4s_engine_lookahead(la, &taken, &dropped), 1);
+			printf("%s steps ahead%s: %d of %d requests the same as without; %lld steps taken ahead, %lld "
+			       "dropped\n", preset, together ? " (64 together)" : "", same, NREQ, (long long)taken,
+			       (long long)dropped);
+			CHECK_MSG(same >= NREQ - (together ? flips : 0), "%s: %d of %d requests differ with steps ahead%s",
+			          preset, NREQ - same, NREQ, together ? " (64 together)" : "");
+			CHECK_MSG(taken >= (together ? 1 : NREQ * (NGEN - 2)), "%s: %lld steps taken ahead", preset,
+			          (long long)taken);
+		}
+		fp4s_engine_close(plain);
+		fp4s_engine_close(la);
 	}
 
 	/* memory pressure: an eighth of the blocks the batch needs at its end, and steps of 16

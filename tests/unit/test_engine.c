@@ -23,6 +23,10 @@ struct run_out {
 	size_t text_len[NREQ];
 };
 
+/* engine_opts' lookahead for every engine of a pass: the second pass enqueues each greedy
+ * decode step before the last one's tokens are read, which the CPU backend then runs at once */
+static int g_la = -1;
+
 static int32_t prompts[NREQ][40];
 static int32_t prompt_len[NREQ] = {5, 17, 33, 9};
 
@@ -71,6 +75,93 @@ static int run_batch(struct fp4s_engine *e, int first, int count, const struct f
 	return 0;
 }
 
+/* With steps enqueued ahead: the same greedy tokens as an engine without (alone: `a`, from
+ * the caller's engine of one slot; batched; a request joining another mid-decode; a stop string
+ * that ends a request with a step in flight), and steps were taken ahead and dropped. */
+static void lookahead_checks(const char *dir, const struct fp4s_engine_opts *o, const struct fp4s_request *req,
+                             const struct run_out *a)
+{
+	struct fp4s_error err = {0};
+	struct fp4s_engine_opts po = *o;
+	po.lookahead = -1;
+	po.max_seqs = NREQ;
+	struct fp4s_engine *plain, *la;
+	CHECK(fp4s_engine_open(&po, &plain, &err) == 0);
+	po.lookahead = 1;
+	CHECK(fp4s_engine_open(&po, &la, &err) == 0);
+	CHECK_EQ_INT(fp4s_engine_lookahead(plain, NULL, NULL), 0);
+	CHECK_EQ_INT(fp4s_engine_lookahead(la, NULL, NULL), 1);
+	static struct run_out b, c;
+	CHECK(run_batch(la, 0, NREQ, req, &b) == 0);
+	CHECK(run_batch(plain, 0, NREQ, req, &c) == 0);
+	for (int i = 0; i < NREQ; i++)
+		CHECK_MSG(b.n[i] == NGEN && a->n[i] == NGEN && !memcmp(a->tokens[i], b.tokens[i], sizeof(int32_t) * NGEN) &&
+		          !memcmp(c.tokens[i], b.tokens[i], sizeof(int32_t) * NGEN) && b.finish[i] == FP4S_FINISH_LENGTH &&
+		          b.text_len[i] == a->text_len[i] && !memcmp(b.text[i], a->text[i], b.text_len[i]),
+		          "%s: request %d: greedy tokens differ with steps ahead", dir, i);
+	int64_t taken = 0, dropped = 0;
+	fp4s_engine_lookahead(la, &taken, &dropped);
+	CHECK_MSG(taken >= NGEN / 2, "%s: %lld steps taken ahead", dir, (long long)taken);
+	/* request 1 decodes alone for 5 tokens, then request 3 joins (its prompt in chunks) */
+	{
+		int64_t id1, id3;
+		struct fp4s_request r1 = *req, r3 = *req;
+		r1.prompt = prompts[1], r1.n_prompt = prompt_len[1];
+		r3.prompt = prompts[3], r3.n_prompt = prompt_len[3];
+		CHECK(fp4s_engine_submit(la, &r1, &id1, &err) == 0);
+		int32_t t1[NGEN + 1], t3[NGEN + 1], n1 = 0, n3 = 0;
+		for (int step = 0; step < 400 && fp4s_engine_pending(la) > 0; step++) {
+			if (n1 == 5 && !n3 && step < 200) {
+				CHECK(fp4s_engine_submit(la, &r3, &id3, &err) == 0);
+				n3 = -1; /* submitted */
+			}
+			const struct fp4s_event *ev;
+			const int n = fp4s_engine_step(la, &ev, &err);
+			CHECK_MSG(n >= 0, "step: %s", err.msg);
+			for (int k = 0; k < n; k++) {
+				if (ev[k].id == id1 && ev[k].token >= 0 && n1 <= NGEN)
+					t1[n1++] = ev[k].token;
+				if (n3 != 0 && ev[k].id == id3 && ev[k].token >= 0 && n3 <= NGEN)
+					n3 = n3 < 0 ? 0 : n3, t3[n3++] = ev[k].token;
+			}
+		}
+		const struct fp4s_event *ev;
+		fp4s_engine_step(la, &ev, &err);
+		CHECK_MSG(n1 == NGEN && !memcmp(t1, a->tokens[1], sizeof(int32_t) * NGEN) && n3 == NGEN &&
+		          !memcmp(t3, a->tokens[3], sizeof(int32_t) * NGEN),
+		          "%s: a request joining one that decodes ahead: %d and %d tokens, or other ones", dir, n1, n3);
+	}
+	/* a stop string at the 8th token's text: the request ends with its next step in flight */
+	if (a->text_len[0] >= 12) {
+		struct fp4s_request rs = *req;
+		char stop[8];
+		size_t at = a->text_len[0] / 2;
+		while (at + 3 <= a->text_len[0] && memchr(a->text[0] + at, 0, 3))
+			at++;
+		if (at + 3 <= a->text_len[0]) {
+			memcpy(stop, a->text[0] + at, 3);
+			stop[3] = 0;
+			rs.n_stop = 1;
+			rs.stop[0] = stop;
+			CHECK(run_batch(la, 0, 1, &rs, &b) == 0);
+			CHECK(run_batch(plain, 0, 1, &rs, &c) == 0);
+			CHECK_EQ_INT(b.finish[0], FP4S_FINISH_STOP);
+			CHECK_MSG(b.n[0] == c.n[0] && b.text_len[0] == c.text_len[0] &&
+			          !memcmp(b.text[0], c.text[0], b.text_len[0]),
+			          "%s: a stop with a step ahead: %d tokens / %zu bytes, %d / %zu without", dir, b.n[0],
+			          b.text_len[0], c.n[0], c.text_len[0]);
+			int32_t used, total;
+			int64_t pre, hits, looks, dropped2 = 0;
+			fp4s_engine_kv_usage(la, &used, &total, &pre, &hits, &looks);
+			fp4s_engine_lookahead(la, NULL, &dropped2);
+			CHECK_MSG(dropped2 > dropped, "%s: no step ahead dropped at a stop", dir);
+			CHECK_EQ_INT(used, 0);
+		}
+	}
+	fp4s_engine_close(plain);
+	fp4s_engine_close(la);
+}
+
 static void test_model(const char *preset, const char *format)
 {
 	char dir[256];
@@ -83,7 +174,7 @@ static void test_model(const char *preset, const char *format)
 		return;
 	}
 	/* the CPU reference: batch invariance is exact there by construction */
-	struct fp4s_engine_opts o = {.model = dir, .backend = "cpu", .max_seqs = 1, .max_ctx = 128};
+	struct fp4s_engine_opts o = {.model = dir, .backend = "cpu", .max_seqs = 1, .max_ctx = 128, .lookahead = g_la};
 	struct fp4s_engine *alone, *together;
 	if (fp4s_engine_open(&o, &alone, &err)) {
 		CHECK_MSG(0, "open %s: %s", preset, err.msg);
@@ -112,6 +203,8 @@ static void test_model(const char *preset, const char *format)
 		          "%s/%s request %d: greedy tokens differ alone and batched", preset, format, i);
 		CHECK(a.text_len[i] == b.text_len[i] && memcmp(a.text[i], b.text[i], a.text_len[i]) == 0);
 	}
+	if (g_la > 0)
+		lookahead_checks(dir, &o, &req, &a);
 	/* seeded sampling: the same under concurrency, different for another seed */
 	req.sampling.temperature = 1.0f;
 	req.sampling.has_seed = true;
@@ -310,5 +403,8 @@ int main(void)
 	test_model("tiny-qwen3", "nvfp4");
 	test_model("tiny-qwen3-moe", "nvfp4-ct");
 	test_model("tiny-gpt-oss", "mxfp4");
+	g_la = 1;
+	test_model("tiny-llama3", "bf16");
+	test_model("tiny-qwen3-moe", "nvfp4-ct");
 	return TEST_DONE();
 }

@@ -53,7 +53,7 @@ static __global__ void embed_kernel(int fmt, const void *data, const uint8_t *sc
 	pdl_enter();
 	TL_MARK(1);
 	const int32_t i = blockIdx.x;
-	for (int64_t c = threadIdx.x; c < K; c += blockDim.x)
+	for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < K; c += (int64_t)gridDim.y * blockDim.x)
 		out[(int64_t)i * K + c] = w_elem(fmt, data, scales, K, tok[i], c) * ws2;
 }
 
@@ -239,64 +239,6 @@ static __global__ void swiglu_pairs_kernel(const float2 *gu, int64_t n, float *o
 	}
 }
 
-/* Argmax in two stages, ties to the lowest index as on the CPU: ARGMAX_PARTS blocks per row each
- * reduce a slice (a 128k vocabulary is 512 KB: one block alone would take ~200 us), then one
- * block per row reduces the parts. */
-#define ARGMAX_PARTS 64
-static __device__ __forceinline__ void argmax_merge(float &bv, int32_t &bi, float v, int32_t i)
-{
-	if (v > bv || (v == bv && i < bi))
-		bv = v, bi = i;
-}
-
-static __device__ void argmax_block(float &bv, int32_t &bi)
-{
-	__shared__ float sv[32];
-	__shared__ int32_t si[32];
-	for (int o = 16; o > 0; o >>= 1)
-		argmax_merge(bv, bi, __shfl_xor_sync(0xFFFFFFFFu, bv, o), __shfl_xor_sync(0xFFFFFFFFu, bi, o));
-	if ((threadIdx.x & 31) == 0)
-		sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
-	__syncthreads();
-	if (threadIdx.x < 32) {
-		bv = threadIdx.x < blockDim.x / 32 ? sv[threadIdx.x] : -INFINITY;
-		bi = threadIdx.x < blockDim.x / 32 ? si[threadIdx.x] : 0x7FFFFFFF;
-		for (int o = 16; o > 0; o >>= 1)
-			argmax_merge(bv, bi, __shfl_xor_sync(0xFFFFFFFFu, bv, o), __shfl_xor_sync(0xFFFFFFFFu, bi, o));
-	}
-}
-
-static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, float *pv, int32_t *pi)
-{
-	TL_SCOPE(TL_ARGMAX, __LINE__);
-	pdl_enter();
-	TL_MARK(1);
-	const float *l = logits + (int64_t)blockIdx.y * vocab;
-	const int64_t per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
-	const int64_t b = (int64_t)blockIdx.x * per, e = b + per < vocab ? b + per : vocab;
-	float bv = -INFINITY;
-	int32_t bi = 0x7FFFFFFF;
-	for (int64_t v = b + threadIdx.x; v < e; v += blockDim.x)
-		argmax_merge(bv, bi, l[v], (int32_t)v);
-	argmax_block(bv, bi);
-	if (threadIdx.x == 0)
-		pv[blockIdx.y * ARGMAX_PARTS + blockIdx.x] = bv, pi[blockIdx.y * ARGMAX_PARTS + blockIdx.x] = bi;
-}
-
-static __global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int32_t *out)
-{
-	TL_SCOPE(TL_ARGMAX_FINAL, __LINE__);
-	pdl_enter();
-	TL_MARK(1);
-	float bv = -INFINITY;
-	int32_t bi = 0x7FFFFFFF;
-	for (int j = threadIdx.x; j < ARGMAX_PARTS; j += blockDim.x)
-		argmax_merge(bv, bi, pv[blockIdx.x * ARGMAX_PARTS + j], pi[blockIdx.x * ARGMAX_PARTS + j]);
-	argmax_block(bv, bi);
-	if (threadIdx.x == 0)
-		out[blockIdx.x] = bi == 0x7FFFFFFF ? 0 : bi;
-}
-
 /* ---- host glue ---------------------------------------------------------------------------- */
 
 int cu_track(struct cuda_impl *c, void *p, struct fp4s_error *err)
@@ -330,7 +272,6 @@ static int cu_alloc(struct fp4s_backend *be, void **p, int64_t bytes, struct fp4
 
 static void cu_free(struct fp4s_backend *be, void *p) { cudaFree(p); }
 
-static void cu_graph_reset(struct fp4s_backend *be);
 #ifdef FP4S_DIAG_TL
 extern "C" void fp4s_tl_before(cudaStream_t s);
 extern "C" void fp4s_tl_after(cudaStream_t s);
@@ -360,6 +301,10 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 		rc = cu_dev_alloc(c, (void **)&c->vc, n * es, err);
 	if (!rc)
 		rc = cu_dev_alloc(c, (void **)&c->d_table, (size_t)max_seqs * c->table_stride * sizeof(int32_t), err);
+	/* zeroed, as its host mirror starts (cuda_io.cu uploads only the rows that differ) */
+	if (!rc && cudaMemset(c->d_table, 0, (size_t)max_seqs * c->table_stride * sizeof(int32_t)) != cudaSuccess)
+		rc = fp4s_error_set(err, FP4S_ECUDA, "cuda: cannot clear the block table");
+	cu_io_table_reset(c);
 	for (int i = 0; i < 2 && !rc && !c->lk.buf[i]; i++) { /* zeroed: the padding stays zero */
 		const size_t lb = fp4s_gemv_link_bytes(CU_LINK_KMAX);
 		rc = cu_dev_alloc(c, (void **)&c->lk.buf[i], lb, err);
@@ -379,70 +324,6 @@ static int cu_kv_init(struct fp4s_backend *be, int32_t n_layers, int32_t kv_widt
 
 static void cu_kv_clear(struct fp4s_backend *be, int32_t seq) { (void)be, (void)seq; }
 
-static int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err)
-{
-	cu_link_clear(impl_of(be));
-	struct cuda_impl *c = impl_of(be);
-	/* Prompt chunks (runs of >= 16 tokens of one sequence) go to the flash kernel, which shares
-	 * each K/V tile among a tile of queries; decode tokens alone stay on the split-K kernel
-	 * (the flash kernel walks a lone token's whole context with one block). */
-	c->pf_plan_valid = 0;
-	c->pf_step = 0;
-	for (int32_t i = 0, run = 0; i < b->n && !c->pf_step; i++) {
-		run = i > 0 && b->seq[i] == b->seq[i - 1] ? run + 1 : 1;
-		c->pf_step = run >= 16;
-	}
-	/* (checked for the small batches the fused decode attention takes; larger ones say no) */
-	c->one_per_seq = !c->pf_step && b->n <= 64;
-	for (int32_t i = 1; i < b->n && c->one_per_seq; i++)
-		for (int32_t j = 0; j < i && c->one_per_seq; j++)
-			c->one_per_seq = b->seq[i] != b->seq[j];
-	if (b->n > c->batch_cap) {
-		cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
-		c->d_tok = c->d_pos = c->d_seq = NULL;
-		c->batch_cap = 0;
-		int32_t cap = b->n < 256 ? 256 : b->n;
-		int rc;
-		if ((rc = cu_dev_alloc(c, (void **)&c->d_tok, (size_t)cap * 4, err)) ||
-		    (rc = cu_dev_alloc(c, (void **)&c->d_pos, (size_t)cap * 4, err)) ||
-		    (rc = cu_dev_alloc(c, (void **)&c->d_seq, (size_t)cap * 4, err)))
-			return rc;
-		c->batch_cap = cap;
-	}
-	for (int32_t i = 0; i < b->n; i++)
-		if (b->pos[i] < 0 || b->pos[i] >= c->max_ctx || b->seq[i] < 0 || b->seq[i] >= c->max_seqs)
-			return fp4s_error_set(err, FP4S_EINVAL, "token %d: position %d / slot %d outside the "
-			                      "KV cache (%d positions, %d slots)", i, b->pos[i], b->seq[i],
-			                      c->max_ctx, c->max_seqs);
-	if (!b->block_table || b->table_stride != c->table_stride)
-		return fp4s_error_set(err, FP4S_EINVAL, "batch block table stride %d, the cache has %d",
-		                      b->table_stride, c->table_stride);
-	for (int32_t i = 0; i < b->n; i++)
-		for (int32_t t = 0; t <= b->pos[i]; t += FP4S_KV_BLOCK) {
-			const int32_t blk = b->block_table[(size_t)b->seq[i] * b->table_stride + t / FP4S_KV_BLOCK];
-			if (blk < 0 || blk >= c->n_blocks)
-				return fp4s_error_set(err, FP4S_EINVAL, "slot %d position %d: block %d outside the "
-				                      "pool of %d", b->seq[i], t, blk, c->n_blocks);
-		}
-	/* the whole table each step: a few KB, and the graph's kernels read it from a fixed buffer */
-	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_table, b->block_table,
-	                                   (size_t)c->max_seqs * c->table_stride * sizeof(int32_t),
-	                                   cudaMemcpyHostToDevice, c->s));
-	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_tok, b->tokens, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
-	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_pos, b->pos, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
-	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_seq, b->seq, (size_t)b->n * 4, cudaMemcpyHostToDevice, c->s));
-	return FP4S_OK;
-}
-
-int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes, struct fp4s_error *err)
-{
-	struct cuda_impl *c = impl_of(be);
-	FP4S_CUDA_TRY(err, cudaMemcpyAsync(host, src, (size_t)bytes, cudaMemcpyDeviceToHost, c->s));
-	FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
-	FP4S_CUDA_TRY(err, cudaGetLastError());
-	return FP4S_OK;
-}
-
 static int cu_gather_rows(struct fp4s_backend *be, const float *src, const int32_t *rows, int32_t n,
                           int64_t width, float *dst, struct fp4s_error *err)
 {
@@ -460,7 +341,10 @@ static int cu_embed(struct fp4s_backend *be, const struct fp4s_mat *emb, const s
 	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
 	const float ws2 = emb->fmt == FP4S_WF_NVFP4 ? emb->ws2 : 1.0f;
-	pdl_launch(embed_kernel, dim3(b->n), 256, 0, c->s, (int)emb->fmt, emb->data, emb->scales, ws2, emb->cols,
+	/* a row over up to 16 blocks: one block's dependent load and store per element took 7.4 us
+	 * for a 4096-wide row (the stores may alias the loads, so they do not overlap) */
+	const unsigned per = (unsigned)((emb->cols + 255) / 256 < 16 ? (emb->cols + 255) / 256 : 16);
+	pdl_launch(embed_kernel, dim3(b->n, per), 256, 0, c->s, (int)emb->fmt, emb->data, emb->scales, ws2, emb->cols,
 		c->d_tok, out);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
@@ -856,7 +740,7 @@ static void cu_swiglu_pairs(struct fp4s_backend *be, const float *gu, int64_t n,
 		reinterpret_cast<const float2 *>(gu), n * inter, out);
 }
 
-static void cu_graph_reset(struct fp4s_backend *be)
+void cu_graph_reset(struct fp4s_backend *be)
 {
 	struct cuda_impl *c = impl_of(be);
 	for (int32_t i = 0; i < c->n_graphs; i++)
@@ -905,26 +789,6 @@ static int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ct
 	return FP4S_OK;
 }
 
-static int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab, int32_t *out,
-                     struct fp4s_error *err)
-{
-	cu_link_clear(impl_of(be));
-	struct cuda_impl *c = impl_of(be);
-	if (n > 1024)
-		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows", n);
-	if (!c->d_argmax) {
-		/* [1024] results, then [1024 * PARTS] values and indices */
-		int rc = cu_dev_alloc(c, (void **)&c->d_argmax, 1024 * (1 + 2 * ARGMAX_PARTS) * sizeof(int32_t), err);
-		if (rc)
-			return rc;
-	}
-	float *pv = (float *)(c->d_argmax + 1024);
-	int32_t *pi = c->d_argmax + 1024 + 1024 * ARGMAX_PARTS;
-	pdl_launch(argmax_part_kernel, dim3(ARGMAX_PARTS, (unsigned)n), 256, 0, c->s, logits, vocab, pv, pi);
-	pdl_launch(argmax_final_kernel, dim3(n), 64, 0, c->s, pv, pi, c->d_argmax);
-	return cu_read(be, out, c->d_argmax, (int64_t)n * (int64_t)sizeof(int32_t), err);
-}
-
 static void cu_destroy(struct fp4s_backend *be)
 {
 	if (!be)
@@ -937,8 +801,9 @@ static void cu_destroy(struct fp4s_backend *be)
 		for (int32_t i = 0; i < c->n_allocs; i++)
 			cudaFree(c->allocs[i]);
 		free(c->allocs);
-		cudaFree(c->kc), cudaFree(c->vc), cudaFree(c->d_tok), cudaFree(c->d_pos), cudaFree(c->d_seq);
-		cudaFree(c->d_argmax), cudaFree(c->d_samp), cudaFreeHost(c->h_samp), cudaFree(c->d_samp_work);
+		cudaFree(c->kc), cudaFree(c->vc);
+		cu_io_free(c);
+		cudaFree(c->d_samp), cudaFreeHost(c->h_samp), cudaFree(c->d_samp_work);
 		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
 		for (int i = 0; i < 2; i++)
 			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);
@@ -999,6 +864,8 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->graph_run = cu_graph_run;
 	be->graph_reset = cu_graph_reset;
 	be->argmax = cu_argmax;
+	be->argmax_launch = cu_argmax_launch;
+	be->argmax_wait = cu_argmax_wait;
 	be->embed = cu_embed;
 	be->matmul = cu_matmul;
 	be->rmsnorm = cu_rmsnorm;

@@ -34,10 +34,19 @@ struct cuda_impl {
 	void *kc, *vc; /* FP32, BF16 or E4M3 bytes, [layer][block][FP4S_KV_BLOCK][kv_width] */
 	enum fp4s_kv_dtype kv_dtype;
 	int32_t n_layers, kv_width, n_blocks, max_seqs, max_ctx;
-	int32_t *d_table; /* [max_seqs][table_stride] block table, copied at every step's begin */
+	int32_t *d_table; /* [max_seqs][table_stride] block table, its changed rows copied at begin */
 	int32_t table_stride;
-	int32_t *d_tok, *d_pos, *d_seq;
+	int32_t *d_tok, *d_pos, *d_seq; /* rows of d_tps: tok | pos | seq, batch_cap each */
+	int32_t *d_tps;
 	int32_t batch_cap;
+	/* cuda_io.cu's pinned staging: h_tab mirrors d_table (tab_done: its last copy up), h_tps[2]
+	 * tok | pos | seq for alternate steps (tps_done[i]: slot i's copy up); h_tok[i] the tokens
+	 * of argmax launches in turn (mapped: dh_tok[i] is the device's address; tok_done[i]: written;
+	 * tok_n[i] rows), n_tok of them not waited for, the oldest at tok_at */
+	int32_t *h_tab, *h_tps[2], *h_tok[2], *dh_tok[2];
+	cudaEvent_t tab_done, tps_done[2], tok_done[2];
+	int tps_next, tok_at, n_tok;
+	int32_t tok_n[2];
 	float *moe_logits, *moe_h1, *moe_h2, *moe_a, *moe_o;
 	int64_t moe_cap_tokens, moe_cap_inter, moe_cap_hidden;
 	int32_t moe_cap_experts;
@@ -106,7 +115,19 @@ static inline int grid1(int64_t n) { return (int)(n / 256 + 1 < 4096 ? n / 256 +
 int cu_track(struct cuda_impl *c, void *p, struct fp4s_error *err); /* freed with the backend */
 int cu_dev_alloc(struct cuda_impl *c, void **p, size_t bytes, struct fp4s_error *err);
 size_t cu_mat_data_bytes(const struct fp4s_mat *m, size_t *scale_b);
+void cu_graph_reset(struct fp4s_backend *be);
+
+/* cuda_io.cu: backend.h's begin, read, argmax, argmax_launch / argmax_wait; cu_io_table_reset
+ * after d_table was zeroed, cu_io_free at destroy */
+int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err);
 int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes, struct fp4s_error *err);
+int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab, int32_t *out,
+              struct fp4s_error *err);
+int cu_argmax_launch(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
+                     struct fp4s_error *err);
+int cu_argmax_wait(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err);
+void cu_io_table_reset(struct cuda_impl *c);
+void cu_io_free(struct cuda_impl *c);
 int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *y,
               struct fp4s_error *err);
 void cu_rmsnorm(struct fp4s_backend *be, const float *x, const float *w, int64_t rows, int64_t width, float eps,
