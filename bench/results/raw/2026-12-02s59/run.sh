@@ -2,7 +2,7 @@
 # Session 59's device calls: the tree built once (/tmp/b-base: fp4serve and TESTS), the tests run (TARGS their
 # arguments) while MODELS are generated (/dev/shm; gpt-oss as MXFP4, the rest NVFP4), then each model benched
 # tg128 (3 reps) and at depth 4096 (-n 64, 2 reps) under each of ENVS ("name:VAR=value,VAR=value"), RUNS
-# rounds, the ENVS interleaved within a round.
+# rounds, the ENVS interleaved within a round; RUNV=1 adds `fp4serve run -v` under each of ENVS.
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 L=$OUT/log; mkdir -p $L; S=$OUT/sum.txt
@@ -30,4 +30,9 @@ for r in $(seq ${RUNS:-1}); do
 		done
 	done
 done
+# RUNV=1: `fp4serve run -v` greedy for 256 tokens under each of ENVS (the tok/s a user of run sees)
+for m in ${RUNV:+$MODELS}; do for v in ${ENVS:-base:X=1}; do n=${v%%:*}; e=${v#*:}; e=${e//,/ }
+	timeout 120 env $e /tmp/b-base/fp4serve run -v -m /dev/shm/$m -p "The history of the" -n 256 --temperature 0 \
+		--ignore-eos > $L/run-$m-$n.txt 2> $L/run-$m-$n.err
+	ts "run $m $n $(grep -a 'generated' $L/run-$m-$n.err | tail -1)"; done; done
 (cd $OUT && tar czf logs.tgz log && rm -rf log)
