@@ -672,7 +672,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 			                      "found %d (vocabulary %lld, embedding rows %lld)", b->n, fed,
 			                      (long long)c->vocab, (long long)f->embed.rows);
 		if (!be->argmax_launch)
-			bt.tokens = f->held[(f->launched_at + f->n_launched - 1) % FP4S_FWD_AHEAD];
+			bt.tokens = f->held[(f->launched_at + f->n_launched + FP4S_FWD_AHEAD - 1) % FP4S_FWD_AHEAD];
 	} else {
 		for (int32_t i = 0; i < b->n; i++)
 			if (b->tokens[i] < 0 || b->tokens[i] >= f->embed.rows)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/forward.h"
 #include "model/mwrite.h"
 #include "test_util.h"
 
@@ -157,6 +158,39 @@ static void lookahead_checks(const char *dir, const struct fp4s_engine_opts *o, 
 			CHECK_MSG(dropped2 > dropped, "%s: no step ahead dropped at a stop", dir);
 			CHECK_EQ_INT(used, 0);
 		}
+	}
+	/* the forward pass alone (slot 0, no requests): greedy from a prompt token one step at a time,
+	 * against launches fed from the last one, read one behind and at once, and a fed launch
+	 * after its feeder was read; the fed batch of more rows than found is refused */
+	{
+		struct fp4s_fwd *f = fp4s_engine_fwd(plain);
+		int32_t want[8], got[8], t = prompts[0][0], pos = 0, seq = 0, row = 0, t2 = 0;
+		for (int i = 0; i < 8; i++) {
+			const struct fp4s_batch b1 = {1, &t, &pos, &seq, NULL, 0};
+			pos = i;
+			CHECK(fp4s_fwd_run_argmax(f, &b1, &row, 1, &want[i], &err) == 0);
+			t = want[i];
+		}
+		t = prompts[0][0], pos = 0;
+		const struct fp4s_batch b0 = {1, &t, &pos, &seq, NULL, 0};
+		CHECK(fp4s_fwd_launch_argmax(f, &b0, &row, 1, &err) == 0);
+		for (int i = 1; i < 8; i++) {
+			pos = i;
+			const struct fp4s_batch bf = {1, NULL, &pos, &seq, NULL, 0};
+			CHECK(fp4s_fwd_launch_argmax(f, &bf, &row, 1, &err) == 0);
+			CHECK(fp4s_fwd_collect(f, &got[i - 1], &err) == 0);
+			if (i == 4) { /* the last read too: nothing outstanding, then a fed launch */
+				CHECK(fp4s_fwd_collect(f, &got[i], &err) == 0);
+				pos = ++i;
+				CHECK(fp4s_fwd_launch_argmax(f, &bf, &row, 1, &err) == 0);
+			}
+		}
+		CHECK(fp4s_fwd_collect(f, &got[7], &err) == 0);
+		CHECK_MSG(!memcmp(want, got, sizeof want), "%s: launched and fed steps differ from one at a time", dir);
+		CHECK(fp4s_fwd_collect(f, &t2, &err) != 0); /* nothing launched */
+		int32_t p2[2] = {8, 8}, s2[2] = {0, 1}, r2[2] = {0, 1};
+		const struct fp4s_batch b2 = {2, NULL, p2, s2, NULL, 0};
+		CHECK(fp4s_fwd_launch_argmax(f, &b2, r2, 2, &err) == FP4S_EINVAL);
 	}
 	fp4s_engine_close(plain);
 	fp4s_engine_close(la);
