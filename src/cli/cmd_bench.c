@@ -154,7 +154,7 @@ int cmd_bench(int argc, char **argv)
 	/* --temp: a sampler a sequence (seeded), their device rows */
 	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS || sp.logprobs;
 	const int dev_sample = sampling && fp4s_fwd_can_sample(f);
-	const int ahead = !sampling && fp4s_engine_lookahead(e, NULL, NULL) && nb <= FP4S_FWD_LAUNCH_ROWS;
+	const int ahead = !sampling && fp4s_engine_lookahead(e, NULL, NULL); /* nb <= 1024 rows */
 	struct fp4s_sampler *smp = sampling ? calloc((size_t)nb, sizeof *smp) : NULL;
 	struct fp4s_samp_row *srow = sampling ? malloc((size_t)nb * sizeof *srow) : NULL;
 	struct fp4s_samp_result *slp = sampling ? malloc((size_t)nb * sizeof *slp) : NULL;

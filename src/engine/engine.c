@@ -263,18 +263,17 @@ static int ahead_live(const struct fp4s_engine *e, int32_t j)
 	return r->state == REQ_RUNNING && r->id == e->a_id[j];
 }
 
-/* The step enqueued ahead is not wanted (its requests ended, or the forward pass is needed for
- * something else): its tokens are read and dropped. Its KV rows lie past what their requests
- * count as computed, so they are written again before anything reads them. */
+/* The step enqueued ahead is not wanted (its requests ended, a step failed, or the forward pass
+ * is needed for something else): every launch still out is read and dropped. Its KV rows lie past
+ * what their requests count as computed, so they are written again before anything reads them. */
 static void ahead_drop(struct fp4s_engine *e)
 {
-	if (e->ahead_n > 0) {
-		int32_t tok[FP4S_FWD_LAUNCH_ROWS];
-		e->ahead_dropped++;
-		struct fp4s_error ignored;
+	int32_t tok[FP4S_FWD_LAUNCH_ROWS];
+	struct fp4s_error ignored;
+	e->ahead_dropped += e->ahead_n > 0;
+	while (e->fwd.n_launched > 0)
 		(void)fp4s_fwd_collect(&e->fwd, tok, &ignored);
-		e->ahead_n = 0;
-	}
+	e->ahead_n = 0;
 }
 
 void fp4s_engine_close(struct fp4s_engine *e)
@@ -759,13 +758,8 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 			rc = launch_ahead(e, nb, nout, err);
 		if (!rc)
 			rc = fp4s_fwd_collect(&e->fwd, greedy_tok, err);
-		if (rc) { /* nothing stays in flight */
-			int32_t drop[FP4S_FWD_LAUNCH_ROWS];
-			struct fp4s_error ignored;
-			while (e->fwd.n_launched > 0)
-				(void)fp4s_fwd_collect(&e->fwd, drop, &ignored);
-			e->ahead_n = 0;
-		}
+		if (rc)
+			ahead_drop(e); /* nothing stays in flight */
 	} else if (all_greedy && nout <= 64) {
 		dev = 0;
 		rc = fp4s_fwd_run_argmax(&e->fwd, &b, e->b_rows, nout, greedy_tok, err);

@@ -665,8 +665,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	const int32_t fed = f->fed_n;
 	f->fed_n = 0; /* this step's work replaces what fed it */
 	if (!b->tokens) {
-		/* the last launch's tokens: in range (argmax over the lm_head's rows, checked at init to be
-		 * no more than the embedding's) */
+		/* the last launch's tokens: in range when the lm_head has no more rows than the embedding */
 		if (b->n > fed || c->vocab > f->embed.rows)
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: a batch of %d fed tokens after a step that "
 			                      "found %d (vocabulary %lld, embedding rows %lld)", b->n, fed,

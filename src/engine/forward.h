@@ -26,6 +26,11 @@ struct fp4s_fwd_layer {
 	struct fp4s_expert *experts;
 };
 
+/* launches that may be outstanding (the one being collected and the one after it) */
+#define FP4S_FWD_AHEAD 2
+/* rows an argmax launch may have */
+#define FP4S_FWD_LAUNCH_ROWS 1024
+
 struct fp4s_fwd {
 	const struct fp4s_model *model;
 	const struct fp4s_config *cfg;
@@ -52,15 +57,11 @@ struct fp4s_fwd {
 	/* fp4s_fwd_launch_argmax's launches not collected yet, oldest first (FP4S_FWD_AHEAD at
 	 * most): the first at launched_at, their row counts; on a backend without argmax_launch, their
 	 * tokens (held, found when launched) */
-	int32_t n_launched, launched_at, launch_n[2];
-	int32_t *held[2];
+	int32_t n_launched, launched_at, launch_n[FP4S_FWD_AHEAD];
+	int32_t *held[FP4S_FWD_AHEAD];
 	int32_t fed_n; /* the last step's argmax rows still feed a batch with tokens NULL; 0: none */
 };
 
-/* launches that may be outstanding (the one being collected and the one after it) */
-#define FP4S_FWD_AHEAD 2
-/* rows an argmax launch may have */
-#define FP4S_FWD_LAUNCH_ROWS 1024
 
 /* Builds the views and the KV cache: max_seqs sequences of up to max_ctx positions over a pool
  * of n_blocks blocks (0: enough for every slot at full length, and batches without a block
