@@ -175,6 +175,13 @@ struct fp4s_backend {
 	int (*argmax_launch)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
 	                     struct fp4s_error *err);
 	int (*argmax_wait)(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err);
+	/* sample (below) split the same way, for rows without logprobs: launch draws each row's token
+	 * and keeps it where a batch with tokens NULL reads it (a row without a finite logit: token
+	 * 0 there, -1 to the host); argmax_wait reads the tokens. The launches of both kinds take
+	 * their turns in one queue. NULL where argmax_launch is. */
+	int (*sample_launch)(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab,
+	                     const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
+	                     struct fp4s_error *err);
 	/* out[i] = a token drawn from row i of logits [n, vocab] as rows[i] says (sampler.h's
 	 * fp4s_samp_row, its edits in edits[rows[i].edit0 ..]): the token sampler.c would draw for
 	 * the same row; lp[i] (sampler.h's fp4s_samp_result: the raw logprobs fp4s_samp_sample gives)

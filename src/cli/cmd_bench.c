@@ -63,6 +63,24 @@ static double host_copy_gbs(void)
 	return 2.0 * (double)bytes / median(t, 5) / 1e9;
 }
 
+/* One decode step launched (its tokens read later by fp4s_fwd_collect): the argmax, or with
+ * samplers (smp) each row planned from its sampler and drawn on the device. */
+static int bench_launch(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *rows, int32_t nb,
+                        struct fp4s_sampler *smp, struct fp4s_samp_row *srow, struct fp4s_samp_edit *sedit,
+                        struct fp4s_error *err)
+{
+	if (!smp)
+		return fp4s_fwd_launch_argmax(f, b, rows, nb, err);
+	for (int32_t q = 0; q < nb; q++) {
+		int32_t ne = 0;
+		int rc = fp4s_samp_plan(&smp[q], &srow[q], sedit, 1, &ne, err); /* no edits: no bias or penalty */
+		if (rc)
+			return rc;
+		srow[q].edit0 = 0;
+	}
+	return fp4s_fwd_launch_sample(f, b, rows, nb, srow, sedit, 0, err);
+}
+
 int cmd_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -154,7 +172,10 @@ int cmd_bench(int argc, char **argv)
 	/* --temp: a sampler a sequence (seeded), their device rows */
 	const int sampling = sp.temperature >= FP4S_SAMP_GREEDY_EPS || sp.logprobs;
 	const int dev_sample = sampling && fp4s_fwd_can_sample(f);
-	const int ahead = !sampling && fp4s_engine_lookahead(e, NULL, NULL); /* nb <= 1024 rows */
+	/* steps enqueued ahead as the engine runs them: greedy, or sampled on the device without
+	 * logprobs (nb <= 1024 rows) */
+	const int ahead = fp4s_engine_lookahead(e, NULL, NULL) &&
+	                  (!sampling || (dev_sample && !sp.logprobs && fp4s_fwd_can_launch_sample(f)));
 	struct fp4s_sampler *smp = sampling ? calloc((size_t)nb, sizeof *smp) : NULL;
 	struct fp4s_samp_row *srow = sampling ? malloc((size_t)nb * sizeof *srow) : NULL;
 	struct fp4s_samp_result *slp = sampling ? malloc((size_t)nb * sizeof *slp) : NULL;
@@ -199,9 +220,10 @@ int cmd_bench(int argc, char **argv)
 			if (r >= 0 && q == 0)
 				t_pp[r] = now_s() - a;
 		}
-		/* Greedy decode as the engine runs it (engine_opts' lookahead): step i + 1 is enqueued
-		 * before step i's tokens are read, each token fed to the next step where it was found;
-		 * a token's time runs from one read to the next. FP4S_LOOKAHEAD=0: one step at a time. */
+		/* Decode as the engine runs it (engine_opts' lookahead): step i + 1 is enqueued before
+		 * step i's tokens are read, each token fed to the next step where it was found (the
+		 * argmax, or --temp's draw); a token's time runs from one read to the next.
+		 * FP4S_LOOKAHEAD=0: one step at a time. */
 		for (int32_t i = 0; ahead && i < tg; i++) {
 			int src = 0;
 			if (i == 0) {
@@ -209,13 +231,13 @@ int cmd_bench(int argc, char **argv)
 					btok[q] = tok[(prompt_len + 7 * q) % eo.max_ctx], bpos[q] = prompt_len, bseq[q] = q, brow[q] = q;
 				const struct fp4s_batch b0 = {nb, btok, bpos, bseq, NULL, 0};
 				t_last = now_s();
-				src = fp4s_fwd_launch_argmax(f, &b0, brow, nb, &err);
+				src = bench_launch(f, &b0, brow, nb, sampling ? smp : NULL, srow, sedit, &err);
 			}
 			if (!src && i + 1 < tg) {
 				for (int32_t q = 0; q < nb; q++)
 					bpos[q] = prompt_len + i + 1;
 				const struct fp4s_batch bn = {nb, NULL, bpos, bseq, NULL, 0};
-				src = fp4s_fwd_launch_argmax(f, &bn, brow, nb, &err);
+				src = bench_launch(f, &bn, brow, nb, sampling ? smp : NULL, srow, sedit, &err);
 			}
 			if (!src)
 				src = fp4s_fwd_collect(f, bnext, &err);

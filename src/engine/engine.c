@@ -80,6 +80,11 @@ struct fp4s_engine {
 	struct req **a_req;
 	int64_t *a_id;
 	int32_t *a_pos, *a_seq, *a_rows;
+	/* a step ahead with sampled rows (its plans drew from the requests' RNGs): each row's RNG
+	 * before that draw, put back when the step is dropped while its request goes on */
+	int launch_sample; /* fp4s_fwd_can_launch_sample, at open */
+	int a_sampled;
+	uint64_t (*a_rng)[4];
 };
 
 void fp4s_request_defaults(struct fp4s_request *r)
@@ -218,11 +223,13 @@ int fp4s_engine_open(const struct fp4s_engine_opts *o, struct fp4s_engine **out,
 	e->a_pos = malloc((size_t)e->max_seqs * 4);
 	e->a_seq = malloc((size_t)e->max_seqs * 4);
 	e->a_rows = malloc((size_t)e->max_seqs * 4);
+	e->a_rng = malloc((size_t)e->max_seqs * sizeof *e->a_rng);
+	e->launch_sample = fp4s_fwd_can_launch_sample(&e->fwd);
 	e->n_events_cap = e->n_reqs;
 	e->events = calloc((size_t)e->n_events_cap, sizeof *e->events);
 	if (!e->reqs || !e->slot_used || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_rows ||
 	    !e->b_req || !e->logits || !e->events || !e->s_rows || !e->s_tok || !e->s_lp || !e->a_req || !e->a_id || !e->b_live ||
-	    !e->a_pos || !e->a_seq || !e->a_rows) {
+	    !e->a_pos || !e->a_seq || !e->a_rows || !e->a_rng) {
 		rc = fp4s_error_set(err, FP4S_ENOMEM, "engine: out of memory");
 		goto fail;
 	}
@@ -265,7 +272,9 @@ static int ahead_live(const struct fp4s_engine *e, int32_t j)
 
 /* The step enqueued ahead is not wanted (its requests ended, a step failed, or the forward pass
  * is needed for something else): every launch still out is read and dropped. Its KV rows lie past
- * what their requests count as computed, so they are written again before anything reads them. */
+ * what their requests count as computed, so they are written again before anything reads them.
+ * Its sampled rows' requests that go on get back their RNGs as they were before its draws, so
+ * a seeded request draws the same numbers whether or not a step went ahead. */
 static void ahead_drop(struct fp4s_engine *e)
 {
 	int32_t tok[FP4S_FWD_LAUNCH_ROWS];
@@ -273,7 +282,11 @@ static void ahead_drop(struct fp4s_engine *e)
 	e->ahead_dropped += e->ahead_n > 0;
 	while (e->fwd.n_launched > 0)
 		(void)fp4s_fwd_collect(&e->fwd, tok, &ignored);
+	for (int32_t j = 0; e->a_sampled && j < e->ahead_n; j++)
+		if (ahead_live(e, j))
+			memcpy(e->a_req[j]->samp.rng, e->a_rng[j], sizeof e->a_rng[j]);
 	e->ahead_n = 0;
+	e->a_sampled = 0;
 }
 
 void fp4s_engine_close(struct fp4s_engine *e)
@@ -296,7 +309,7 @@ void fp4s_engine_close(struct fp4s_engine *e)
 	free(e->slot_used), free(e->b_tok), free(e->b_pos), free(e->b_seq), free(e->b_rows);
 	free(e->b_req), free(e->b_live), free(e->logits), free(e->events);
 	free(e->s_rows), free(e->s_tok), free(e->s_lp), free(e->s_edits);
-	free(e->a_req), free(e->a_id), free(e->a_pos), free(e->a_seq), free(e->a_rows);
+	free(e->a_req), free(e->a_id), free(e->a_pos), free(e->a_seq), free(e->a_rows), free(e->a_rng);
 	free(e);
 }
 
@@ -412,9 +425,21 @@ static int pure_greedy(const struct req *r)
 	       p->n_logit_bias == 0 && !r->samp.penalties && r->n_tokens - r->n_prompt >= p->min_tokens;
 }
 
+/* A request whose next token a launch can find, so that the step after it may be enqueued
+ * before it is read: plain greedy (the argmax), or drawn where the logits are without logprobs
+ * (which a launch does not return) and without penalties (the next step's plan needs the
+ * counts with this token). */
+static int launchable(const struct fp4s_engine *e, const struct req *r)
+{
+	const struct fp4s_sampling *p = &r->samp.p;
+	return pure_greedy(r) || (e->launch_sample && !p->logprobs && p->top_logprobs == 0 && !r->samp.penalties);
+}
+
 /* The rows of this step's sampled sequences for the backend (fp4s_samp_plan: each draws its
- * random number now, as its host sampler would); *n_edits: the edits written. */
-static int plan_rows(struct fp4s_engine *e, int32_t nout, int32_t *n_edits, struct fp4s_error *err)
+ * random number now, as its host sampler would); *n_edits: the edits written. ahead: for the
+ * step after this one (launch_ahead), whose token follows the one this step finds: the plan
+ * then counts that token as generated (min_tokens; launchable rows have no penalties). */
+static int plan_rows(struct fp4s_engine *e, int32_t nout, int ahead, int32_t *n_edits, struct fp4s_error *err)
 {
 	int64_t need = 0;
 	for (int32_t o = 0; o < nout; o++)
@@ -432,8 +457,10 @@ static int plan_rows(struct fp4s_engine *e, int32_t nout, int32_t *n_edits, stru
 	int32_t ne = 0;
 	for (int32_t o = 0; o < nout; o++) {
 		int32_t k = 0;
-		int rc = fp4s_samp_plan(&e->b_req[e->b_rows[o]]->samp, &e->s_rows[o], e->s_edits + ne, e->s_edits_cap - ne,
-		                        &k, err);
+		struct fp4s_sampler *sp = &e->b_req[e->b_rows[o]]->samp;
+		sp->n_generated += ahead;
+		int rc = fp4s_samp_plan(sp, &e->s_rows[o], e->s_edits + ne, e->s_edits_cap - ne, &k, err);
+		sp->n_generated -= ahead;
 		if (rc)
 			return rc;
 		e->s_rows[o].edit0 = ne;
@@ -592,8 +619,9 @@ void fp4s_engine_kv_usage(const struct fp4s_engine *e, int32_t *used, int32_t *t
 }
 
 /* Enqueues the next decode step of this step's nb requests before this step's tokens are read
- * (engine_opts' lookahead), when every row is the one decode token of a plain greedy request
- * that cannot reach a length limit with this token, no request waits for a slot, and each
+ * (engine_opts' lookahead), when every row is the one decode token of a launchable request
+ * (greedy, or sampled on the device without logprobs or penalties) that cannot reach a length
+ * limit with this token, no request waits for a slot, and each
  * request gets a block for its next position without preempting anyone. Row j then takes the
  * token this step finds for its row j (out row j: b_rows[j] == j), where it was found. A request
  * that stops at this token leaves its row behind, dropped when the step is collected. */
@@ -607,7 +635,7 @@ static int launch_ahead(struct fp4s_engine *e, int32_t nb, int32_t nout, struct 
 	for (int32_t j = 0; j < nb; j++) {
 		const struct req *r = e->b_req[j];
 		const int32_t n_next = r->n_tokens + 1; /* with this step's token */
-		if (e->b_rows[j] != j || r->state != REQ_RUNNING || r->cancelled || !pure_greedy(r) ||
+		if (e->b_rows[j] != j || r->state != REQ_RUNNING || r->cancelled || !launchable(e, r) ||
 		    r->n_computed != r->n_tokens || n_next >= e->max_ctx ||
 		    (r->max_tokens > 0 && n_next - r->n_prompt >= r->max_tokens))
 			return FP4S_OK;
@@ -628,9 +656,25 @@ static int launch_ahead(struct fp4s_engine *e, int32_t nb, int32_t nout, struct 
 		memcpy(e->table + (size_t)r->slot * e->stride, r->blocks, (size_t)r->n_blocks * sizeof *r->blocks);
 	}
 	struct fp4s_batch b = {nb, NULL, e->a_pos, e->a_seq, e->table, e->stride};
-	int rc = fp4s_fwd_launch_argmax(&e->fwd, &b, e->a_rows, nb, err);
+	int greedy = 1;
+	for (int32_t j = 0; j < nb; j++)
+		greedy &= pure_greedy(e->b_req[j]);
+	int rc;
+	if (greedy) {
+		rc = fp4s_fwd_launch_argmax(&e->fwd, &b, e->a_rows, nb, err);
+	} else {
+		for (int32_t j = 0; j < nb; j++)
+			memcpy(e->a_rng[j], e->b_req[j]->samp.rng, sizeof e->a_rng[j]);
+		int32_t ne = 0;
+		rc = plan_rows(e, nb, 1, &ne, err); /* b_rows[j] == j: row j is request j */
+		if (!rc)
+			rc = fp4s_fwd_launch_sample(&e->fwd, &b, e->a_rows, nb, e->s_rows, e->s_edits, ne, err);
+		if (rc) /* not launched: the draws go back */
+			for (int32_t j = 0; j < nb; j++)
+				memcpy(e->b_req[j]->samp.rng, e->a_rng[j], sizeof e->a_rng[j]);
+	}
 	if (!rc)
-		e->ahead_n = nb;
+		e->ahead_n = nb, e->a_sampled = !greedy;
 	return rc;
 }
 
@@ -673,6 +717,7 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	if (ahead) {
 		nb = nout = e->ahead_n;
 		e->ahead_n = 0;
+		e->a_sampled = 0;
 		e->ahead_taken++;
 	}
 	/* admit waiting requests into free slots, oldest first */
@@ -743,17 +788,26 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 	struct fp4s_batch b = {nb, e->b_tok, e->b_pos, e->b_seq, e->table, e->stride};
 	/* When every request sampled this step is plain greedy, only the argmax leaves the backend
 	 * (a GPU then moves 4 bytes per sequence instead of the vocabulary's logits). */
-	int all_greedy = 1, dev = e->dev_sample && nout <= 1024; /* the backend's rows a call */
-	for (int32_t o = 0; o < nout && !ahead; o++)
+	int all_greedy = 1, all_launch = 1, dev = e->dev_sample && nout <= 1024; /* the backend's rows a call */
+	for (int32_t o = 0; o < nout && !ahead; o++) {
 		all_greedy &= pure_greedy(e->b_req[e->b_rows[o]]);
+		all_launch &= launchable(e, e->b_req[e->b_rows[o]]);
+	}
 	/* Otherwise the backend draws the tokens where the logits are (the same tokens and logprobs
 	 * as the host's sampler: sampler.h) when it can; else the logits come here. */
 	int32_t greedy_tok[64];
-	int rc;
-	if (ahead || (all_greedy && nout > 0 && nout <= 64 && e->lookahead)) {
+	int rc = FP4S_OK, launched = 0;
+	if (ahead || (all_launch && nout > 0 && nout <= 64 && e->lookahead)) {
 		/* launched (or taken from ahead); the next step may go in before its tokens are read */
-		dev = 0;
-		rc = ahead ? FP4S_OK : fp4s_fwd_launch_argmax(&e->fwd, &b, e->b_rows, nout, err);
+		dev = 0, launched = 1;
+		if (!ahead && all_greedy) {
+			rc = fp4s_fwd_launch_argmax(&e->fwd, &b, e->b_rows, nout, err);
+		} else if (!ahead) {
+			int32_t ne = 0;
+			rc = plan_rows(e, nout, 0, &ne, err);
+			if (!rc)
+				rc = fp4s_fwd_launch_sample(&e->fwd, &b, e->b_rows, nout, e->s_rows, e->s_edits, ne, err);
+		}
 		if (!rc)
 			rc = launch_ahead(e, nb, nout, err);
 		if (!rc)
@@ -765,7 +819,7 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		rc = fp4s_fwd_run_argmax(&e->fwd, &b, e->b_rows, nout, greedy_tok, err);
 	} else if (dev) {
 		int32_t ne = 0;
-		rc = plan_rows(e, nout, &ne, err);
+		rc = plan_rows(e, nout, 0, &ne, err);
 		if (!rc)
 			rc = fp4s_fwd_run_sample(&e->fwd, &b, e->b_rows, nout, e->s_rows, e->s_edits, ne, e->s_tok, e->s_lp,
 			                         err);
@@ -781,8 +835,12 @@ int fp4s_engine_step(struct fp4s_engine *e, const struct fp4s_event **events, st
 		struct req *r = e->b_req[e->b_rows[o]];
 		if (ahead && !e->b_live[e->b_rows[o]])
 			continue; /* it ended after this step was enqueued */
+		if (launched && greedy_tok[o] < 0) { /* a sampled row: nothing left to draw from */
+			ahead_drop(e);
+			return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token has a finite logit after masking");
+		}
 		struct fp4s_event *ev = new_event(e, &nev, r);
-		if (ahead || (all_greedy && nout <= 64))
+		if (launched || (all_greedy && nout <= 64))
 			ev->sample.token = greedy_tok[o];
 		else if (dev && e->s_tok[o] < 0)
 			return fp4s_error_set(err, FP4S_EINVAL, "sampler: no token has a finite logit after masking");

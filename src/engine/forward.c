@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/sampler.h"
 #include "numerics/numerics.h"
 
 static int own(struct fp4s_fwd *f, void *p, struct fp4s_error *err)
@@ -426,6 +427,11 @@ void fp4s_fwd_free(struct fp4s_fwd *f)
 	scratch_free(f);
 	for (int i = 0; i < FP4S_FWD_AHEAD; i++)
 		free(f->held[i]);
+	free(f->host_logits);
+	if (f->samp_scratch)
+		fp4s_samp_free(f->samp_scratch);
+	free(f->samp_scratch);
+	free(f->feed_tmp);
 	for (int32_t i = 0; i < f->n_owned; i++)
 		free(f->owned[i]);
 	free(f->owned);
@@ -644,6 +650,47 @@ struct nll_req {
 	double *out;
 };
 
+/* A sampled launch on a synchronous backend: the logits to the host, each row drawn there as the
+ * device would (fp4s_samp_sample_row) into tokens. */
+static int sample_on_host(struct fp4s_fwd *f, int32_t n_out, const struct samp_req *sr, int32_t *tokens,
+                          struct fp4s_error *err)
+{
+	const int64_t V = f->cfg->vocab, need = (int64_t)n_out * V;
+	if (!f->samp_scratch) {
+		struct fp4s_sampling p;
+		fp4s_samp_defaults(&p);
+		if (!(f->samp_scratch = calloc(1, sizeof *f->samp_scratch)))
+			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+		int rc = fp4s_samp_init(f->samp_scratch, &p, (int32_t)V, NULL, 0, NULL, 0, err);
+		if (rc) {
+			fp4s_samp_free(f->samp_scratch);
+			free(f->samp_scratch);
+			f->samp_scratch = NULL;
+			return rc;
+		}
+	}
+	if (need > f->host_logits_n) {
+		float *p = realloc(f->host_logits, (size_t)need * sizeof *p);
+		if (!p)
+			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+		f->host_logits = p, f->host_logits_n = need;
+	}
+	int rc = f->be->read(f->be, f->host_logits, f->logits, need * (int64_t)sizeof(float), err);
+	for (int32_t i = 0; !rc && i < n_out; i++) {
+		const struct fp4s_samp_row *r = &sr->rows[i];
+		if (r->logprobs || r->edit0 < 0 || r->n_edits < 0 || r->edit0 > sr->n_edits - r->n_edits)
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: sampled launch row %d is malformed", i);
+		struct fp4s_samp_result res;
+		struct fp4s_error e2;
+		const int src = fp4s_samp_sample_row(f->samp_scratch, r, sr->edits + r->edit0, f->host_logits + (size_t)i * V,
+		                                     (int32_t)V, &res, &e2);
+		if (src && src != FP4S_EINVAL)
+			return fp4s_error_set(err, src, "%s", e2.msg);
+		tokens[i] = src ? -1 : res.token; /* EINVAL: nothing left to draw from, as the device says -1 */
+	}
+	return rc;
+}
+
 /* launch: the argmax is launched (tokens: a synchronous backend's tokens go there) */
 static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                float *logits, int32_t *tokens, const struct samp_req *sr, const struct nll_req *nr,
@@ -670,8 +717,15 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: a batch of %d fed tokens after a step that "
 			                      "found %d (vocabulary %lld, embedding rows %lld)", b->n, fed,
 			                      (long long)c->vocab, (long long)f->embed.rows);
-		if (!be->argmax_launch)
-			bt.tokens = f->held[(f->launched_at + f->n_launched + FP4S_FWD_AHEAD - 1) % FP4S_FWD_AHEAD];
+		if (!be->argmax_launch) {
+			/* a sampled row without a token (-1) feeds token 0, as sample.cu does */
+			const int32_t *h = f->held[(f->launched_at + f->n_launched + FP4S_FWD_AHEAD - 1) % FP4S_FWD_AHEAD];
+			if (!f->feed_tmp && !(f->feed_tmp = malloc(FP4S_FWD_LAUNCH_ROWS * sizeof *f->feed_tmp)))
+				return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+			for (int32_t i = 0; i < b->n; i++)
+				f->feed_tmp[i] = h[i] < 0 ? 0 : h[i];
+			bt.tokens = f->feed_tmp;
+		}
 	} else {
 		for (int32_t i = 0; i < b->n; i++)
 			if (b->tokens[i] < 0 || b->tokens[i] >= f->embed.rows)
@@ -696,6 +750,13 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 		return rc;
 	if (nr)
 		return be->token_nll(be, f->logits, n_out, c->vocab, nr->targets, nr->out, err);
+	if (launch && sr) {
+		rc = be->sample_launch ? be->sample_launch(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, err)
+		                       : sample_on_host(f, n_out, sr, tokens, err);
+		if (!rc)
+			f->fed_n = n_out;
+		return rc;
+	}
 	if (tokens && sr)
 		return be->sample(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, tokens, sr->lp, err);
 	if (launch && be->argmax_launch)
@@ -766,6 +827,41 @@ static int device_sampling_off(void)
 {
 	const char *e = getenv("FP4S_DEVICE_SAMPLE");
 	return e && !strcmp(e, "0");
+}
+
+int fp4s_fwd_can_launch_sample(const struct fp4s_fwd *f)
+{
+	return !fp4s_fwd_async(f) || (f->be->sample_launch != NULL && !device_sampling_off());
+}
+
+int fp4s_fwd_launch_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+                           const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
+                           struct fp4s_error *err)
+{
+	if (!fp4s_fwd_can_launch_sample(f))
+		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not launch sampling");
+	if (f->n_launched >= FP4S_FWD_AHEAD)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: %d launches not collected", f->n_launched);
+	if (n_out <= 0 || n_out > FP4S_FWD_LAUNCH_ROWS)
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: a sampled launch of %d rows (1 to %d)", n_out,
+		                      FP4S_FWD_LAUNCH_ROWS);
+	for (int32_t i = 0; i < n_out; i++)
+		if (rows[i].logprobs)
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: a sampled launch's row %d asks for logprobs", i);
+	const int slot = (f->launched_at + f->n_launched) % FP4S_FWD_AHEAD;
+	int32_t *held = NULL;
+	if (!fp4s_fwd_async(f)) {
+		if (!f->held[slot] && !(f->held[slot] = malloc(FP4S_FWD_LAUNCH_ROWS * sizeof(int32_t))))
+			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
+		held = f->held[slot];
+	}
+	const struct samp_req sr = {rows, edits, n_edits, NULL};
+	const int rc = run(f, b, out_rows, n_out, NULL, held, &sr, NULL, 1, err);
+	if (rc)
+		return rc;
+	f->launch_n[slot] = n_out;
+	f->n_launched++;
+	return FP4S_OK;
 }
 
 int fp4s_fwd_can_sample(const struct fp4s_fwd *f)

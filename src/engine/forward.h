@@ -11,6 +11,8 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
+struct fp4s_sampler; /* engine/sampler.h */
+
 struct fp4s_fwd_layer {
 	float *attn_norm, *ffn_norm, *q_norm, *k_norm;
 	struct fp4s_mat q, k, v, o;
@@ -60,6 +62,13 @@ struct fp4s_fwd {
 	int32_t n_launched, launched_at, launch_n[FP4S_FWD_AHEAD];
 	int32_t *held[FP4S_FWD_AHEAD];
 	int32_t fed_n; /* the last step's argmax rows still feed a batch with tokens NULL; 0: none */
+	/* a sampled launch on a backend without sample_launch: the logits on the host, a sampler
+	 * for scratch (sampler.h's fp4s_samp_sample_row), the fed tokens (a row without a token
+	 * feeds token 0, as on a GPU) */
+	float *host_logits;
+	int64_t host_logits_n;
+	struct fp4s_sampler *samp_scratch;
+	int32_t *feed_tmp;
 };
 
 
@@ -90,6 +99,16 @@ int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 int fp4s_fwd_launch_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
                            int32_t n_out, struct fp4s_error *err);
 int fp4s_fwd_collect(struct fp4s_fwd *f, int32_t *tokens, struct fp4s_error *err);
+/* The same launch with a token drawn for each row as rows[i] says (fp4s_fwd_run_sample without
+ * logprobs: no row may ask for them), collected by fp4s_fwd_collect; a token of -1 there: no
+ * finite logit (the next step was fed token 0 for it). The rows' plans must be made before the
+ * launch (their draws are taken then). */
+int fp4s_fwd_launch_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+                           const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
+                           struct fp4s_error *err);
+/* 1 when fp4s_fwd_launch_sample keeps the GPU going (backend.h's sample_launch, device sampling
+ * on); on a synchronous backend the launch samples on the host and this is 1 too */
+int fp4s_fwd_can_launch_sample(const struct fp4s_fwd *f);
 /* 1 when the step is queued on a GPU and the host free meanwhile (argmax_launch); 0: a launch
  * runs to its end first (the CPU backend; launch and collect still work, for tests) */
 int fp4s_fwd_async(const struct fp4s_fwd *f);

@@ -583,27 +583,13 @@ static void logsoftmax_result(const float *x, int32_t V, int32_t chosen, int32_t
 /* ------------------------------------------------------------------------------------------ */
 /* Sampling */
 
-int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
+/* Steps 3-4 of the pipeline on logits already edited (steps 1-2), as p says, with the draw u
+ * (unused when greedy); s gives the scratch and, for raw logprobs, the unedited row in s->raw. */
+static int samp_draw(struct fp4s_sampler *s, const struct fp4s_sampling *p, double u, float *logits, int32_t V,
                      struct fp4s_samp_result *out, struct fp4s_error *err)
 {
-	const struct fp4s_sampling *p = &s->p;
-	const int32_t V = vocab;
-	if (V != s->vocab || !logits || !out)
-		return fp4s_error_set(err, FP4S_EINVAL, "sampler: vocab %d, expected %d", (int)V,
-		                      (int)s->vocab);
-	out->token = -1;
-	out->logprob = 0.0f;
-	out->rank = 0;
-	out->n_top = 0;
 	const bool raw_lp = p->logprobs && p->logprobs_mode == FP4S_SAMP_LOGPROBS_RAW;
 	const bool proc_lp = p->logprobs && p->logprobs_mode == FP4S_SAMP_LOGPROBS_PROCESSED;
-	if (raw_lp) {
-		if (!s->raw && !(s->raw = malloc((size_t)V * sizeof *s->raw)))
-			return fp4s_error_set(err, FP4S_ENOMEM, "sampler: out of memory");
-		memcpy(s->raw, logits, (size_t)V * sizeof *logits);
-	}
-	fp4s_samp_process_logits(s, logits, V);
-
 	if (p->temperature < FP4S_SAMP_GREEDY_EPS) {
 		/* Greedy: strict > keeps the first (lowest) id among ties, as torch.argmax. */
 		int32_t best = -1;
@@ -625,9 +611,6 @@ int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
 		return 0;
 	}
 
-	/* Exactly one draw a sampled token, taken first so that a row that then fails (no finite
-	 * logit) still advances the RNG as fp4s_samp_plan does. */
-	const double u = rng_uniform(s->rng);
 	/* Temperature as vLLM (a division, not a multiply by 1/T), then the max. */
 	const float T = p->temperature;
 	float m = -INFINITY;
@@ -757,6 +740,85 @@ int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
 	}
 #undef KEPT
 	return 0;
+}
+
+/* The unedited row for raw logprobs, in s->raw. */
+static int keep_raw(struct fp4s_sampler *s, const float *logits, int32_t V, struct fp4s_error *err)
+{
+	if (!s->raw && !(s->raw = malloc((size_t)V * sizeof *s->raw)))
+		return fp4s_error_set(err, FP4S_ENOMEM, "sampler: out of memory");
+	memcpy(s->raw, logits, (size_t)V * sizeof *logits);
+	return 0;
+}
+
+static void result_clear(struct fp4s_samp_result *out)
+{
+	out->token = -1;
+	out->logprob = 0.0f;
+	out->rank = 0;
+	out->n_top = 0;
+}
+
+int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
+                     struct fp4s_samp_result *out, struct fp4s_error *err)
+{
+	const struct fp4s_sampling *p = &s->p;
+	const int32_t V = vocab;
+	if (V != s->vocab || !logits || !out)
+		return fp4s_error_set(err, FP4S_EINVAL, "sampler: vocab %d, expected %d", (int)V,
+		                      (int)s->vocab);
+	result_clear(out);
+	int rc;
+	if (p->logprobs && p->logprobs_mode == FP4S_SAMP_LOGPROBS_RAW && (rc = keep_raw(s, logits, V, err)))
+		return rc;
+	fp4s_samp_process_logits(s, logits, V);
+	/* Exactly one draw a sampled token, taken first so that a row that then fails (no finite
+	 * logit) still advances the RNG as fp4s_samp_plan does. */
+	const double u = p->temperature < FP4S_SAMP_GREEDY_EPS ? 0.0 : rng_uniform(s->rng);
+	return samp_draw(s, p, u, logits, V, out, err);
+}
+
+int fp4s_samp_sample_row(struct fp4s_sampler *s, const struct fp4s_samp_row *row,
+                         const struct fp4s_samp_edit *edits, float *logits, int32_t vocab,
+                         struct fp4s_samp_result *out, struct fp4s_error *err)
+{
+	const int32_t V = vocab;
+	if (V != s->vocab || !logits || !out || !row || row->n_edits < 0 || (row->n_edits > 0 && !edits))
+		return fp4s_error_set(err, FP4S_EINVAL, "sampler: a row of vocab %d (%d edits), expected %d", (int)V,
+		                      row ? (int)row->n_edits : 0, (int)s->vocab);
+	result_clear(out);
+	struct fp4s_sampling p = s->p;
+	p.temperature = row->greedy ? 0.0f : row->temperature;
+	p.top_p = row->top_p, p.top_k = row->top_k, p.min_p = row->min_p;
+	p.logprobs = row->logprobs != FP4S_SAMP_ROW_LP_NONE;
+	p.logprobs_mode = row->logprobs == FP4S_SAMP_ROW_LP_PROCESSED ? FP4S_SAMP_LOGPROBS_PROCESSED
+	                                                              : FP4S_SAMP_LOGPROBS_RAW;
+	p.top_logprobs = row->logprobs ? row->n_top : 0;
+	int rc;
+	if (row->logprobs == FP4S_SAMP_ROW_LP_RAW && (rc = keep_raw(s, logits, V, err)))
+		return rc;
+	/* step 1, one edit a token, each operation rounded once (sample.cu's samp_pick) */
+	for (int32_t e = 0; e < row->n_edits; e++) {
+		const struct fp4s_samp_edit *d = &edits[e];
+		if (d->token < 0 || d->token >= V)
+			return fp4s_error_set(err, FP4S_EINVAL, "sampler: edit of token %d outside the vocabulary",
+			                      d->token);
+		float x = logits[d->token];
+		if (d->has_bias)
+			x = x + d->bias;
+		if (d->mask)
+			x = -INFINITY;
+		if (d->seen) {
+			if (row->rep != 1.0f)
+				x = x > 0.0f ? x / row->rep : x * row->rep;
+			if (d->n_out > 0) {
+				x = x - row->freq * (float)d->n_out;
+				x = x - row->pres;
+			}
+		}
+		logits[d->token] = x;
+	}
+	return samp_draw(s, &p, row->u, logits, V, out, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -200,6 +200,15 @@ int32_t fp4s_samp_plan_edits(const struct fp4s_sampler *s);
 int fp4s_samp_plan(struct fp4s_sampler *s, struct fp4s_samp_row *row, struct fp4s_samp_edit *edits,
                    int32_t cap, int32_t *n_edits, struct fp4s_error *err);
 
+/* What the device does with a row, on the host: the edits applied one a token, then the draw
+ * with row->u (fp4s_samp_sample's token and logprobs for the state the row was planned from).
+ * s gives only scratch and the vocabulary (any sampler of this vocab; its parameters and RNG
+ * are not used); logits are overwritten. For a backend that runs the forward pass on the host
+ * but is handed planned rows (the engine's steps enqueued ahead). */
+int fp4s_samp_sample_row(struct fp4s_sampler *s, const struct fp4s_samp_row *row,
+                         const struct fp4s_samp_edit *edits, float *logits, int32_t vocab,
+                         struct fp4s_samp_result *out, struct fp4s_error *err);
+
 /* Step 1-2 of the pipeline alone (bias, min_tokens masking, penalties), in place. Exposed for
  * tests and for a GPU backend that wants the same reference transform. */
 void fp4s_samp_process_logits(const struct fp4s_sampler *s, float *logits, int32_t vocab);

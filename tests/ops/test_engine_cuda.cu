@@ -56,7 +56,8 @@ static int32_t plen[NREQ];
 
 /* Runs requests [first, first + count) together; returns 0 or -1. sampled 1: temperature 0.8,
  * top_p 0.9, top_k 40 and penalties, seeded, logprobs for the even requests (raw, processed for
- * every other one; drawn on the device by default); 2: greedy without logprobs. */
+ * every other one; drawn on the device by default); 2: greedy without logprobs; 3: sampled (top_p,
+ * top_k, min_p, a bias, seeded) without logprobs or penalties. */
 static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
@@ -71,6 +72,16 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 	if (sampled == 2) { /* plain greedy: what steps enqueued ahead take */
 		r.sampling.logprobs = false;
 		r.sampling.top_logprobs = 0;
+	} else if (sampled == 3) { /* drawn on the device without logprobs or penalties: steps ahead take them too */
+		r.sampling.temperature = 0.8f;
+		r.sampling.top_p = 0.9f;
+		r.sampling.top_k = 40;
+		r.sampling.min_p = 0.01f;
+		r.sampling.logprobs = false;
+		r.sampling.top_logprobs = 0;
+		r.sampling.has_seed = true;
+		r.sampling.n_logit_bias = 1;
+		r.sampling.logit_bias[0] = (struct fp4s_samp_bias){prompts[0][0], 1.5f};
 	} else if (sampled) {
 		r.sampling.temperature = 0.8f;
 		r.sampling.top_p = 0.9f;
@@ -285,10 +296,12 @@ static void test_preset(const char *preset, const char *format)
 	}
 
 	/* Steps enqueued ahead (engine_opts' lookahead, on by default on a GPU) take plain greedy
-	 * requests (no logprobs): the same kernels run, the tokens fed on the device, so the tokens
-	 * must be the same as without, one request at a time; 64 together, where the batches' rows
-	 * may differ at their ends, all but MoE flips. */
-	for (int together = 0; together < 2; together++) {
+	 * requests (no logprobs) and ones drawn on the device without logprobs or penalties: the
+	 * same kernels run, the tokens fed on the device, so the tokens must be the same as without,
+	 * one request at a time; 64 together, where the batches' rows may differ at their ends, all
+	 * but MoE flips. */
+	for (int pass = 0; pass < 4; pass++) {
+		const int kind = pass >= 2 ? 3 : 2, together = pass % 2; /* sampled or greedy; alone or 64 */
 		struct fp4s_engine_opts lo = o;
 		lo.max_seqs = together ? NREQ : 1;
 		lo.max_batch_tokens = together ? 64 : 0;
@@ -300,19 +313,19 @@ static void test_preset(const char *preset, const char *format)
 		if (plain && la) {
 			static struct outs p1, q1;
 			for (int i = 0; i < NREQ; i += together ? NREQ : 1) {
-				CHECK(run(plain, i, together ? NREQ : 1, &p1, 2) == 0);
-				CHECK(run(la, i, together ? NREQ : 1, &q1, 2) == 0);
+				CHECK(run(plain, i, together ? NREQ : 1, &p1, kind) == 0);
+				CHECK(run(la, i, together ? NREQ : 1, &q1, kind) == 0);
 			}
 			int same = 0;
 			for (int i = 0; i < NREQ; i++)
 				same += p1.n[i] == NGEN && q1.n[i] == NGEN && !memcmp(p1.tok[i], q1.tok[i], sizeof p1.tok[i]);
 			int64_t taken = 0, dropped = 0;
 			CHECK_EQ_INT(fp4s_engine_lookahead(la, &taken, &dropped), 1);
-			printf("%s steps ahead%s: %d of %d requests the same as without; %lld steps taken ahead, %lld "
-			       "dropped\n", preset, together ? " (64 together)" : "", same, NREQ, (long long)taken,
-			       (long long)dropped);
-			CHECK_MSG(same >= NREQ - (together ? flips : 0), "%s: %d of %d requests differ with steps ahead%s",
-			          preset, NREQ - same, NREQ, together ? " (64 together)" : "");
+			printf("%s steps ahead%s%s: %d of %d requests the same as without; %lld steps taken ahead, %lld "
+			       "dropped\n", preset, kind == 3 ? ", sampled" : "", together ? " (64 together)" : "", same, NREQ,
+			       (long long)taken, (long long)dropped);
+			CHECK_MSG(same >= NREQ - (together ? flips : 0), "%s: %d of %d requests differ with steps ahead%s%s",
+			          preset, NREQ - same, NREQ, kind == 3 ? ", sampled" : "", together ? " (64 together)" : "");
 			CHECK_MSG(taken >= (together ? 1 : NREQ * (NGEN - 2)), "%s: %lld steps taken ahead", preset,
 			          (long long)taken);
 		}

@@ -159,6 +159,52 @@ static void lookahead_checks(const char *dir, const struct fp4s_engine_opts *o, 
 			CHECK_EQ_INT(used, 0);
 		}
 	}
+	/* sampled requests (seeded; top_p, a bias, min_tokens with EOS masked, and greedy with a
+	 * bias): drawn where the logits are with the next step enqueued before the token is read,
+	 * the same tokens as one step at a time, batched; a request with a penalty among them goes
+	 * one step at a time (its plan needs the last token) and still gets its own tokens */
+	for (int variant = 0; variant < 5; variant++) {
+		struct fp4s_request rq = *req;
+		rq.sampling.temperature = variant == 2 ? 0.0f : 0.8f;
+		rq.sampling.top_p = variant == 0 ? 0.9f : 1.0f;
+		rq.sampling.min_p = variant == 1 ? 0.05f : 0.0f;
+		rq.sampling.min_tokens = 3;
+		rq.sampling.has_seed = true;
+		rq.sampling.seed = 1000 + (uint64_t)variant;
+		rq.sampling.n_logit_bias = 1;
+		rq.sampling.logit_bias[0] = (struct fp4s_samp_bias){(int32_t)(prompts[0][1] % 64), 2.5f};
+		if (variant >= 3) {
+			/* a likely stop id, masked for the first 3 tokens: the requests end soon after (or at)
+			 * the 3rd, and a step ahead must plan the mask for the token after the one in flight */
+			rq.sampling.temperature = variant == 3 ? 0.8f : 0.0f;
+			rq.sampling.n_stop_ids = 1;
+			rq.sampling.stop_ids[0] = rq.sampling.logit_bias[0].token;
+			rq.sampling.logit_bias[0].bias = 7.0f;
+		}
+		int64_t taken0 = 0, taken1 = 0;
+		fp4s_engine_lookahead(la, &taken0, NULL);
+		CHECK(run_batch(la, 0, NREQ, &rq, &b) == 0);
+		CHECK(run_batch(plain, 0, NREQ, &rq, &c) == 0);
+		fp4s_engine_lookahead(la, &taken1, NULL);
+		for (int i = 0; i < NREQ; i++)
+			CHECK_MSG(b.n[i] == c.n[i] && b.n[i] > 0 && !memcmp(c.tokens[i], b.tokens[i], sizeof(int32_t) * b.n[i]) &&
+			              b.finish[i] == c.finish[i],
+			          "%s: sampled variant %d request %d: %d tokens, %d without steps ahead, or other ones", dir,
+			          variant, i, b.n[i], c.n[i]);
+		CHECK_MSG(taken1 - taken0 >= (variant >= 3 ? 1 : NGEN / 2), "%s: sampled variant %d: %lld steps taken ahead",
+		          dir, variant, (long long)(taken1 - taken0));
+		if (variant == 0) {
+			rq.sampling.presence_penalty = 0.5f; /* not launchable */
+			fp4s_engine_lookahead(la, &taken0, NULL);
+			CHECK(run_batch(la, 0, 2, &rq, &b) == 0);
+			CHECK(run_batch(plain, 0, 2, &rq, &c) == 0);
+			fp4s_engine_lookahead(la, &taken1, NULL);
+			for (int i = 0; i < 2; i++)
+				CHECK_MSG(b.n[i] == c.n[i] && !memcmp(c.tokens[i], b.tokens[i], sizeof(int32_t) * b.n[i]),
+				          "%s: a penalised request %d differs with lookahead on", dir, i);
+			CHECK_MSG(taken1 == taken0, "%s: a penalised request's steps went ahead", dir);
+		}
+	}
 	/* the forward pass alone (slot 0, no requests): greedy from a prompt token one step at a time,
 	 * against launches fed from the last one, read one behind and at once, and a fed launch
 	 * after its feeder was read; the fed batch of more rows than found is refused */

@@ -160,10 +160,106 @@ static void test_plan(void)
 	}
 }
 
+/* fp4s_samp_sample_row (a planned row drawn on the host) against fp4s_samp_sample on the same
+ * state and logits: the same token, rank and logprobs bit for bit, for random filters,
+ * temperatures (greedy too), logprobs modes, biases, min_tokens masks and penalties; a scratch
+ * sampler of other parameters does the row's work. Tokens drawn go back to both samplers. */
+static void test_sample_row(void)
+{
+	struct fp4s_error err = {0};
+	int bad = 0, n = 0;
+	for (int it = 0; it < 300; it++) {
+		const int32_t V = 2 + (int32_t)(t_rand_u64() % (it % 3 ? 400 : 5000));
+		struct fp4s_sampling p;
+		fp4s_samp_defaults(&p);
+		p.temperature = it % 6 == 0 ? 0.0f : (float)(0.3 + t_rand_uniform() * 1.4);
+		p.top_p = it % 2 ? (float)(0.2 + t_rand_uniform() * 0.8) : 1.0f;
+		p.top_k = it % 3 == 1 ? 1 + (int32_t)(t_rand_u64() % (uint64_t)V) : 0;
+		p.min_p = it % 5 == 2 ? (float)(t_rand_uniform() * 0.3) : 0.0f;
+		if (it % 4 == 3) {
+			p.repetition_penalty = 1.3f;
+			p.presence_penalty = 0.4f;
+		}
+		if (it % 7 < 3) {
+			p.logprobs = true;
+			p.top_logprobs = (int32_t)(t_rand_u64() % 6);
+			p.logprobs_mode = it % 2 ? FP4S_SAMP_LOGPROBS_PROCESSED : FP4S_SAMP_LOGPROBS_RAW;
+		}
+		p.n_logit_bias = (int32_t)(t_rand_u64() % 4);
+		for (int32_t i = 0; i < p.n_logit_bias; i++)
+			p.logit_bias[i] = (struct fp4s_samp_bias){(int32_t)(t_rand_u64() % (uint64_t)V),
+			                                          (float)(t_rand_uniform() * 6.0 - 3.0)};
+		p.min_tokens = (int32_t)(t_rand_u64() % 3);
+		p.has_seed = true;
+		p.seed = t_rand_u64();
+		int32_t eos[1] = {V - 1}, prompt[8];
+		for (int32_t i = 0; i < 8; i++)
+			prompt[i] = (int32_t)(t_rand_u64() % (uint64_t)V);
+		struct fp4s_sampler a, b, scratch;
+		struct fp4s_sampling q;
+		fp4s_samp_defaults(&q);
+		q.top_k = 3; /* parameters the row must not take */
+		CHECK(fp4s_samp_init(&a, &p, V, prompt, 8, eos, 1, &err) == 0);
+		CHECK(fp4s_samp_init(&b, &p, V, prompt, 8, eos, 1, &err) == 0);
+		CHECK(fp4s_samp_init(&scratch, &q, V, NULL, 0, NULL, 0, &err) == 0);
+		float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+		const int32_t cap = fp4s_samp_plan_edits(&b) + V; /* the counts grow as tokens are drawn */
+		struct fp4s_samp_edit *ed = malloc(((size_t)cap + 1) * sizeof *ed);
+		for (int step = 0; step < 4; step++) {
+			const double scale = it % 4 == 0 ? 8.0 : 2.0; /* peaked or flat */
+			for (int32_t i = 0; i < V; i++)
+				la[i] = lb[i] = (float)(t_rand_normal() * scale);
+			struct fp4s_samp_row row;
+			int32_t ne = 0;
+			CHECK(fp4s_samp_plan(&b, &row, ed, cap, &ne, &err) == 0);
+			row.edit0 = 0;
+			struct fp4s_samp_result ra, rb;
+			const int rca = fp4s_samp_sample(&a, la, V, &ra, &err);
+			const int rcb = fp4s_samp_sample_row(&scratch, &row, ed, lb, V, &rb, &err);
+			int same = rca == rcb && (rca || (ra.token == rb.token && ra.rank == rb.rank && ra.n_top == rb.n_top &&
+			                                  !memcmp(&ra.logprob, &rb.logprob, sizeof ra.logprob)));
+			for (int32_t k = 0; same && !rca && k < ra.n_top; k++)
+				same = ra.top[k].token == rb.top[k].token &&
+				       !memcmp(&ra.top[k].logprob, &rb.top[k].logprob, sizeof(float));
+			bad += !same;
+			n++;
+			if (!same)
+				fprintf(stderr, "row %d step %d (V %d): rc %d / %d, token %d / %d\n", it, step, V, rca, rcb, ra.token,
+				         rb.token);
+			if (rca || fp4s_samp_is_stop(&a, ra.token))
+				break;
+			fp4s_samp_accept(&a, ra.token);
+			fp4s_samp_accept(&b, ra.token);
+		}
+		free(la), free(lb), free(ed);
+		fp4s_samp_free(&a), fp4s_samp_free(&b), fp4s_samp_free(&scratch);
+	}
+	CHECK_MSG(bad == 0 && n > 300, "sample_row: %d of %d draws differ from fp4s_samp_sample", bad, n);
+	/* a row of another vocabulary, or an edit outside it, is refused */
+	{
+		struct fp4s_sampling p;
+		fp4s_samp_defaults(&p);
+		struct fp4s_sampler s;
+		CHECK(fp4s_samp_init(&s, &p, 10, NULL, 0, NULL, 0, &err) == 0);
+		struct fp4s_samp_row row;
+		struct fp4s_samp_edit ed[1];
+		int32_t ne = 0;
+		CHECK(fp4s_samp_plan(&s, &row, ed, 1, &ne, &err) == 0);
+		float l[11] = {0};
+		struct fp4s_samp_result r;
+		CHECK(fp4s_samp_sample_row(&s, &row, ed, l, 11, &r, &err) == FP4S_EINVAL);
+		row.n_edits = 1;
+		ed[0] = (struct fp4s_samp_edit){.token = 10, .has_bias = 1, .bias = 1.0f};
+		CHECK(fp4s_samp_sample_row(&s, &row, ed, l, 10, &r, &err) == FP4S_EINVAL);
+		fp4s_samp_free(&s);
+	}
+}
+
 int main(void)
 {
 	t_seed_from_env();
 	test_samp_math();
 	test_plan();
+	test_sample_row();
 	return TEST_DONE();
 }

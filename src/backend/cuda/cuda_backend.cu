@@ -804,6 +804,7 @@ static void cu_destroy(struct fp4s_backend *be)
 		cudaFree(c->kc), cudaFree(c->vc);
 		cu_io_free(c);
 		cudaFree(c->d_samp), cudaFreeHost(c->h_samp), cudaFree(c->d_samp_work);
+		cu_sample_free(c);
 		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
 		for (int i = 0; i < 2; i++)
 			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);
@@ -873,6 +874,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->rope = cu_rope;
 	be->attention = cu_attention;
 	be->sample = cu_sample;
+	be->sample_launch = cu_sample_launch;
 	be->token_nll = cu_token_nll;
 	be->norm_matmul = cu_norm_matmul;
 	be->matmul_add = cu_matmul_add;

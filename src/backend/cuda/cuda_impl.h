@@ -60,6 +60,12 @@ struct cuda_impl {
 	void *d_samp, *h_samp; /* cu_stage_reserve: a host op's device buffer and its pinned staging
 	                        * (sample.cu's rows, edits and tokens; nll.cu's targets and results) */
 	size_t samp_bytes;
+	/* sample.cu's launches (cu_sample_launch): rows and edits staged in pinned h_sl[i] for
+	 * alternate launches (sl_done[i]: its copy up), one device copy d_sl; sl_bytes each */
+	void *d_sl, *h_sl[2];
+	cudaEvent_t sl_done[2];
+	size_t sl_bytes;
+	int sl_next;
 	float *d_samp_work; /* sample.cu: rows with logprobs sample in a copy */
 	size_t samp_work_bytes;
 	int32_t sm_count;
@@ -126,6 +132,10 @@ int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t v
 int cu_argmax_launch(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
                      struct fp4s_error *err);
 int cu_argmax_wait(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err);
+/* the token slot of the next argmax or sample launch (*k; mapped h_tok[*k], dh_tok[*k]), and its
+ * n tokens enqueued (the event argmax_wait syncs on) */
+int cu_tok_slot(struct cuda_impl *c, int *k, struct fp4s_error *err);
+int cu_tok_launched(struct cuda_impl *c, int k, int32_t n, struct fp4s_error *err);
 void cu_io_table_reset(struct cuda_impl *c);
 void cu_io_free(struct cuda_impl *c);
 int cu_matmul(struct fp4s_backend *be, const float *x, int64_t n, const struct fp4s_mat *w, float *y,
@@ -146,6 +156,11 @@ int cu_token_nll(struct fp4s_backend *be, const float *logits, int32_t n, int64_
 int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
               const struct fp4s_samp_edit *edits, int32_t n_edits, int32_t *out, struct fp4s_samp_result *lp,
               struct fp4s_error *err);
+/* sample.cu: backend.h's sample_launch (read by cu_argmax_wait); cu_sample_free at destroy */
+int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab,
+                     const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
+                     struct fp4s_error *err);
+void cu_sample_free(struct cuda_impl *c);
 
 /* cuda_upload.cu: sets be's weight uploads (upload_mat, upload_f32, upload_fused, upload_gate_up) */
 void cu_upload_install(struct fp4s_backend *be);

@@ -124,35 +124,48 @@ int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t v
 }
 
 /* Launches in turn write h_tok[0] and h_tok[1] (the forward pass keeps at most two
- * outstanding: the one being waited for and the one enqueued after it). */
+ * outstanding: the one being waited for and the one enqueued after it); sample.cu's launches
+ * take the same turns. *k: the slot the next launch writes (its mapped buffer made once). */
+int cu_tok_slot(struct cuda_impl *c, int *k, struct fp4s_error *err)
+{
+	if (c->n_tok >= 2)
+		return fp4s_error_set(err, FP4S_EINVAL, "token launches: two not waited for");
+	*k = (c->tok_at + c->n_tok) % 2;
+	if (!c->h_tok[*k]) {
+		void *p = NULL;
+		FP4S_CUDA_TRY(err, cudaHostAlloc(&p, ARGMAX_ROWS * sizeof(int32_t), cudaHostAllocMapped));
+		c->h_tok[*k] = (int32_t *)p;
+		cudaError_t e = cudaHostGetDevicePointer((void **)&c->dh_tok[*k], p, 0);
+		if (e == cudaSuccess && !c->tok_done[*k])
+			e = cudaEventCreateWithFlags(&c->tok_done[*k], cudaEventDisableTiming);
+		if (e != cudaSuccess) {
+			cudaFreeHost(p);
+			c->h_tok[*k] = NULL;
+			return fp4s_error_set(err, FP4S_ECUDA, "token launches: pinned buffer: %s", cudaGetErrorString(e));
+		}
+	}
+	return FP4S_OK;
+}
+
+/* Slot k's n tokens are enqueued: the event the wait syncs on */
+int cu_tok_launched(struct cuda_impl *c, int k, int32_t n, struct fp4s_error *err)
+{
+	FP4S_CUDA_TRY(err, cudaEventRecord(c->tok_done[k], c->s));
+	c->tok_n[k] = n;
+	c->n_tok++;
+	return FP4S_OK;
+}
+
 int cu_argmax_launch(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
                      struct fp4s_error *err)
 {
 	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
-	if (c->n_tok >= 2)
-		return fp4s_error_set(err, FP4S_EINVAL, "argmax: two launches not waited for");
-	const int k = (c->tok_at + c->n_tok) % 2;
-	if (!c->h_tok[k]) {
-		void *p = NULL;
-		FP4S_CUDA_TRY(err, cudaHostAlloc(&p, ARGMAX_ROWS * sizeof(int32_t), cudaHostAllocMapped));
-		c->h_tok[k] = (int32_t *)p;
-		cudaError_t e = cudaHostGetDevicePointer((void **)&c->dh_tok[k], p, 0);
-		if (e == cudaSuccess && !c->tok_done[k])
-			e = cudaEventCreateWithFlags(&c->tok_done[k], cudaEventDisableTiming);
-		if (e != cudaSuccess) {
-			cudaFreeHost(p);
-			c->h_tok[k] = NULL;
-			return fp4s_error_set(err, FP4S_ECUDA, "argmax: pinned token buffer: %s", cudaGetErrorString(e));
-		}
-	}
-	int rc = argmax_enqueue(c, logits, n, vocab, c->dh_tok[k], err);
-	if (rc)
-		return rc;
-	FP4S_CUDA_TRY(err, cudaEventRecord(c->tok_done[k], c->s));
-	c->tok_n[k] = n;
-	c->n_tok++;
-	return FP4S_OK;
+	int k = 0;
+	int rc = cu_tok_slot(c, &k, err);
+	if (!rc)
+		rc = argmax_enqueue(c, logits, n, vocab, c->dh_tok[k], err);
+	return rc ? rc : cu_tok_launched(c, k, n, err);
 }
 
 int cu_argmax_wait(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err)

@@ -315,9 +315,11 @@ static __device__ __noinline__ void samp_lp_tail(const float *l, int32_t V, int 
  * chosen token's rank. Processed logprobs come after the pipeline, from what it leaves in the
  * row: the edited logits (greedy) or the weights and the kept set. They go to res[slot]; every
  * token to out. */
+/* feed, host (launches, cu_sample_launch): the token also to feed[row] for row < n_feed (the
+ * next step's token; 0 for none, which keeps its embedding in range) and to host[row] (mapped). */
 static __global__ void __launch_bounds__(SAMP_THREADS)
 	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out,
-	            float *work, int32_t slot0, fp4s_samp_result *res)
+	            float *work, int32_t slot0, fp4s_samp_result *res, int32_t *feed, int32_t n_feed, int32_t *host)
 {
 	__shared__ samp_shared sh;
 	extern __shared__ unsigned long long samp_wh[];
@@ -338,8 +340,15 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	const fp4s_samp_row r = rows[row]; /* loaded after the head: none of it held through its call */
 	samp_keep k;
 	const int t = samp_pick(s, V, r, edits, &k, samp_wh, sh, g);
-	if (writer)
+	if (writer) {
 		out[row] = t;
+		if (row < n_feed)
+			feed[row] = t < 0 ? 0 : t;
+		if (host) {
+			host[row] = t;
+			__threadfence_system(); /* before the event that tells the host to read it */
+		}
+	}
 	if (lp) {
 		/* the row's values loaded again, not held through the pipeline's registers */
 		const fp4s_samp_row *rv = rows + row;
@@ -407,11 +416,10 @@ static int samp_blocks_for(int32_t n, int max_p)
 	return p <= max_p ? p : max_p;
 }
 
-/* dev/sample_bench and the backend op: the kernel alone (rows, edits, out, work and res on the
- * device; work and res only for rows with logprobs) */
-cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, const struct fp4s_samp_row *d_rows,
-                                    const struct fp4s_samp_edit *d_edits, int32_t *d_out, float *d_work, int32_t slot0,
-                                    struct fp4s_samp_result *d_res, cudaStream_t s)
+static cudaError_t samp_enqueue(float *logits, int32_t n, int32_t vocab, const struct fp4s_samp_row *d_rows,
+                                const struct fp4s_samp_edit *d_edits, int32_t *d_out, float *d_work, int32_t slot0,
+                                struct fp4s_samp_result *d_res, int32_t *feed, int32_t n_feed, int32_t *host,
+                                cudaStream_t s)
 {
 	cudaError_t e = cudaSuccess;
 	const int max_p = samp_setup(&e);
@@ -428,13 +436,23 @@ cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, con
 		at[0].val.clusterDim.x = (unsigned)p, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
 		cfg.attrs = at;
 		cfg.numAttrs = 1;
-		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res) ==
-		    cudaSuccess)
+		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res, feed,
+		                       n_feed, host) == cudaSuccess)
 			return cudaSuccess;
 		cudaGetLastError(); /* no such cluster here: a smaller one, at last one block a row */
 	}
-	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res);
+	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res,
+	                                                   feed, n_feed, host);
 	return cudaGetLastError();
+}
+
+/* dev/sample_bench and the backend op: the kernel alone (rows, edits, out, work and res on the
+ * device; work and res only for rows with logprobs) */
+cudaError_t fp4s_cuda_sample_launch(float *logits, int32_t n, int32_t vocab, const struct fp4s_samp_row *d_rows,
+                                    const struct fp4s_samp_edit *d_edits, int32_t *d_out, float *d_work, int32_t slot0,
+                                    struct fp4s_samp_result *d_res, cudaStream_t s)
+{
+	return samp_enqueue(logits, n, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res, NULL, 0, NULL, s);
 }
 
 int cu_stage_reserve(struct cuda_impl *c, size_t need, struct fp4s_error *err)
@@ -451,6 +469,34 @@ int cu_stage_reserve(struct cuda_impl *c, size_t need, struct fp4s_error *err)
 	return FP4S_OK;
 }
 
+/* The rows and edits as the kernel may read them; *nl: the rows with logprobs (lp: room for them) */
+static int samp_check(int32_t n, int64_t vocab, const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits,
+                      int32_t n_edits, bool lp, int32_t *nl, struct fp4s_error *err)
+{
+	if (n < 1 || n > 1024)
+		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d rows", n);
+	if (vocab < 1 || vocab > FP4S_SAMP_MAX_VOCAB)
+		return fp4s_error_set(err, FP4S_EINVAL, "sample: vocabulary of %lld (at most %d)", (long long)vocab,
+		                      FP4S_SAMP_MAX_VOCAB);
+	if (n_edits < 0 || (n_edits > 0 && !edits))
+		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d edits", n_edits);
+	*nl = 0;
+	for (int32_t i = 0; i < n; i++) {
+		const fp4s_samp_row *r = &rows[i];
+		if (r->edit0 < 0 || r->n_edits < 0 || r->edit0 > n_edits - r->n_edits || r->top_k < 0 ||
+		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)) || r->n_top < 0 ||
+		    r->n_top > FP4S_SAMP_MAX_TOP_LOGPROBS || r->logprobs < FP4S_SAMP_ROW_LP_NONE ||
+		    r->logprobs > FP4S_SAMP_ROW_LP_PROCESSED || (r->logprobs && !lp))
+			return fp4s_error_set(err, FP4S_EINVAL, "sample: row %d is malformed", i);
+		*nl += r->logprobs != 0;
+	}
+	for (int32_t i = 0; i < n_edits; i++)
+		if (edits[i].token < 0 || edits[i].token >= vocab)
+			return fp4s_error_set(err, FP4S_EINVAL, "sample: edit of token %d outside the vocabulary",
+			                      edits[i].token);
+	return FP4S_OK;
+}
+
 /* The backend op (backend.h): rows and edits staged in pinned memory and copied up in one piece
  * with the token slots (and logprob records) behind them, one launch (one per SAMP_LP_ROWS rows
  * with logprobs: each needs a copy of its row), the tokens and records read back. */
@@ -459,27 +505,10 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
               struct fp4s_error *err)
 {
 	struct cuda_impl *c = (struct cuda_impl *)be->impl;
-	if (n < 1 || n > 1024)
-		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d rows", n);
-	if (vocab < 1 || vocab > FP4S_SAMP_MAX_VOCAB)
-		return fp4s_error_set(err, FP4S_EINVAL, "sample: vocabulary of %lld (at most %d)", (long long)vocab,
-		                      FP4S_SAMP_MAX_VOCAB);
-	if (n_edits < 0 || (n_edits > 0 && !edits))
-		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d edits", n_edits);
 	int32_t nl = 0; /* rows with logprobs (raw or processed; only raw ones use their work copy) */
-	for (int32_t i = 0; i < n; i++) {
-		const fp4s_samp_row *r = &rows[i];
-		if (r->edit0 < 0 || r->n_edits < 0 || r->edit0 > n_edits - r->n_edits || r->top_k < 0 ||
-		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)) || r->n_top < 0 ||
-		    r->n_top > FP4S_SAMP_MAX_TOP_LOGPROBS || r->logprobs < FP4S_SAMP_ROW_LP_NONE ||
-		    r->logprobs > FP4S_SAMP_ROW_LP_PROCESSED || (r->logprobs && !lp))
-			return fp4s_error_set(err, FP4S_EINVAL, "sample: row %d is malformed", i);
-		nl += r->logprobs != 0;
-	}
-	for (int32_t i = 0; i < n_edits; i++)
-		if (edits[i].token < 0 || edits[i].token >= vocab)
-			return fp4s_error_set(err, FP4S_EINVAL, "sample: edit of token %d outside the vocabulary",
-			                      edits[i].token);
+	int rc0 = samp_check(n, vocab, rows, edits, n_edits, lp != NULL, &nl, err);
+	if (rc0)
+		return rc0;
 	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
 	const size_t ob = ((size_t)n * sizeof(int32_t) + 15) & ~(size_t)15, lb = (size_t)nl * sizeof *lp;
 	const int rc = cu_stage_reserve(c, rb + eb + ob + lb + 16, err); /* outside any capture: after the step's graph */
@@ -510,9 +539,9 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 		int32_t b = a, k = 0; /* rows [a, b): at most SAMP_LP_ROWS with logprobs */
 		while (b < n && (k < SAMP_LP_ROWS || !rows[b].logprobs))
 			k += rows[b++].logprobs != 0;
-		FP4S_CUDA_TRY(err, fp4s_cuda_sample_launch(logits + (size_t)a * (size_t)vocab, b - a, (int32_t)vocab,
-		                                           d_rows + a, (const fp4s_samp_edit *)(d + rb), d_out + a,
-		                                           (float *)c->d_samp_work, slot, d_res, c->s));
+		FP4S_CUDA_TRY(err, samp_enqueue(logits + (size_t)a * (size_t)vocab, b - a, (int32_t)vocab, d_rows + a,
+		                                (const fp4s_samp_edit *)(d + rb), d_out + a, (float *)c->d_samp_work, slot,
+		                                d_res, NULL, 0, NULL, c->s));
 		slot += k;
 		a = b;
 	}
@@ -525,4 +554,65 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 		if (hr[i].logprobs)
 			lp[i] = h_res[hr[i].slot];
 	return FP4S_OK;
+}
+
+/* backend.h's sample_launch: as cu_sample for rows without logprobs, but nothing waits. The rows
+ * and edits go up from the pinned slot not used by the launch before (its copy done), the
+ * tokens to d_tok (the next step's, where it is fed) and to the mapped slot argmax_wait reads,
+ * in the turns argmax launches take. */
+int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab,
+                     const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
+                     struct fp4s_error *err)
+{
+	struct cuda_impl *c = (struct cuda_impl *)be->impl;
+	int32_t nl = 0;
+	int rc = samp_check(n, vocab, rows, edits, n_edits, false, &nl, err);
+	if (rc)
+		return rc;
+	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
+	const size_t o_at = (rb + eb + 15) & ~(size_t)15, need = o_at + (size_t)n * sizeof(int32_t);
+	if (need > c->sl_bytes) {
+		/* grown while no launch reads the old buffers */
+		FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
+		cu_sample_free(c);
+		const size_t cap = need < 65536 ? 65536 : need + need / 2;
+		FP4S_CUDA_TRY(err, cudaMalloc(&c->d_sl, cap));
+		for (int i = 0; i < 2; i++) {
+			FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_sl[i], cap));
+			FP4S_CUDA_TRY(err, cudaEventCreateWithFlags(&c->sl_done[i], cudaEventDisableTiming));
+		}
+		c->sl_bytes = cap;
+	}
+	int k = 0;
+	if ((rc = cu_tok_slot(c, &k, err)))
+		return rc;
+	const int h = c->sl_next;
+	c->sl_next ^= 1;
+	FP4S_CUDA_TRY(err, cudaEventSynchronize(c->sl_done[h])); /* the copy out of this slot is done */
+	char *hs = (char *)c->h_sl[h], *d = (char *)c->d_sl;
+	memcpy(hs, rows, rb);
+	if (eb)
+		memcpy(hs + rb, edits, eb);
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(d, hs, rb + eb, cudaMemcpyHostToDevice, c->s));
+	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_done[h], c->s));
+	const int32_t n_feed = n < c->batch_cap ? n : c->batch_cap;
+	FP4S_CUDA_TRY(err, samp_enqueue(logits, n, (int32_t)vocab, (const fp4s_samp_row *)d,
+	                                (const fp4s_samp_edit *)(d + rb), (int32_t *)(d + o_at), NULL, 0, NULL, c->d_tok,
+	                                n_feed, c->dh_tok[k], c->s));
+	return cu_tok_launched(c, k, n, err);
+}
+
+void cu_sample_free(struct cuda_impl *c)
+{
+	cudaFree(c->d_sl);
+	c->d_sl = NULL;
+	for (int i = 0; i < 2; i++) {
+		cudaFreeHost(c->h_sl[i]);
+		c->h_sl[i] = NULL;
+		if (c->sl_done[i])
+			cudaEventDestroy(c->sl_done[i]);
+		c->sl_done[i] = NULL;
+	}
+	c->sl_bytes = 0;
+	c->sl_next = 0;
 }
