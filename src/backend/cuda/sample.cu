@@ -30,6 +30,7 @@
 #include "engine/sampler.h"
 
 #define SAMP_LP_ROWS 64 /* rows with logprobs a launch: each samples in a copy of its row */
+#define SAMP_TOP_HI 0x1p-10f /* top_p's first candidates: w >= 2^-10 of the max's */
 
 /* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite; *ko the
  * kept set when the token is drawn */
@@ -78,7 +79,13 @@ static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, con
 	samp_keep k;
 	k.thr = r.min_p > 0.0f ? fminf(r.min_p, 1.0f) : FLT_TRUE_MIN;
 	k.cut = false, k.cut_w = 0.0f, k.cut_id = INT_MAX;
-	unsigned long long mass = 0;
+	/* top_p without top_k: also the mass at or above hi (SAMP_TOP_HI, or thr if higher). For a
+	 * trained model's peaked rows it already holds top_p of the mass, and the crossing's radix
+	 * passes then see only those tokens (warps without one skip): the same crossing, as every
+	 * token at or above it is there (sampler.c's first round of candidates, the same way). */
+	const bool hi_path = r.top_p < 1.0f && r.top_k == 0;
+	const float hi = hi_path ? fmaxf(k.thr, SAMP_TOP_HI) : INFINITY; /* w <= 1: none otherwise */
+	unsigned long long mass = 0, mass_hi = 0;
 	for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 		float v[SAMP_U];
 		samp_load(v, l, i0, g.T, V, -INFINITY);
@@ -88,10 +95,15 @@ static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, con
 			w = w == w ? w : 0.0f;
 			if (i0 + j * g.T < V)
 				l[i0 + j * g.T] = w;
-			mass += w >= k.thr ? fp4s_samp_fix(w) : 0ull;
+			const unsigned long long f = fp4s_samp_fix(w);
+			mass += w >= k.thr ? f : 0ull;
+			mass_hi += w >= hi ? f : 0ull;
 		}
 	}
-	mass = samp_sum(mass, sh, g);
+	if (hi_path) /* the same branch in every block of the row */
+		samp_sum2(&mass, &mass_hi, sh, g);
+	else
+		mass = samp_sum(mass, sh, g);
 	/* 4. top_k: survivors at or above the k-th largest */
 	if (r.top_k > 0) {
 		const float vk = __uint_as_float(samp_kth(l, V, r.top_k, false, NULL, samp_wh, sh, g));
@@ -113,7 +125,8 @@ static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, con
 	if (r.top_p < 1.0f) {
 		const double target = fp4s_samp_target(r.top_p, mass);
 		unsigned long long above;
-		k.cut_w = samp_crossing(l, V, k.thr, target, &above, samp_wh, sh, g);
+		const float sel = hi_path && !fp4s_samp_below(mass_hi, target) ? hi : k.thr;
+		k.cut_w = samp_crossing(l, V, sel, target, &above, samp_wh, sh, g);
 		unsigned long long ties = 0;
 		for (int32_t i0 = g.t0; i0 < V; i0 += g.T * SAMP_U) {
 			float v[SAMP_U];

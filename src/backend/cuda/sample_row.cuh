@@ -78,11 +78,11 @@ template <typename T> static __device__ __forceinline__ T *samp_at(T *p, unsigne
 struct samp_shared {
 	unsigned long long hist[2][256]; /* a radix pass's mass (or count) a digit: this block's */
 	unsigned long long tot[256];  /* ... and the row's */
-	unsigned long long red[SAMP_WARPS];
+	unsigned long long red[SAMP_WARPS], red2[SAMP_WARPS]; /* red2, part2: samp_sum2's second value */
 	unsigned long long all[SAMP_MAX_P * SAMP_WARPS]; /* samp_find: every warp's sum of the row */
 	float fred[SAMP_WARPS];
 	int ired[SAMP_WARPS];
-	unsigned long long part[2], b0, b1; /* this block's partial; values warp 0 hands on */
+	unsigned long long part[2], part2[2], b0, b1; /* this block's partial; values warp 0 hands on */
 	float fpart[2];
 	int ipart[2], i0;
 	double dred[SAMP_WARPS], dpart[2]; /* logprobs: the row's sum of exp */
@@ -139,6 +139,35 @@ static __device__ __forceinline__ unsigned long long samp_sum(unsigned long long
                                                               samp_grid &g)
 {
 	return samp_sum<unsigned long long>(v, sh.red, sh.part, g);
+}
+
+/* two sums in one exchange (one cluster barrier): *a and *b become the row's */
+static __device__ void samp_sum2(unsigned long long *a, unsigned long long *b, samp_shared &sh, samp_grid &g)
+{
+	unsigned long long x = *a, y = *b;
+	for (int o = 16; o > 0; o >>= 1) {
+		x += __shfl_xor_sync(SAMP_FULL, x, o);
+		y += __shfl_xor_sync(SAMP_FULL, y, o);
+	}
+	__syncthreads();
+	if ((threadIdx.x & 31) == 0)
+		sh.red[threadIdx.x >> 5] = x, sh.red2[threadIdx.x >> 5] = y;
+	__syncthreads();
+	if (threadIdx.x < 32) { /* warp 0 sums the warps' values (SAMP_WARPS == 32) */
+		unsigned long long s = sh.red[threadIdx.x], t = sh.red2[threadIdx.x];
+		for (int o = 16; o > 0; o >>= 1) {
+			s += __shfl_xor_sync(SAMP_FULL, s, o);
+			t += __shfl_xor_sync(SAMP_FULL, t, o);
+		}
+		if (threadIdx.x == 0)
+			sh.part[g.ph] = s, sh.part2[g.ph] = t;
+	}
+	samp_csync();
+	unsigned long long s = 0, t = 0;
+	for (unsigned r = 0; r < g.P; r++)
+		s += *samp_at(&sh.part[g.ph], r), t += *samp_at(&sh.part2[g.ph], r);
+	g.ph ^= 1;
+	*a = s, *b = t;
 }
 
 /* A logit's bits as an unsigned integer in the logits' order (negatives' bits flipped, -0 as +0):
