@@ -427,18 +427,18 @@ static int pure_greedy(const struct req *r)
 
 /* A request whose next token a launch can find, so that the step after it may be enqueued
  * before it is read: plain greedy (the argmax), or drawn where the logits are without logprobs
- * (which a launch does not return) and without penalties (the next step's plan needs the
- * counts with this token). */
+ * (which a launch does not return). */
 static int launchable(const struct fp4s_engine *e, const struct req *r)
 {
 	const struct fp4s_sampling *p = &r->samp.p;
-	return pure_greedy(r) || (e->launch_sample && !p->logprobs && p->top_logprobs == 0 && !r->samp.penalties);
+	return pure_greedy(r) || (e->launch_sample && !p->logprobs && p->top_logprobs == 0);
 }
 
 /* The rows of this step's sampled sequences for the backend (fp4s_samp_plan: each draws its
  * random number now, as its host sampler would); *n_edits: the edits written. ahead: for the
  * step after this one (launch_ahead), whose token follows the one this step finds: the plan
- * then counts that token as generated (min_tokens; launchable rows have no penalties). */
+ * then counts that token as generated (min_tokens), and the penalties add it where it is fed
+ * (prev_fed: the counts here do not have it yet). */
 static int plan_rows(struct fp4s_engine *e, int32_t nout, int ahead, int32_t *n_edits, struct fp4s_error *err)
 {
 	int64_t need = 0;
@@ -463,6 +463,7 @@ static int plan_rows(struct fp4s_engine *e, int32_t nout, int ahead, int32_t *n_
 		sp->n_generated -= ahead;
 		if (rc)
 			return rc;
+		e->s_rows[o].prev_fed = ahead && sp->penalties;
 		e->s_rows[o].edit0 = ne;
 		ne += k;
 	}

@@ -652,8 +652,8 @@ struct nll_req {
 
 /* A sampled launch on a synchronous backend: the logits to the host, each row drawn there as the
  * device would (fp4s_samp_sample_row) into tokens. */
-static int sample_on_host(struct fp4s_fwd *f, int32_t n_out, const struct samp_req *sr, int32_t *tokens,
-                          struct fp4s_error *err)
+static int sample_on_host(struct fp4s_fwd *f, int32_t n_out, const struct samp_req *sr, const int32_t *fed,
+                          int32_t *tokens, struct fp4s_error *err)
 {
 	const int64_t V = f->cfg->vocab, need = (int64_t)n_out * V;
 	if (!f->samp_scratch) {
@@ -678,12 +678,17 @@ static int sample_on_host(struct fp4s_fwd *f, int32_t n_out, const struct samp_r
 	int rc = f->be->read(f->be, f->host_logits, f->logits, need * (int64_t)sizeof(float), err);
 	for (int32_t i = 0; !rc && i < n_out; i++) {
 		const struct fp4s_samp_row *r = &sr->rows[i];
-		if (r->logprobs || r->edit0 < 0 || r->n_edits < 0 || r->edit0 > sr->n_edits - r->n_edits)
+		if (r->logprobs || r->edit0 < 0 || r->n_edits < 0 || r->edit0 > sr->n_edits - r->n_edits ||
+		    (r->prev_fed && !fed))
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: sampled launch row %d is malformed", i);
+		for (int32_t e = 0; e < r->n_edits; e++) /* so that EINVAL below means only: nothing to draw */
+			if (sr->edits[r->edit0 + e].token < 0 || sr->edits[r->edit0 + e].token >= V)
+				return fp4s_error_set(err, FP4S_EINVAL, "forward: sampled launch row %d edits token %d", i,
+				                      sr->edits[r->edit0 + e].token);
 		struct fp4s_samp_result res;
 		struct fp4s_error e2;
-		const int src = fp4s_samp_sample_row(f->samp_scratch, r, sr->edits + r->edit0, f->host_logits + (size_t)i * V,
-		                                     (int32_t)V, &res, &e2);
+		const int src = fp4s_samp_sample_row(f->samp_scratch, r, sr->edits + r->edit0, r->prev_fed ? fed[i] : -1,
+		                                     f->host_logits + (size_t)i * V, (int32_t)V, &res, &e2);
 		if (src && src != FP4S_EINVAL)
 			return fp4s_error_set(err, src, "%s", e2.msg);
 		tokens[i] = src ? -1 : res.token; /* EINVAL: nothing left to draw from, as the device says -1 */
@@ -752,7 +757,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 		return be->token_nll(be, f->logits, n_out, c->vocab, nr->targets, nr->out, err);
 	if (launch && sr) {
 		rc = be->sample_launch ? be->sample_launch(be, f->logits, n_out, c->vocab, sr->rows, sr->edits, sr->n_edits, err)
-		                       : sample_on_host(f, n_out, sr, tokens, err);
+		                       : sample_on_host(f, n_out, sr, b->tokens == f->feed_tmp ? f->feed_tmp : NULL, tokens, err);
 		if (!rc)
 			f->fed_n = n_out;
 		return rc;
@@ -845,9 +850,14 @@ int fp4s_fwd_launch_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const
 	if (n_out <= 0 || n_out > FP4S_FWD_LAUNCH_ROWS)
 		return fp4s_error_set(err, FP4S_EINVAL, "forward: a sampled launch of %d rows (1 to %d)", n_out,
 		                      FP4S_FWD_LAUNCH_ROWS);
-	for (int32_t i = 0; i < n_out; i++)
+	for (int32_t i = 0; i < n_out; i++) {
 		if (rows[i].logprobs)
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: a sampled launch's row %d asks for logprobs", i);
+		/* the fed token of row i is the one its out row i reads (sample.cu: feed[i]) */
+		if (rows[i].prev_fed && (b->tokens || out_rows[i] != i))
+			return fp4s_error_set(err, FP4S_EINVAL, "forward: sampled launch row %d counts a fed token, but "
+			                      "the batch's row %d is not fed", i, out_rows[i]);
+	}
 	const int slot = (f->launched_at + f->n_launched) % FP4S_FWD_AHEAD;
 	int32_t *held = NULL;
 	if (!fp4s_fwd_async(f)) {

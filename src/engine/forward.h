@@ -102,7 +102,8 @@ int fp4s_fwd_collect(struct fp4s_fwd *f, int32_t *tokens, struct fp4s_error *err
 /* The same launch with a token drawn for each row as rows[i] says (fp4s_fwd_run_sample without
  * logprobs: no row may ask for them), collected by fp4s_fwd_collect; a token of -1 there: no
  * finite logit (the next step was fed token 0 for it). The rows' plans must be made before the
- * launch (their draws are taken then). */
+ * launch (their draws are taken then). A row with prev_fed (sampler.h) needs a fed batch and
+ * out row i = batch row i: the token fed to row i is counted in its penalties. */
 int fp4s_fwd_launch_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                            const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
                            struct fp4s_error *err);

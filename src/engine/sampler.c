@@ -778,14 +778,35 @@ int fp4s_samp_sample(struct fp4s_sampler *s, float *logits, int32_t vocab,
 	return samp_draw(s, p, u, logits, V, out, err);
 }
 
+/* one edit to x, each operation rounded once (sample.cu's samp_edit) */
+static float edit_apply(float x, const struct fp4s_samp_row *row, bool has_bias, float bias, bool mask, bool seen,
+                        uint32_t n_out)
+{
+	if (has_bias)
+		x = x + bias;
+	if (mask)
+		x = -INFINITY;
+	if (seen) {
+		if (row->rep != 1.0f)
+			x = x > 0.0f ? x / row->rep : x * row->rep;
+		if (n_out > 0) {
+			x = x - row->freq * (float)n_out;
+			x = x - row->pres;
+		}
+	}
+	return x;
+}
+
 int fp4s_samp_sample_row(struct fp4s_sampler *s, const struct fp4s_samp_row *row,
-                         const struct fp4s_samp_edit *edits, float *logits, int32_t vocab,
+                         const struct fp4s_samp_edit *edits, int32_t prev, float *logits, int32_t vocab,
                          struct fp4s_samp_result *out, struct fp4s_error *err)
 {
 	const int32_t V = vocab;
-	if (V != s->vocab || !logits || !out || !row || row->n_edits < 0 || (row->n_edits > 0 && !edits))
-		return fp4s_error_set(err, FP4S_EINVAL, "sampler: a row of vocab %d (%d edits), expected %d", (int)V,
-		                      row ? (int)row->n_edits : 0, (int)s->vocab);
+	if (V != s->vocab || !logits || !out || !row || row->n_edits < 0 || (row->n_edits > 0 && !edits) ||
+	    (row->prev_fed && (prev < 0 || prev >= V)))
+		return fp4s_error_set(err, FP4S_EINVAL, "sampler: a row of vocab %d (%d edits, fed %d), expected %d",
+		                      (int)V, row ? (int)row->n_edits : 0, row && row->prev_fed ? (int)prev : -1,
+		                      (int)s->vocab);
 	result_clear(out);
 	struct fp4s_sampling p = s->p;
 	p.temperature = row->greedy ? 0.0f : row->temperature;
@@ -797,27 +818,20 @@ int fp4s_samp_sample_row(struct fp4s_sampler *s, const struct fp4s_samp_row *row
 	int rc;
 	if (row->logprobs == FP4S_SAMP_ROW_LP_RAW && (rc = keep_raw(s, logits, V, err)))
 		return rc;
-	/* step 1, one edit a token, each operation rounded once (sample.cu's samp_pick) */
+	/* step 1, one edit a token (sample.cu's samp_pick); the fed token generated once more */
+	bool prev_listed = false;
 	for (int32_t e = 0; e < row->n_edits; e++) {
 		const struct fp4s_samp_edit *d = &edits[e];
 		if (d->token < 0 || d->token >= V)
 			return fp4s_error_set(err, FP4S_EINVAL, "sampler: edit of token %d outside the vocabulary",
 			                      d->token);
-		float x = logits[d->token];
-		if (d->has_bias)
-			x = x + d->bias;
-		if (d->mask)
-			x = -INFINITY;
-		if (d->seen) {
-			if (row->rep != 1.0f)
-				x = x > 0.0f ? x / row->rep : x * row->rep;
-			if (d->n_out > 0) {
-				x = x - row->freq * (float)d->n_out;
-				x = x - row->pres;
-			}
-		}
-		logits[d->token] = x;
+		const bool again = row->prev_fed && d->token == prev;
+		prev_listed |= again;
+		logits[d->token] = edit_apply(logits[d->token], row, d->has_bias, d->bias, d->mask, d->seen || again,
+		                              d->n_out + again);
 	}
+	if (row->prev_fed && !prev_listed)
+		logits[prev] = edit_apply(logits[prev], row, false, 0.0f, false, true, 1);
 	return samp_draw(s, &p, row->u, logits, V, out, err);
 }
 

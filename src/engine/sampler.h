@@ -189,7 +189,10 @@ struct fp4s_samp_row {
 	int32_t logprobs; /* FP4S_SAMP_ROW_LP_*: logprobs of the chosen token (and n_top alternatives) */
 	int32_t n_top;    /* 0 .. FP4S_SAMP_MAX_TOP_LOGPROBS */
 	int32_t slot;     /* the backend's own (where the row's logprobs go); plan sets -1 */
-	double u;         /* the draw, uniform in [0, 1) */
+	/* 1: planned before the token this step is fed was read (a step enqueued ahead); that token
+	 * counts as generated once more in the penalties (seen, n_out + 1). Plan sets 0. */
+	int32_t prev_fed;
+	double u; /* the draw, uniform in [0, 1) */
 };
 
 /* Upper bound of the edits fp4s_samp_plan writes for s now. */
@@ -200,13 +203,14 @@ int32_t fp4s_samp_plan_edits(const struct fp4s_sampler *s);
 int fp4s_samp_plan(struct fp4s_sampler *s, struct fp4s_samp_row *row, struct fp4s_samp_edit *edits,
                    int32_t cap, int32_t *n_edits, struct fp4s_error *err);
 
-/* What the device does with a row, on the host: the edits applied one a token, then the draw
- * with row->u (fp4s_samp_sample's token and logprobs for the state the row was planned from).
- * s gives only scratch and the vocabulary (any sampler of this vocab; its parameters and RNG
- * are not used); logits are overwritten. For a backend that runs the forward pass on the host
- * but is handed planned rows (the engine's steps enqueued ahead). */
+/* What the device does with a row, on the host: the edits applied one a token (with prev, the
+ * token fed to the step, counted once more when row->prev_fed), then the draw with row->u
+ * (fp4s_samp_sample's token and logprobs for the state the row was planned from, with prev
+ * accepted when prev_fed). s gives only scratch and the vocabulary (any sampler of this vocab;
+ * its parameters and RNG are not used); logits are overwritten. For a backend that runs the
+ * forward pass on the host but is handed planned rows (the engine's steps enqueued ahead). */
 int fp4s_samp_sample_row(struct fp4s_sampler *s, const struct fp4s_samp_row *row,
-                         const struct fp4s_samp_edit *edits, float *logits, int32_t vocab,
+                         const struct fp4s_samp_edit *edits, int32_t prev, float *logits, int32_t vocab,
                          struct fp4s_samp_result *out, struct fp4s_error *err);
 
 /* Step 1-2 of the pipeline alone (bias, min_tokens masking, penalties), in place. Exposed for

@@ -57,7 +57,7 @@ static int32_t plen[NREQ];
 /* Runs requests [first, first + count) together; returns 0 or -1. sampled 1: temperature 0.8,
  * top_p 0.9, top_k 40 and penalties, seeded, logprobs for the even requests (raw, processed for
  * every other one; drawn on the device by default); 2: greedy without logprobs; 3: sampled (top_p,
- * top_k, min_p, a bias, seeded) without logprobs or penalties. */
+ * top_k, min_p, a bias, seeded) without logprobs, penalties for every other request. */
 static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
@@ -96,6 +96,11 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 		r.prompt = prompts[i];
 		r.n_prompt = plen[i];
 		r.sampling.seed = 1000 + (uint64_t)i;
+		if (sampled == 3) { /* penalties for every other request: a step ahead counts its fed token */
+			r.sampling.presence_penalty = i % 2 ? 0.8f : 0.0f;
+			r.sampling.frequency_penalty = i % 2 ? 0.5f : 0.0f;
+			r.sampling.repetition_penalty = i % 4 == 1 ? 1.3f : 1.0f;
+		}
 		if (sampled == 1) {
 			r.sampling.logprobs = i % 2 == 0;
 			r.sampling.top_logprobs = i % 2 == 0 ? NTOP : 0;
@@ -296,7 +301,7 @@ static void test_preset(const char *preset, const char *format)
 	}
 
 	/* Steps enqueued ahead (engine_opts' lookahead, on by default on a GPU) take plain greedy
-	 * requests (no logprobs) and ones drawn on the device without logprobs or penalties: the
+	 * requests (no logprobs) and ones drawn on the device without logprobs (penalties too): the
 	 * same kernels run, the tokens fed on the device, so the tokens must be the same as without,
 	 * one request at a time; 64 together, where the batches' rows may differ at their ends, all
 	 * but MoE flips. */

@@ -211,7 +211,7 @@ static void run_empty(struct fp4s_backend *gpu, const char *filter)
 	lg[2 * V + 7] = 2.0f; /* row 2 has one: its token is 7 */
 	std::vector<fp4s_samp_row> rows(n);
 	for (int r = 0; r < n; r++)
-		rows[r] = fp4s_samp_row{r == 1 ? 0.0f : 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, r == 1, 0, 0, 0, 0, -1, 0.5};
+		rows[r] = fp4s_samp_row{r == 1 ? 0.0f : 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0, r == 1, 0, 0, 0, 0, -1, 0, 0.5};
 	float *d_lg;
 	CK(cudaMalloc(&d_lg, lg.size() * sizeof(float)));
 	CK(cudaMemcpy(d_lg, lg.data(), lg.size() * sizeof(float), cudaMemcpyHostToDevice));

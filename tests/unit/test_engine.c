@@ -161,8 +161,8 @@ static void lookahead_checks(const char *dir, const struct fp4s_engine_opts *o, 
 	}
 	/* sampled requests (seeded; top_p, a bias, min_tokens with EOS masked, and greedy with a
 	 * bias): drawn where the logits are with the next step enqueued before the token is read,
-	 * the same tokens as one step at a time, batched; a request with a penalty among them goes
-	 * one step at a time (its plan needs the last token) and still gets its own tokens */
+	 * the same tokens as one step at a time, batched; requests with penalties too (the step
+	 * ahead counts the token fed to it) */
 	for (int variant = 0; variant < 5; variant++) {
 		struct fp4s_request rq = *req;
 		rq.sampling.temperature = variant == 2 ? 0.0f : 0.8f;
@@ -193,16 +193,20 @@ static void lookahead_checks(const char *dir, const struct fp4s_engine_opts *o, 
 			          variant, i, b.n[i], c.n[i]);
 		CHECK_MSG(taken1 - taken0 >= (variant >= 3 ? 1 : NGEN / 2), "%s: sampled variant %d: %lld steps taken ahead",
 		          dir, variant, (long long)(taken1 - taken0));
-		if (variant == 0) {
-			rq.sampling.presence_penalty = 0.5f; /* not launchable */
+		if (variant <= 2) {
+			/* strong penalties, so that the token fed to a step changes what it draws */
+			rq.sampling.presence_penalty = 1.5f;
+			rq.sampling.frequency_penalty = 2.0f;
+			rq.sampling.repetition_penalty = variant == 1 ? 3.0f : 1.0f;
 			fp4s_engine_lookahead(la, &taken0, NULL);
-			CHECK(run_batch(la, 0, 2, &rq, &b) == 0);
-			CHECK(run_batch(plain, 0, 2, &rq, &c) == 0);
+			CHECK(run_batch(la, 0, NREQ, &rq, &b) == 0);
+			CHECK(run_batch(plain, 0, NREQ, &rq, &c) == 0);
 			fp4s_engine_lookahead(la, &taken1, NULL);
-			for (int i = 0; i < 2; i++)
-				CHECK_MSG(b.n[i] == c.n[i] && !memcmp(c.tokens[i], b.tokens[i], sizeof(int32_t) * b.n[i]),
-				          "%s: a penalised request %d differs with lookahead on", dir, i);
-			CHECK_MSG(taken1 == taken0, "%s: a penalised request's steps went ahead", dir);
+			for (int i = 0; i < NREQ; i++)
+				CHECK_MSG(b.n[i] == c.n[i] && b.n[i] > 0 && !memcmp(c.tokens[i], b.tokens[i], sizeof(int32_t) * b.n[i]),
+				          "%s: penalised variant %d request %d differs with steps ahead", dir, variant, i);
+			CHECK_MSG(taken1 - taken0 >= NGEN / 2, "%s: penalised variant %d: %lld steps taken ahead", dir, variant,
+			          (long long)(taken1 - taken0));
 		}
 	}
 	/* the forward pass alone (slot 0, no requests): greedy from a prompt token one step at a time,

@@ -163,7 +163,9 @@ static void test_plan(void)
 /* fp4s_samp_sample_row (a planned row drawn on the host) against fp4s_samp_sample on the same
  * state and logits: the same token, rank and logprobs bit for bit, for random filters,
  * temperatures (greedy too), logprobs modes, biases, min_tokens masks and penalties; a scratch
- * sampler of other parameters does the row's work. Tokens drawn go back to both samplers. */
+ * sampler of other parameters does the row's work. Tokens drawn go back to both samplers; at
+ * odd steps b's plan is made before it takes the last token (prev_fed, as a step enqueued
+ * ahead: the row counts that token itself). */
 static void test_sample_row(void)
 {
 	struct fp4s_error err = {0};
@@ -205,17 +207,26 @@ static void test_sample_row(void)
 		float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
 		const int32_t cap = fp4s_samp_plan_edits(&b) + V; /* the counts grow as tokens are drawn */
 		struct fp4s_samp_edit *ed = malloc(((size_t)cap + 1) * sizeof *ed);
+		int32_t last = -1;
 		for (int step = 0; step < 4; step++) {
 			const double scale = it % 4 == 0 ? 8.0 : 2.0; /* peaked or flat */
 			for (int32_t i = 0; i < V; i++)
 				la[i] = lb[i] = (float)(t_rand_normal() * scale);
 			struct fp4s_samp_row row;
 			int32_t ne = 0;
+			const int defer = step % 2 == 1 && last >= 0;
+			if (defer)
+				b.n_generated++; /* as the engine plans a step ahead */
 			CHECK(fp4s_samp_plan(&b, &row, ed, cap, &ne, &err) == 0);
+			if (defer) {
+				b.n_generated--;
+				fp4s_samp_accept(&b, last);
+				row.prev_fed = b.penalties;
+			}
 			row.edit0 = 0;
 			struct fp4s_samp_result ra, rb;
 			const int rca = fp4s_samp_sample(&a, la, V, &ra, &err);
-			const int rcb = fp4s_samp_sample_row(&scratch, &row, ed, lb, V, &rb, &err);
+			const int rcb = fp4s_samp_sample_row(&scratch, &row, ed, last, lb, V, &rb, &err);
 			int same = rca == rcb && (rca || (ra.token == rb.token && ra.rank == rb.rank && ra.n_top == rb.n_top &&
 			                                  !memcmp(&ra.logprob, &rb.logprob, sizeof ra.logprob)));
 			for (int32_t k = 0; same && !rca && k < ra.n_top; k++)
@@ -229,7 +240,9 @@ static void test_sample_row(void)
 			if (rca || fp4s_samp_is_stop(&a, ra.token))
 				break;
 			fp4s_samp_accept(&a, ra.token);
-			fp4s_samp_accept(&b, ra.token);
+			last = ra.token;
+			if (step % 2 == 1 || step == 3) /* else b takes it when planning the next step */
+				fp4s_samp_accept(&b, ra.token);
 		}
 		free(la), free(lb), free(ed);
 		fp4s_samp_free(&a), fp4s_samp_free(&b), fp4s_samp_free(&scratch);
@@ -247,10 +260,13 @@ static void test_sample_row(void)
 		CHECK(fp4s_samp_plan(&s, &row, ed, 1, &ne, &err) == 0);
 		float l[11] = {0};
 		struct fp4s_samp_result r;
-		CHECK(fp4s_samp_sample_row(&s, &row, ed, l, 11, &r, &err) == FP4S_EINVAL);
+		CHECK(fp4s_samp_sample_row(&s, &row, ed, -1, l, 11, &r, &err) == FP4S_EINVAL);
+		row.prev_fed = 1; /* a fed token outside the vocabulary */
+		CHECK(fp4s_samp_sample_row(&s, &row, ed, 10, l, 10, &r, &err) == FP4S_EINVAL);
+		row.prev_fed = 0;
 		row.n_edits = 1;
 		ed[0] = (struct fp4s_samp_edit){.token = 10, .has_bias = 1, .bias = 1.0f};
-		CHECK(fp4s_samp_sample_row(&s, &row, ed, l, 10, &r, &err) == FP4S_EINVAL);
+		CHECK(fp4s_samp_sample_row(&s, &row, ed, -1, l, 10, &r, &err) == FP4S_EINVAL);
 		fp4s_samp_free(&s);
 	}
 }

@@ -34,26 +34,47 @@
 
 /* sampler.h's pipeline on the row l (overwritten): the token, -1 if no logit is finite; *ko the
  * kept set when the token is drawn */
-static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits,
+/* one edit to x, each operation rounded once (sampler.c's fp4s_samp_process_logits, step by step) */
+static __device__ __forceinline__ float samp_edit(float x, const fp4s_samp_row &r, bool has_bias, float bias,
+                                                  bool mask, bool seen, unsigned n_out)
+{
+	if (has_bias)
+		x = __fadd_rn(x, bias);
+	if (mask)
+		x = -INFINITY;
+	if (seen) {
+		if (r.rep != 1.0f)
+			x = x > 0.0f ? __fdiv_rn(x, r.rep) : __fmul_rn(x, r.rep);
+		if (n_out > 0) {
+			x = __fsub_rn(x, __fmul_rn(r.freq, __uint2float_rn(n_out)));
+			x = __fsub_rn(x, r.pres);
+		}
+	}
+	return x;
+}
+
+/* prev: the token fed to this step, generated once more (r.prev_fed; else -1) */
+static __device__ int samp_pick(float *l, int32_t V, const fp4s_samp_row &r, const fp4s_samp_edit *edits, int32_t prev,
                                 samp_keep *ko, unsigned long long *samp_wh, samp_shared &sh, samp_grid &g)
 {
-	/* 1. edits, one a token (sampler.c's fp4s_samp_process_logits, step by step) */
+	/* 1. edits, one a token */
 	for (int32_t e = g.t0; e < r.n_edits; e += g.T) {
 		const fp4s_samp_edit d = edits[r.edit0 + e];
-		float x = l[d.token];
-		if (d.has_bias)
-			x = __fadd_rn(x, d.bias);
-		if (d.mask)
-			x = -INFINITY;
-		if (d.seen) {
-			if (r.rep != 1.0f)
-				x = x > 0.0f ? __fdiv_rn(x, r.rep) : __fmul_rn(x, r.rep);
-			if (d.n_out > 0) {
-				x = __fsub_rn(x, __fmul_rn(r.freq, __uint2float_rn(d.n_out)));
-				x = __fsub_rn(x, r.pres);
-			}
+		const bool again = d.token == prev;
+		l[d.token] = samp_edit(l[d.token], r, d.has_bias, d.bias, d.mask, d.seen || again, d.n_out + again);
+	}
+	if (prev >= 0 && g.t0 == 0) {
+		/* no edit names it (they are sorted by token): its own, as a token generated once */
+		int32_t lo = 0, hi = r.n_edits;
+		while (lo < hi) {
+			const int32_t mid = (lo + hi) / 2;
+			if (edits[r.edit0 + mid].token < prev)
+				lo = mid + 1;
+			else
+				hi = mid;
 		}
-		l[d.token] = x;
+		if (lo == r.n_edits || edits[r.edit0 + lo].token != prev)
+			l[prev] = samp_edit(l[prev], r, false, 0.0f, false, true, 1u);
 	}
 	samp_csync();
 	if (r.greedy) {
@@ -343,6 +364,8 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	const int32_t row = (int32_t)(blockIdx.x / g.P);
 	float *l = logits + (size_t)row * V;
 	const bool writer = g.q == 0 && threadIdx.x == 0;
+	/* read before any block's writer replaces it (after samp_pick's cluster barriers) */
+	const int32_t prev = rows[row].prev_fed && row < n_feed ? feed[row] : -1;
 	float *s = l; /* what the row samples from */
 	const int32_t lp = rows[row].logprobs;
 	if (lp == FP4S_SAMP_ROW_LP_RAW) {
@@ -352,7 +375,7 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	}
 	const fp4s_samp_row r = rows[row]; /* loaded after the head: none of it held through its call */
 	samp_keep k;
-	const int t = samp_pick(s, V, r, edits, &k, samp_wh, sh, g);
+	const int t = samp_pick(s, V, r, edits, prev, &k, samp_wh, sh, g);
 	if (writer) {
 		out[row] = t;
 		if (row < n_feed)
@@ -484,7 +507,7 @@ int cu_stage_reserve(struct cuda_impl *c, size_t need, struct fp4s_error *err)
 
 /* The rows and edits as the kernel may read them; *nl: the rows with logprobs (lp: room for them) */
 static int samp_check(int32_t n, int64_t vocab, const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits,
-                      int32_t n_edits, bool lp, int32_t *nl, struct fp4s_error *err)
+                      int32_t n_edits, bool lp, bool fed, int32_t *nl, struct fp4s_error *err)
 {
 	if (n < 1 || n > 1024)
 		return fp4s_error_set(err, FP4S_EINVAL, "sample: %d rows", n);
@@ -499,7 +522,7 @@ static int samp_check(int32_t n, int64_t vocab, const struct fp4s_samp_row *rows
 		if (r->edit0 < 0 || r->n_edits < 0 || r->edit0 > n_edits - r->n_edits || r->top_k < 0 ||
 		    r->top_k >= vocab || (!r->greedy && !(r->temperature > 0.0f)) || r->n_top < 0 ||
 		    r->n_top > FP4S_SAMP_MAX_TOP_LOGPROBS || r->logprobs < FP4S_SAMP_ROW_LP_NONE ||
-		    r->logprobs > FP4S_SAMP_ROW_LP_PROCESSED || (r->logprobs && !lp))
+		    r->logprobs > FP4S_SAMP_ROW_LP_PROCESSED || (r->logprobs && !lp) || (r->prev_fed && !fed))
 			return fp4s_error_set(err, FP4S_EINVAL, "sample: row %d is malformed", i);
 		*nl += r->logprobs != 0;
 	}
@@ -519,7 +542,7 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 {
 	struct cuda_impl *c = (struct cuda_impl *)be->impl;
 	int32_t nl = 0; /* rows with logprobs (raw or processed; only raw ones use their work copy) */
-	int rc0 = samp_check(n, vocab, rows, edits, n_edits, lp != NULL, &nl, err);
+	int rc0 = samp_check(n, vocab, rows, edits, n_edits, lp != NULL, false, &nl, err);
 	if (rc0)
 		return rc0;
 	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
@@ -579,7 +602,7 @@ int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t 
 {
 	struct cuda_impl *c = (struct cuda_impl *)be->impl;
 	int32_t nl = 0;
-	int rc = samp_check(n, vocab, rows, edits, n_edits, false, &nl, err);
+	int rc = samp_check(n, vocab, rows, edits, n_edits, false, n <= c->batch_cap, &nl, err);
 	if (rc)
 		return rc;
 	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
