@@ -621,8 +621,8 @@ void fp4s_engine_kv_usage(const struct fp4s_engine *e, int32_t *used, int32_t *t
 
 /* Enqueues the next decode step of this step's nb requests before this step's tokens are read
  * (engine_opts' lookahead), when every row is the one decode token of a launchable request
- * (greedy, or sampled on the device without logprobs or penalties) that cannot reach a length
- * limit with this token, no request waits for a slot, and each
+ * (greedy, or sampled on the device without logprobs) that cannot reach a length limit with
+ * this token, no request waits for a free slot, and each
  * request gets a block for its next position without preempting anyone. Row j then takes the
  * token this step finds for its row j (out row j: b_rows[j] == j), where it was found. A request
  * that stops at this token leaves its row behind, dropped when the step is collected. */
@@ -630,9 +630,17 @@ static int launch_ahead(struct fp4s_engine *e, int32_t nb, int32_t nout, struct 
 {
 	if (!e->lookahead || nb != nout || nb > e->max_seqs)
 		return FP4S_OK;
+	/* A waiting request is admitted by the next step when a slot is free for it; with every slot
+	 * taken (a full server) the next step could not admit it, so the step goes ahead. A request
+	 * that ends at this step's token frees its slot only once the token is read: the waiting one
+	 * then comes in a step later than it would without the step ahead. */
+	int waiting = 0, free_slot = 0;
 	for (int32_t i = 0; i < e->n_reqs; i++)
-		if (e->reqs[i].state == REQ_WAITING)
-			return FP4S_OK;
+		waiting |= e->reqs[i].state == REQ_WAITING;
+	for (int32_t s = 0; s < e->max_seqs; s++)
+		free_slot |= !e->slot_used[s];
+	if (waiting && free_slot)
+		return FP4S_OK;
 	for (int32_t j = 0; j < nb; j++) {
 		const struct req *r = e->b_req[j];
 		const int32_t n_next = r->n_tokens + 1; /* with this step's token */

@@ -103,6 +103,24 @@ static void lookahead_checks(const char *dir, const struct fp4s_engine_opts *o, 
 	int64_t taken = 0, dropped = 0;
 	fp4s_engine_lookahead(la, &taken, &dropped);
 	CHECK_MSG(taken >= NGEN / 2, "%s: %lld steps taken ahead", dir, (long long)taken);
+	/* two slots for the four requests: while two wait, every slot is taken, so steps still go
+	 * ahead; each request gets its alone tokens, the waiting ones coming in as slots free */
+	{
+		struct fp4s_engine_opts o2 = po;
+		o2.max_seqs = 2;
+		struct fp4s_engine *la2 = NULL;
+		CHECK(fp4s_engine_open(&o2, &la2, &err) == 0);
+		if (la2) {
+			CHECK(run_batch(la2, 0, NREQ, req, &b) == 0);
+			int64_t t2 = 0;
+			fp4s_engine_lookahead(la2, &t2, NULL);
+			for (int i = 0; i < NREQ; i++)
+				CHECK_MSG(b.n[i] == NGEN && !memcmp(a->tokens[i], b.tokens[i], sizeof(int32_t) * NGEN),
+				          "%s: request %d of 4 on 2 slots differs with steps ahead", dir, i);
+			CHECK_MSG(t2 >= NGEN, "%s: 4 requests on 2 slots: %lld steps taken ahead", dir, (long long)t2);
+			fp4s_engine_close(la2);
+		}
+	}
 	/* request 1 decodes alone for 5 tokens, then request 3 joins (its prompt in chunks) */
 	{
 		int64_t id1, id3;
