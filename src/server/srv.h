@@ -97,6 +97,7 @@ struct srv_hist {
 struct srv_metrics {
 	pthread_mutex_t mu;
 	int64_t running, waiting, kv_used, kv_total;
+	int64_t preemptions, ahead_taken, ahead_dropped; /* the engine's counts (fp4s_engine_lookahead) */
 	uint64_t prompt_tokens, gen_tokens;
 	uint64_t finished[4]; /* by enum fp4s_finish: stop, length, abort */
 	uint64_t http_errors[6]; /* 400 401 404 408/413 5xx other */

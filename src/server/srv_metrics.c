@@ -135,6 +135,15 @@ char *srv_metrics_render(struct srv *s, size_t *len)
 	put(&b, "# HELP fp4serve:kv_cache_used_blocks KV-cache blocks (16 positions each) held by "
 	        "sequences.\n# TYPE fp4serve:kv_cache_used_blocks gauge\n"
 	        "fp4serve:kv_cache_used_blocks{%s} %lld\n", label, (long long)c.kv_used);
+	put(&b, "# HELP fp4serve:num_preemptions_total Sequences preempted (their KV blocks freed, "
+	        "recomputed when readmitted).\n# TYPE fp4serve:num_preemptions_total counter\n"
+	        "fp4serve:num_preemptions_total{%s} %lld\n", label, (long long)c.preemptions);
+	put(&b, "# HELP fp4serve:decode_steps_ahead_total Decode steps enqueued before the last step's "
+	        "tokens were read, by whether the next step took them.\n"
+	        "# TYPE fp4serve:decode_steps_ahead_total counter\n"
+	        "fp4serve:decode_steps_ahead_total{%s,outcome=\"taken\"} %lld\n"
+	        "fp4serve:decode_steps_ahead_total{%s,outcome=\"dropped\"} %lld\n",
+	    label, (long long)c.ahead_taken, label, (long long)c.ahead_dropped);
 	put(&b, "# HELP fp4serve:prompt_tokens_total Prefill tokens processed.\n"
 	        "# TYPE fp4serve:prompt_tokens_total counter\nfp4serve:prompt_tokens_total{%s} %llu\n",
 	    label, (unsigned long long)c.prompt_tokens);

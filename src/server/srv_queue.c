@@ -164,6 +164,9 @@ static void update_gauges(struct srv *s, struct sched *q)
 		fp4s_engine_kv_usage(s->eng, &used, &total, &pre, &hits, &looks);
 	s->m.kv_used = used;
 	s->m.kv_total = total;
+	s->m.preemptions = pre;
+	if (s->eng)
+		fp4s_engine_lookahead(s->eng, &s->m.ahead_taken, &s->m.ahead_dropped);
 	pthread_mutex_unlock(&s->m.mu);
 }
 

@@ -55,6 +55,15 @@ else
 	echo "skip: openai npm client not installed (scripts/fetch-server-testdata.sh)"
 fi
 node "$src/tests/server/load.mjs" "$port" "$key" 32 "${FP4S_SERVER_LOAD_S:-8}" "$main_pid" || bad "load.mjs"
+# the decode steps enqueued ahead: some under FP4S_LOOKAHEAD=1 (the load's sampled requests too);
+# otherwise the count is there (0 on the CPU backend, whose default is off)
+taken=$(curl -s -H "Authorization: Bearer $key" "http://127.0.0.1:$port/metrics" |
+	sed -n 's/^fp4serve:decode_steps_ahead_total{.*outcome="taken"} \([0-9]*\)$/\1/p')
+if [ "${FP4S_LOOKAHEAD:-0}" = 1 ]; then
+	[ -n "$taken" ] && [ "$taken" -gt 0 ] && ok "metrics: $taken decode steps taken ahead" || bad "steps ahead: '$taken'"
+else
+	[ -n "$taken" ] && ok "metrics: $taken decode steps taken ahead" || bad "steps ahead: no metric"
+fi
 kill -0 "$main_pid" 2>/dev/null && ok "server still running after all of it" || bad "server died"
 grep -qiE "AddressSanitizer|runtime error" "$tmp/main.log" && { bad "sanitizer report"; cat "$tmp/main.log"; }
 
