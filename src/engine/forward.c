@@ -789,14 +789,16 @@ int fp4s_fwd_run_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const in
 
 int fp4s_fwd_async(const struct fp4s_fwd *f) { return f->be->argmax_launch != NULL && f->be->argmax_wait != NULL; }
 
-int fp4s_fwd_launch_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
-                           int32_t n_out, struct fp4s_error *err)
+/* fp4s_fwd_launch_argmax and fp4s_fwd_launch_sample (sr): the step enqueued in the next slot; a
+ * synchronous backend's tokens are held there */
+static int launch(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
+                  const struct samp_req *sr, struct fp4s_error *err)
 {
 	if (f->n_launched >= FP4S_FWD_AHEAD)
 		return fp4s_error_set(err, FP4S_EINVAL, "forward: %d launches not collected", f->n_launched);
 	if (n_out <= 0 || n_out > FP4S_FWD_LAUNCH_ROWS)
-		return fp4s_error_set(err, FP4S_EINVAL, "forward: an argmax launch of %d rows (1 to %d)", n_out,
-		                      FP4S_FWD_LAUNCH_ROWS);
+		return fp4s_error_set(err, FP4S_EINVAL, "forward: %s launch of %d rows (1 to %d)",
+		                      sr ? "a sampled" : "an argmax", n_out, FP4S_FWD_LAUNCH_ROWS);
 	const int slot = (f->launched_at + f->n_launched) % FP4S_FWD_AHEAD;
 	int32_t *held = NULL;
 	if (!fp4s_fwd_async(f)) {
@@ -804,12 +806,18 @@ int fp4s_fwd_launch_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const
 			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
 		held = f->held[slot];
 	}
-	const int rc = run(f, b, out_rows, n_out, NULL, held, NULL, NULL, 1, err);
+	const int rc = run(f, b, out_rows, n_out, NULL, held, sr, NULL, 1, err);
 	if (rc)
 		return rc;
 	f->launch_n[slot] = n_out;
 	f->n_launched++;
 	return FP4S_OK;
+}
+
+int fp4s_fwd_launch_argmax(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows,
+                           int32_t n_out, struct fp4s_error *err)
+{
+	return launch(f, b, out_rows, n_out, NULL, err);
 }
 
 int fp4s_fwd_collect(struct fp4s_fwd *f, int32_t *tokens, struct fp4s_error *err)
@@ -845,12 +853,7 @@ int fp4s_fwd_launch_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const
 {
 	if (!fp4s_fwd_can_launch_sample(f))
 		return fp4s_error_set(err, FP4S_EUNSUPPORTED, "forward: the backend does not launch sampling");
-	if (f->n_launched >= FP4S_FWD_AHEAD)
-		return fp4s_error_set(err, FP4S_EINVAL, "forward: %d launches not collected", f->n_launched);
-	if (n_out <= 0 || n_out > FP4S_FWD_LAUNCH_ROWS)
-		return fp4s_error_set(err, FP4S_EINVAL, "forward: a sampled launch of %d rows (1 to %d)", n_out,
-		                      FP4S_FWD_LAUNCH_ROWS);
-	for (int32_t i = 0; i < n_out; i++) {
+	for (int32_t i = 0; i < n_out && i < FP4S_FWD_LAUNCH_ROWS; i++) {
 		if (rows[i].logprobs)
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: a sampled launch's row %d asks for logprobs", i);
 		/* the fed token of row i is the one its out row i reads (sample.cu: feed[i]) */
@@ -858,20 +861,8 @@ int fp4s_fwd_launch_sample(struct fp4s_fwd *f, const struct fp4s_batch *b, const
 			return fp4s_error_set(err, FP4S_EINVAL, "forward: sampled launch row %d counts a fed token, but "
 			                      "the batch's row %d is not fed", i, out_rows[i]);
 	}
-	const int slot = (f->launched_at + f->n_launched) % FP4S_FWD_AHEAD;
-	int32_t *held = NULL;
-	if (!fp4s_fwd_async(f)) {
-		if (!f->held[slot] && !(f->held[slot] = malloc(FP4S_FWD_LAUNCH_ROWS * sizeof(int32_t))))
-			return fp4s_error_set(err, FP4S_ENOMEM, "forward: out of memory");
-		held = f->held[slot];
-	}
 	const struct samp_req sr = {rows, edits, n_edits, NULL};
-	const int rc = run(f, b, out_rows, n_out, NULL, held, &sr, NULL, 1, err);
-	if (rc)
-		return rc;
-	f->launch_n[slot] = n_out;
-	f->n_launched++;
-	return FP4S_OK;
+	return launch(f, b, out_rows, n_out, &sr, err);
 }
 
 int fp4s_fwd_can_sample(const struct fp4s_fwd *f)
