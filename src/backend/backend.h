@@ -165,6 +165,13 @@ struct fp4s_backend {
 	int (*graph_run)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
 	                 void *ctx, struct fp4s_error *err);
 	void (*graph_reset)(struct fp4s_backend *be);
+	/* graph_run, then argmax_launch on the n rows of logits, as one graph (key's, a graph a token
+	 * slot): the token's launch follows the step's last kernel inside the graph. For a step of one
+	 * token whose row is the logits row; the launch also advances the device's copy of that
+	 * position, so the next step of one fed token at the next position copies nothing up.
+	 * FP4S_EUNSUPPORTED (nothing enqueued) where it does not apply; NULL where no backend has it. */
+	int (*graph_run_argmax)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+	                        void *ctx, const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err);
 	/* out[i] = argmax of row i of logits [n, vocab] (ties: the lowest id), to the host */
 	int (*argmax)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
 	              int32_t *out, struct fp4s_error *err);

@@ -750,6 +750,15 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	/* A one-token step with one logits row is the same launch sequence every time: replay it as a
 	 * graph. MoE layers read the router's choice on the host, which a graph cannot do yet. */
 	const int graph = b->n == 1 && n_out == 1 && (!f->has_moe || f->moe_on_device) && !getenv("FP4S_NO_GRAPH");
+	if (graph && launch && !sr && !nr && be->graph_run_argmax && be->argmax_launch) {
+		/* the token's argmax inside the step's graph */
+		rc = be->graph_run_argmax(be, 1, record_step, &st, f->logits, n_out, c->vocab, err);
+		if (rc != FP4S_EUNSUPPORTED) {
+			if (!rc)
+				f->fed_n = n_out;
+			return rc;
+		}
+	}
 	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
 	if (rc || n_out == 0)
 		return rc;

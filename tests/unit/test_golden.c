@@ -108,6 +108,74 @@ static int greedy(struct fp4s_model *m, const char *backend, enum fp4s_kv_dtype 
 	return rc;
 }
 
+/* greedy's tokens again, the way the engine decodes: each step's argmax launched and its token
+ * fed to the next step on the device (fp4s_fwd_launch_argmax, tokens NULL), two steps in flight;
+ * halfway the tokens go up from the host again (a collected token given back). On a GPU a step of
+ * one token then has its argmax in its graph, which advances the device's position, and the next
+ * step copies nothing up: any position or token off by one shows as other tokens here. */
+static int greedy_launched(struct fp4s_model *m, const char *backend, enum fp4s_kv_dtype kv, const int32_t *p,
+                           int32_t n, int32_t count, int32_t *out)
+{
+	struct fp4s_error err = {0};
+	struct fp4s_backend *be;
+	struct fp4s_fwd f;
+	if (make_backend(backend, &be, &err))
+		return -1;
+	if (fp4s_fwd_init(&f, m, be, 1, n + count + 1, kv, &err)) {
+		be->destroy(be);
+		return -1;
+	}
+	float *lg = malloc((size_t)m->cfg.vocab * sizeof *lg);
+	int rc = 0;
+	int32_t s = 0, r = 0, got = 0;
+	for (int32_t i = 0; i < n - 1 && !rc; i++) {
+		int32_t t = p[i], pos = i;
+		struct fp4s_batch b = {1, &t, &pos, &s, NULL, 0};
+		rc = fp4s_fwd_run(&f, &b, &r, 1, lg, &err);
+	}
+	for (int32_t j = 0; j < count && !rc; j++) {
+		int32_t pos = n - 1 + j, t = j == 0 ? p[n - 1] : -1;
+		if (j == count / 2) {
+			while (got < j && !rc) /* all collected: the last token goes up from here */
+				rc = fp4s_fwd_collect(&f, &out[got++], &err);
+			t = out[j - 1];
+		}
+		struct fp4s_batch b = {1, t >= 0 ? &t : NULL, &pos, &s, NULL, 0};
+		if (!rc)
+			rc = fp4s_fwd_launch_argmax(&f, &b, &r, 1, &err);
+		if (!rc && j - got >= 1)
+			rc = fp4s_fwd_collect(&f, &out[got++], &err);
+	}
+	while (got < count && !rc)
+		rc = fp4s_fwd_collect(&f, &out[got++], &err);
+	if (rc)
+		fprintf(stderr, "greedy (launched): %s\n", err.msg);
+	free(lg);
+	fp4s_fwd_free(&f);
+	be->destroy(be);
+	return rc;
+}
+
+/* greedy_launched on backend against want, greedy's tokens on the same backend: equal throughout
+ * (the same step's logits, argmax ties to the lowest id either way) */
+static void launched_check(struct fp4s_model *m, const char *name, const char *backend, enum fp4s_kv_dtype kv,
+                           const char *kvn, const int32_t *p, int32_t n, const int32_t *want)
+{
+	int32_t got[64];
+	if (greedy_launched(m, backend, kv, p, n, 64, got)) {
+		CHECK_MSG(0, "%s: %s greedy (launched, %s KV) failed", name, backend, kvn);
+		return;
+	}
+	int32_t first = -1;
+	for (int32_t i = 0; i < 64 && first < 0; i++)
+		if (got[i] != want[i])
+			first = i;
+	CHECK_MSG(first < 0, "%s: %s greedy launched (%s KV) differs from its greedy at token %d (%d, not %d)", name,
+	          backend, kvn, first, first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0);
+	if (first < 0)
+		printf("%-22s %s greedy launched = greedy for 64 of 64 tokens (%s KV)\n", name, backend, kvn);
+}
+
 static const char *g_backend = "cpu";
 
 /* FP8 (E4M3, scale 1.0) KV cache on the CPU reference. Rounding K/V to 3 mantissa bits moves the
@@ -302,7 +370,18 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 			          name, g_backend, kvn[kv], first, first >= 0 ? ga[first] : 0.0f);
 			printf("%-22s %s greedy = CPU greedy for %d of 64 tokens (%s KV)\n", name, g_backend,
 			       first < 0 ? 64 : first, kvn[kv]);
+			launched_check(m, name, g_backend, kds[kv], kvn[kv], p, n, b);
 		}
+	} else if (!g_gemm) {
+		json_t *pr = json_array_get(prompts, 0);
+		int32_t n = (int32_t)json_array_size(pr), p[64], a[64];
+		float ga[64];
+		for (int32_t i = 0; i < n && i < 64; i++)
+			p[i] = (int32_t)json_integer_value(json_array_get(pr, (size_t)i));
+		if (greedy(m, "cpu", FP4S_KV_F32, p, n, 64, a, ga))
+			CHECK_MSG(0, "%s: greedy run failed", name);
+		else
+			launched_check(m, name, "cpu", FP4S_KV_F32, "FP32", p, n, a);
 	}
 	return worst;
 }

@@ -748,7 +748,7 @@ void cu_graph_reset(struct fp4s_backend *be)
 	c->n_graphs = 0;
 }
 
-static int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
                         void *ctx, struct fp4s_error *err)
 {
 	cu_link_clear(impl_of(be));
@@ -864,6 +864,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->gather_rows = cu_gather_rows;
 	be->graph_run = cu_graph_run;
 	be->graph_reset = cu_graph_reset;
+	be->graph_run_argmax = cu_graph_run_argmax;
 	be->argmax = cu_argmax;
 	be->argmax_launch = cu_argmax_launch;
 	be->argmax_wait = cu_argmax_wait;

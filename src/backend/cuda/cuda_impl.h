@@ -44,6 +44,11 @@ struct cuda_impl {
 	 * of argmax launches in turn (mapped: dh_tok[i] is the device's address; tok_done[i]: written;
 	 * tok_n[i] rows), n_tok of them not waited for, the oldest at tok_at */
 	int32_t *h_tab, *h_tps[2], *h_tok[2], *dh_tok[2];
+	/* what d_pos and d_seq hold once the work enqueued so far has run: m_n rows of m_pos, m_seq
+	 * (host memory, batch_cap each; m_n 0: not known). A step whose rows are these (with their
+	 * tokens fed) copies nothing up: after a one-token step whose argmax advanced d_pos (a graph
+	 * with the token's launch in it, cu_graph_run_launch), that is the next decode step. */
+	int32_t *m_pos, *m_seq, m_n;
 	cudaEvent_t tab_done, tps_done[2], tok_done[2];
 	int tps_next, tok_at, n_tok;
 	int32_t tok_n[2];
@@ -122,8 +127,11 @@ int cu_track(struct cuda_impl *c, void *p, struct fp4s_error *err); /* freed wit
 int cu_dev_alloc(struct cuda_impl *c, void **p, size_t bytes, struct fp4s_error *err);
 size_t cu_mat_data_bytes(const struct fp4s_mat *m, size_t *scale_b);
 void cu_graph_reset(struct fp4s_backend *be);
+/* backend.h's graph_run (cuda_backend.cu): key's graph, captured from record(ctx) the first time */
+int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
+                 struct fp4s_error *err);
 
-/* cuda_io.cu: backend.h's begin, read, argmax, argmax_launch / argmax_wait; cu_io_table_reset
+/* cuda_io.cu: backend.h's begin, read, argmax, argmax_launch / argmax_wait, graph_run_argmax; cu_io_table_reset
  * after d_table was zeroed, cu_io_free at destroy */
 int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_error *err);
 int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes, struct fp4s_error *err);
@@ -132,6 +140,8 @@ int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t v
 int cu_argmax_launch(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
                      struct fp4s_error *err);
 int cu_argmax_wait(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err);
+int cu_graph_run_argmax(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
+                        const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err);
 /* the token slot of the next argmax or sample launch (*k; mapped h_tok[*k], dh_tok[*k]), and its
  * n tokens enqueued (the event argmax_wait syncs on) */
 int cu_tok_slot(struct cuda_impl *c, int *k, struct fp4s_error *err);

@@ -13,6 +13,7 @@
  * pinned staging (a copy from pageable memory may hold the host until the stream drains), the
  * block table goes up only when a batch row changed, and tok | pos | seq alternate between two
  * staging slots so that filling one never waits for the copy out of the other. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -51,12 +52,23 @@ static __device__ void argmax_block(float &bv, int32_t &bi)
 	}
 }
 
-static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, float *pv, int32_t *pi)
+/* Row blockIdx.y's token, in one launch: each of ARGMAX_PARTS blocks reduces its slice to a
+ * (value, id) partial and takes a ticket; the block that takes the last one reduces the partials
+ * (the pattern of the CUDA samples' threadFenceReduction) and resets the row's ticket for the
+ * next launch. One kernel, not a partial pass and a final one: a launch boundary fewer in the
+ * token's tail (~1-3 us, on every decode step). The token goes to out[row] (device memory), to
+ * host[row] (mapped pinned memory; NULL: none) and, for row < n_feed, to feed[row]: the next
+ * step's token row (d_tok). adv (NULL: none): the next step's position row (d_pos), advanced by
+ * one for row < n_feed, so that a one-token step replayed after this one needs nothing copied
+ * up (cu_begin's mirror). */
+static __global__ void argmax_kernel(const float *logits, int64_t vocab, float *pv, int32_t *pi, unsigned *ticket,
+                                     int32_t *out, int32_t *host, int32_t *feed, int32_t n_feed, int32_t *adv)
 {
 	TL_SCOPE(TL_ARGMAX, __LINE__);
 	pdl_enter();
 	TL_MARK(1);
-	const float *l = logits + (int64_t)blockIdx.y * vocab;
+	const int32_t row = (int32_t)blockIdx.y;
+	const float *l = logits + (int64_t)row * vocab;
 	const int64_t per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
 	const int64_t b = (int64_t)blockIdx.x * per, e = b + per < vocab ? b + per : vocab;
 	float bv = -INFINITY;
@@ -64,52 +76,56 @@ static __global__ void argmax_part_kernel(const float *logits, int64_t vocab, fl
 	for (int64_t v = b + threadIdx.x; v < e; v += blockDim.x)
 		argmax_merge(bv, bi, l[v], (int32_t)v);
 	argmax_block(bv, bi);
-	if (threadIdx.x == 0)
-		pv[blockIdx.y * ARGMAX_PARTS + blockIdx.x] = bv, pi[blockIdx.y * ARGMAX_PARTS + blockIdx.x] = bi;
-}
-
-/* Row i's token to out[i] (device memory), to host[i] (mapped pinned memory; NULL: none) and,
- * for i < n_feed, to feed[i]: the next step's token i (d_tok). */
-static __global__ void argmax_final_kernel(const float *pv, const int32_t *pi, int32_t *out, int32_t *host,
-                                           int32_t *feed, int32_t n_feed)
-{
-	TL_SCOPE(TL_ARGMAX_FINAL, __LINE__);
-	pdl_enter();
-	TL_MARK(1);
-	float bv = -INFINITY;
-	int32_t bi = 0x7FFFFFFF;
-	for (int j = threadIdx.x; j < ARGMAX_PARTS; j += blockDim.x)
-		argmax_merge(bv, bi, pv[blockIdx.x * ARGMAX_PARTS + j], pi[blockIdx.x * ARGMAX_PARTS + j]);
+	__shared__ bool last;
+	if (threadIdx.x == 0) {
+		pv[row * ARGMAX_PARTS + blockIdx.x] = bv, pi[row * ARGMAX_PARTS + blockIdx.x] = bi;
+		__threadfence(); /* the partial is visible before the ticket says so */
+		last = atomicAdd(&ticket[row], 1u) == ARGMAX_PARTS - 1;
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	bv = -INFINITY, bi = 0x7FFFFFFF;
+	for (int j = threadIdx.x; j < ARGMAX_PARTS; j += blockDim.x) /* past L1: other SMs wrote them */
+		argmax_merge(bv, bi, __ldcg(pv + row * ARGMAX_PARTS + j), __ldcg(pi + row * ARGMAX_PARTS + j));
 	argmax_block(bv, bi);
 	if (threadIdx.x == 0) {
+		ticket[row] = 0;
 		const int32_t t = bi == 0x7FFFFFFF ? 0 : bi;
-		out[blockIdx.x] = t;
-		if ((int32_t)blockIdx.x < n_feed)
-			feed[blockIdx.x] = t;
+		out[row] = t;
+		if (row < n_feed) {
+			feed[row] = t;
+			if (adv)
+				adv[row] += 1;
+		}
 		if (host) {
-			host[blockIdx.x] = t;
+			host[row] = t;
 			__threadfence_system(); /* before the event that tells the host to read it */
 		}
 	}
 }
 
-static int argmax_enqueue(struct cuda_impl *c, const float *logits, int32_t n, int64_t vocab, int32_t *host,
+/* adv: d_pos advanced for the fed rows (argmax_kernel) */
+static int argmax_enqueue(struct cuda_impl *c, const float *logits, int32_t n, int64_t vocab, int32_t *host, bool adv,
                           struct fp4s_error *err)
 {
 	if (n <= 0 || n > ARGMAX_ROWS)
 		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows (1 to %d)", n, ARGMAX_ROWS);
 	if (!c->d_argmax) {
-		/* [ARGMAX_ROWS] results, then [ARGMAX_ROWS * PARTS] values and indices */
-		int rc = cu_dev_alloc(c, (void **)&c->d_argmax,
-		                      (size_t)ARGMAX_ROWS * (1 + 2 * ARGMAX_PARTS) * sizeof(int32_t), err);
+		/* [ARGMAX_ROWS] results, [ARGMAX_ROWS * PARTS] values and indices, [ARGMAX_ROWS] tickets */
+		const size_t bytes = (size_t)ARGMAX_ROWS * (2 + 2 * ARGMAX_PARTS) * sizeof(int32_t);
+		int rc = cu_dev_alloc(c, (void **)&c->d_argmax, bytes, err);
 		if (rc)
 			return rc;
+		FP4S_CUDA_TRY(err, cudaMemset(c->d_argmax, 0, bytes)); /* the tickets start at 0 */
 	}
 	float *pv = (float *)(c->d_argmax + ARGMAX_ROWS);
 	int32_t *pi = c->d_argmax + ARGMAX_ROWS + ARGMAX_ROWS * ARGMAX_PARTS;
+	unsigned *ticket = (unsigned *)(pi + ARGMAX_ROWS * ARGMAX_PARTS);
 	const int32_t n_feed = n < c->batch_cap ? n : c->batch_cap;
-	pdl_launch(argmax_part_kernel, dim3(ARGMAX_PARTS, (unsigned)n), 256, 0, c->s, logits, vocab, pv, pi);
-	pdl_launch(argmax_final_kernel, dim3(n), 64, 0, c->s, pv, pi, c->d_argmax, host, c->d_tok, n_feed);
+	pdl_launch(argmax_kernel, dim3(ARGMAX_PARTS, (unsigned)n), 256, 0, c->s, logits, vocab, pv, pi, ticket,
+	           c->d_argmax, host, c->d_tok, n_feed, adv ? c->d_pos : (int32_t *)NULL);
 	FP4S_CUDA_TRY(err, cudaGetLastError());
 	return FP4S_OK;
 }
@@ -119,7 +135,7 @@ int cu_argmax(struct fp4s_backend *be, const float *logits, int32_t n, int64_t v
 {
 	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
-	int rc = argmax_enqueue(c, logits, n, vocab, NULL, err);
+	int rc = argmax_enqueue(c, logits, n, vocab, NULL, false, err);
 	return rc ? rc : cu_read(be, out, c->d_argmax, (int64_t)n * (int64_t)sizeof(int32_t), err);
 }
 
@@ -164,8 +180,57 @@ int cu_argmax_launch(struct fp4s_backend *be, const float *logits, int32_t n, in
 	int k = 0;
 	int rc = cu_tok_slot(c, &k, err);
 	if (!rc)
-		rc = argmax_enqueue(c, logits, n, vocab, c->dh_tok[k], err);
+		rc = argmax_enqueue(c, logits, n, vocab, c->dh_tok[k], false, err);
 	return rc ? rc : cu_tok_launched(c, k, n, err);
+}
+
+/* backend.h's graph_run_argmax. The argmax is captured with the step, so it follows the lm_head
+ * inside the graph (a programmatic edge) rather than as launches after it; each token slot has
+ * its graph (the mapped buffer is a kernel argument). The argmax advances d_pos, so the next
+ * one-token step at the next position copies nothing up (cu_begin): between two decode steps
+ * there is then only the graph's own launch. FP4S_GRAPH_TAIL=0 turns it off (A/B). */
+struct tail_rec {
+	int (*record)(void *ctx, struct fp4s_error *err);
+	void *ctx;
+	struct cuda_impl *c;
+	const float *logits;
+	int64_t vocab;
+	int32_t *host;
+};
+
+static int tail_record(void *p, struct fp4s_error *err)
+{
+	const struct tail_rec *t = (const struct tail_rec *)p;
+	int rc = t->record(t->ctx, err);
+	return rc ? rc : argmax_enqueue(t->c, t->logits, 1, t->vocab, t->host, true, err);
+}
+
+#define TAIL_KEY 256 /* graph keys key + TAIL_KEY (1 + slot): forward.c's keys are small */
+
+int cu_graph_run_argmax(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
+                        const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err)
+{
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("FP4S_GRAPH_TAIL");
+		off = e && !strcmp(e, "0");
+	}
+	struct cuda_impl *c = impl_of(be);
+	/* one row, the step's one token (cu_begin's mirror): the argmax advances that position */
+	if (off || n != 1 || c->m_n != 1 || key <= 0 || key >= TAIL_KEY)
+		return FP4S_EUNSUPPORTED;
+	int k = 0;
+	int rc = cu_tok_slot(c, &k, err);
+	if (rc)
+		return rc;
+	const int32_t pos = c->m_pos[0];
+	c->m_n = 0; /* until the launch is in */
+	struct tail_rec t = {record, ctx, c, logits, vocab, c->dh_tok[k]};
+	if ((rc = cu_graph_run(be, key + TAIL_KEY * (1 + k), tail_record, &t, err)) || (rc = cu_tok_launched(c, k, 1, err)))
+		return rc;
+	c->m_pos[0] = pos + 1;
+	c->m_n = 1;
+	return FP4S_OK;
 }
 
 int cu_argmax_wait(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err)
@@ -200,6 +265,9 @@ static int tps_reserve(struct fp4s_backend *be, int32_t n, struct fp4s_error *er
 		cudaFreeHost(c->h_tps[i]);
 		c->h_tps[i] = NULL;
 	}
+	free(c->m_pos);
+	c->m_pos = c->m_seq = NULL;
+	c->m_n = 0;
 	c->batch_cap = 0;
 	const int32_t cap = n < 256 ? 256 : n;
 	int rc = cu_dev_alloc(c, (void **)&c->d_tps, (size_t)cap * 12, err);
@@ -210,6 +278,9 @@ static int tps_reserve(struct fp4s_backend *be, int32_t n, struct fp4s_error *er
 		if (!c->tps_done[i])
 			FP4S_CUDA_TRY(err, cudaEventCreateWithFlags(&c->tps_done[i], cudaEventDisableTiming));
 	}
+	if (!(c->m_pos = (int32_t *)malloc((size_t)cap * 8)))
+		return fp4s_error_set(err, FP4S_ENOMEM, "begin: out of memory");
+	c->m_seq = c->m_pos + cap;
 	c->d_tok = c->d_tps, c->d_pos = c->d_tps + cap, c->d_seq = c->d_tps + 2 * (size_t)cap;
 	c->batch_cap = cap;
 	return FP4S_OK;
@@ -300,12 +371,18 @@ int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_er
 	int rc = tps_reserve(be, b->n, err);
 	if (rc || (rc = table_upload(c, b, err)))
 		return rc;
+	/* fed tokens at the positions the device already holds (the last step's argmax advanced
+	 * them): nothing to copy, and no copy between the two steps' kernels */
+	const size_t n = (size_t)b->n;
+	if (!b->tokens && b->n == c->m_n && !memcmp(b->pos, c->m_pos, n * 4) && !memcmp(b->seq, c->m_seq, n * 4))
+		return FP4S_OK;
 	/* tok | pos | seq (pos | seq when fed) as one 2-D copy of 3 (2) rows of n */
+	c->m_n = 0; /* until the copy is enqueued */
 	const int k = c->tps_next;
 	c->tps_next ^= 1;
 	FP4S_CUDA_TRY(err, cudaEventSynchronize(c->tps_done[k])); /* the copy out of this slot is done */
 	int32_t *h = c->h_tps[k];
-	const size_t cap = (size_t)c->batch_cap, n = (size_t)b->n;
+	const size_t cap = (size_t)c->batch_cap;
 	if (b->tokens)
 		memcpy(h, b->tokens, n * 4);
 	memcpy(h + cap, b->pos, n * 4);
@@ -314,6 +391,9 @@ int cu_begin(struct fp4s_backend *be, const struct fp4s_batch *b, struct fp4s_er
 	FP4S_CUDA_TRY(err, cudaMemcpy2DAsync(c->d_tps + r0 * cap, cap * 4, h + r0 * cap, cap * 4, n * 4, (size_t)(3 - r0),
 	                                     cudaMemcpyHostToDevice, c->s));
 	FP4S_CUDA_TRY(err, cudaEventRecord(c->tps_done[k], c->s));
+	memcpy(c->m_pos, b->pos, n * 4);
+	memcpy(c->m_seq, b->seq, n * 4);
+	c->m_n = b->n;
 	return FP4S_OK;
 }
 
@@ -328,6 +408,7 @@ int cu_read(struct fp4s_backend *be, void *host, const void *src, int64_t bytes,
 
 void cu_io_free(struct cuda_impl *c)
 {
+	free(c->m_pos);
 	cudaFree(c->d_tps);
 	cudaFree(c->d_argmax);
 	for (int i = 0; i < 2; i++) {
