@@ -172,6 +172,11 @@ struct fp4s_backend {
 	 * FP4S_EUNSUPPORTED (nothing enqueued) where it does not apply; NULL where no backend has it. */
 	int (*graph_run_argmax)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
 	                        void *ctx, const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err);
+	/* The same for sample_launch's rows (its arguments after ctx); FP4S_EUNSUPPORTED (nothing
+	 * enqueued) also for rows it does not take in a graph (CUDA: any edits). */
+	int (*graph_run_sample)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+	                        void *ctx, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
+	                        const struct fp4s_samp_edit *edits, int32_t n_edits, struct fp4s_error *err);
 	/* out[i] = argmax of row i of logits [n, vocab] (ties: the lowest id), to the host */
 	int (*argmax)(struct fp4s_backend *be, const float *logits, int32_t n, int64_t vocab,
 	              int32_t *out, struct fp4s_error *err);

@@ -759,6 +759,16 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 			return rc;
 		}
 	}
+	if (graph && launch && sr && be->graph_run_sample && be->sample_launch) {
+		/* the token's draw inside the step's graph */
+		rc = be->graph_run_sample(be, 1, record_step, &st, f->logits, n_out, c->vocab, sr->rows, sr->edits,
+		                          sr->n_edits, err);
+		if (rc != FP4S_EUNSUPPORTED) {
+			if (!rc)
+				f->fed_n = n_out;
+			return rc;
+		}
+	}
 	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
 	if (rc || n_out == 0)
 		return rc;

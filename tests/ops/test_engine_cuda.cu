@@ -57,7 +57,8 @@ static int32_t plen[NREQ];
 /* Runs requests [first, first + count) together; returns 0 or -1. sampled 1: temperature 0.8,
  * top_p 0.9, top_k 40 and penalties, seeded, logprobs for the even requests (raw, processed for
  * every other one; drawn on the device by default); 2: greedy without logprobs; 3: sampled (top_p,
- * top_k, min_p, a bias, seeded) without logprobs, penalties for every other request. */
+ * top_k, min_p, a bias, seeded) without logprobs, penalties for every other request; 4: as 3 without
+ * the bias and the penalties. */
 static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int sampled = 0)
 {
 	struct fp4s_error err = {0};
@@ -72,7 +73,7 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 	if (sampled == 2) { /* plain greedy: what steps enqueued ahead take */
 		r.sampling.logprobs = false;
 		r.sampling.top_logprobs = 0;
-	} else if (sampled == 3) { /* drawn on the device without logprobs or penalties: steps ahead take them too */
+	} else if (sampled >= 3) { /* drawn on the device without logprobs or penalties: steps ahead take them too */
 		r.sampling.temperature = 0.8f;
 		r.sampling.top_p = 0.9f;
 		r.sampling.top_k = 40;
@@ -80,7 +81,8 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 		r.sampling.logprobs = false;
 		r.sampling.top_logprobs = 0;
 		r.sampling.has_seed = true;
-		r.sampling.n_logit_bias = 1;
+		/* 4: no bias either (no edits: a one-token step then draws inside its graph) */
+		r.sampling.n_logit_bias = sampled == 3;
 		r.sampling.logit_bias[0] = (struct fp4s_samp_bias){prompts[0][0], 1.5f};
 	} else if (sampled) {
 		r.sampling.temperature = 0.8f;
@@ -304,9 +306,13 @@ static void test_preset(const char *preset, const char *format)
 	 * requests (no logprobs) and ones drawn on the device without logprobs (penalties too): the
 	 * same kernels run, the tokens fed on the device, so the tokens must be the same as without,
 	 * one request at a time; 64 together, where the batches' rows may differ at their ends, all
-	 * but MoE flips. */
-	for (int pass = 0; pass < 4; pass++) {
-		const int kind = pass >= 2 ? 3 : 2, together = pass % 2; /* sampled or greedy; alone or 64 */
+	 * but MoE flips. Alone, a step's argmax or draw (rows without edits) runs inside the step's
+	 * graph and advances the position there, so the next step copies nothing up (the backend's
+	 * graph_run_argmax / graph_run_sample); without steps ahead, neither. */
+	for (int pass = 0; pass < 6; pass++) {
+		/* greedy, sampled, sampled without edits; alone or 64 */
+		const int kind = pass >= 4 ? 4 : pass >= 2 ? 3 : 2, together = pass % 2;
+		const char *kn = kind == 4 ? ", sampled plain" : kind == 3 ? ", sampled" : "";
 		struct fp4s_engine_opts lo = o;
 		lo.max_seqs = together ? NREQ : 1;
 		lo.max_batch_tokens = together ? 64 : 0;
@@ -327,10 +333,10 @@ static void test_preset(const char *preset, const char *format)
 			int64_t taken = 0, dropped = 0;
 			CHECK_EQ_INT(fp4s_engine_lookahead(la, &taken, &dropped), 1);
 			printf("%s steps ahead%s%s: %d of %d requests the same as without; %lld steps taken ahead, %lld "
-			       "dropped\n", preset, kind == 3 ? ", sampled" : "", together ? " (64 together)" : "", same, NREQ,
+			       "dropped\n", preset, kn, together ? " (64 together)" : "", same, NREQ,
 			       (long long)taken, (long long)dropped);
 			CHECK_MSG(same >= NREQ - (together ? flips : 0), "%s: %d of %d requests differ with steps ahead%s%s",
-			          preset, NREQ - same, NREQ, kind == 3 ? ", sampled" : "", together ? " (64 together)" : "");
+			          preset, NREQ - same, NREQ, kn, together ? " (64 together)" : "");
 			CHECK_MSG(taken >= (together ? 1 : NREQ * (NGEN - 2)), "%s: %lld steps taken ahead", preset,
 			          (long long)taken);
 		}

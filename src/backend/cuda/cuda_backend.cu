@@ -805,6 +805,12 @@ static void cu_destroy(struct fp4s_backend *be)
 		cu_io_free(c);
 		cudaFree(c->d_samp), cudaFreeHost(c->h_samp), cudaFree(c->d_samp_work);
 		cu_sample_free(c);
+		if (c->s2)
+			cudaStreamDestroy(c->s2);
+		if (c->sl_fork)
+			cudaEventDestroy(c->sl_fork);
+		if (c->sl_join)
+			cudaEventDestroy(c->sl_join);
 		cudaFree(c->work1), cudaFree(c->workn), cudaFree(c->d_table), cudaFree(c->pf_work);
 		for (int i = 0; i < 2; i++)
 			cudaFree(c->lk.buf[i]), cudaFree(c->lk.ss[i]);
@@ -876,6 +882,7 @@ extern "C" int fp4s_backend_cuda_create(int dev, struct fp4s_backend **out, stru
 	be->attention = cu_attention;
 	be->sample = cu_sample;
 	be->sample_launch = cu_sample_launch;
+	be->graph_run_sample = cu_graph_run_sample;
 	be->token_nll = cu_token_nll;
 	be->norm_matmul = cu_norm_matmul;
 	be->matmul_add = cu_matmul_add;

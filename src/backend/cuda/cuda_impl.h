@@ -71,6 +71,9 @@ struct cuda_impl {
 	cudaEvent_t sl_done[2];
 	size_t sl_bytes;
 	int sl_next;
+	/* cu_graph_run_sample: the row's copy up on s2, a branch of the graph (sl_fork, sl_join) */
+	cudaStream_t s2;
+	cudaEvent_t sl_fork, sl_join;
 	float *d_samp_work; /* sample.cu: rows with logprobs sample in a copy */
 	size_t samp_work_bytes;
 	int32_t sm_count;
@@ -171,6 +174,9 @@ int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t 
                      const struct fp4s_samp_row *rows, const struct fp4s_samp_edit *edits, int32_t n_edits,
                      struct fp4s_error *err);
 void cu_sample_free(struct cuda_impl *c);
+int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
+                        float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
+                        const struct fp4s_samp_edit *edits, int32_t n_edits, struct fp4s_error *err);
 
 /* cuda_upload.cu: sets be's weight uploads (upload_mat, upload_f32, upload_fused, upload_gate_up) */
 void cu_upload_install(struct fp4s_backend *be);

@@ -106,20 +106,30 @@ static __global__ void argmax_kernel(const float *logits, int64_t vocab, float *
 	}
 }
 
+/* d_argmax: [ARGMAX_ROWS] results, [ARGMAX_ROWS * PARTS] values and indices, [ARGMAX_ROWS]
+ * tickets; made outside any capture (cu_graph_run_argmax makes it first) */
+static int argmax_alloc(struct cuda_impl *c, struct fp4s_error *err)
+{
+	if (c->d_argmax)
+		return FP4S_OK;
+	const size_t bytes = (size_t)ARGMAX_ROWS * (2 + 2 * ARGMAX_PARTS) * sizeof(int32_t);
+	int rc = cu_dev_alloc(c, (void **)&c->d_argmax, bytes, err);
+	if (rc)
+		return rc;
+	/* the tickets start at 0; on the stream, so the host does not wait for the GPU here */
+	FP4S_CUDA_TRY(err, cudaMemsetAsync(c->d_argmax, 0, bytes, c->s));
+	return FP4S_OK;
+}
+
 /* adv: d_pos advanced for the fed rows (argmax_kernel) */
 static int argmax_enqueue(struct cuda_impl *c, const float *logits, int32_t n, int64_t vocab, int32_t *host, bool adv,
                           struct fp4s_error *err)
 {
 	if (n <= 0 || n > ARGMAX_ROWS)
 		return fp4s_error_set(err, FP4S_EINVAL, "argmax: %d rows (1 to %d)", n, ARGMAX_ROWS);
-	if (!c->d_argmax) {
-		/* [ARGMAX_ROWS] results, [ARGMAX_ROWS * PARTS] values and indices, [ARGMAX_ROWS] tickets */
-		const size_t bytes = (size_t)ARGMAX_ROWS * (2 + 2 * ARGMAX_PARTS) * sizeof(int32_t);
-		int rc = cu_dev_alloc(c, (void **)&c->d_argmax, bytes, err);
-		if (rc)
-			return rc;
-		FP4S_CUDA_TRY(err, cudaMemset(c->d_argmax, 0, bytes)); /* the tickets start at 0 */
-	}
+	int rc = argmax_alloc(c, err);
+	if (rc)
+		return rc;
 	float *pv = (float *)(c->d_argmax + ARGMAX_ROWS);
 	int32_t *pi = c->d_argmax + ARGMAX_ROWS + ARGMAX_ROWS * ARGMAX_PARTS;
 	unsigned *ticket = (unsigned *)(pi + ARGMAX_ROWS * ARGMAX_PARTS);
@@ -220,8 +230,8 @@ int cu_graph_run_argmax(struct fp4s_backend *be, int key, int (*record)(void *ct
 	if (off || n != 1 || c->m_n != 1 || key <= 0 || key >= TAIL_KEY)
 		return FP4S_EUNSUPPORTED;
 	int k = 0;
-	int rc = cu_tok_slot(c, &k, err);
-	if (rc)
+	int rc = argmax_alloc(c, err);
+	if (rc || (rc = cu_tok_slot(c, &k, err)))
 		return rc;
 	const int32_t pos = c->m_pos[0];
 	c->m_n = 0; /* until the launch is in */

@@ -350,10 +350,12 @@ static __device__ __noinline__ void samp_lp_tail(const float *l, int32_t V, int 
  * row: the edited logits (greedy) or the weights and the kept set. They go to res[slot]; every
  * token to out. */
 /* feed, host (launches, cu_sample_launch): the token also to feed[row] for row < n_feed (the
- * next step's token; 0 for none, which keeps its embedding in range) and to host[row] (mapped). */
+ * next step's token; 0 for none, which keeps its embedding in range) and to host[row] (mapped);
+ * adv (NULL: none): the next step's positions, advanced by one for those rows. */
 static __global__ void __launch_bounds__(SAMP_THREADS)
 	samp_kernel(float *logits, int32_t V, const fp4s_samp_row *rows, const fp4s_samp_edit *edits, int32_t *out,
-	            float *work, int32_t slot0, fp4s_samp_result *res, int32_t *feed, int32_t n_feed, int32_t *host)
+	            float *work, int32_t slot0, fp4s_samp_result *res, int32_t *feed, int32_t n_feed, int32_t *host,
+	            int32_t *adv)
 {
 	__shared__ samp_shared sh;
 	extern __shared__ unsigned long long samp_wh[];
@@ -378,8 +380,11 @@ static __global__ void __launch_bounds__(SAMP_THREADS)
 	const int t = samp_pick(s, V, r, edits, prev, &k, samp_wh, sh, g);
 	if (writer) {
 		out[row] = t;
-		if (row < n_feed)
+		if (row < n_feed) {
 			feed[row] = t < 0 ? 0 : t;
+			if (adv)
+				adv[row] += 1; /* the next step's position (cuda_io.cu's argmax_kernel) */
+		}
 		if (host) {
 			host[row] = t;
 			__threadfence_system(); /* before the event that tells the host to read it */
@@ -455,7 +460,7 @@ static int samp_blocks_for(int32_t n, int max_p)
 static cudaError_t samp_enqueue(float *logits, int32_t n, int32_t vocab, const struct fp4s_samp_row *d_rows,
                                 const struct fp4s_samp_edit *d_edits, int32_t *d_out, float *d_work, int32_t slot0,
                                 struct fp4s_samp_result *d_res, int32_t *feed, int32_t n_feed, int32_t *host,
-                                cudaStream_t s)
+                                cudaStream_t s, int32_t *adv = NULL)
 {
 	cudaError_t e = cudaSuccess;
 	const int max_p = samp_setup(&e);
@@ -473,12 +478,12 @@ static cudaError_t samp_enqueue(float *logits, int32_t n, int32_t vocab, const s
 		cfg.attrs = at;
 		cfg.numAttrs = 1;
 		if (cudaLaunchKernelEx(&cfg, samp_kernel, logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res, feed,
-		                       n_feed, host) == cudaSuccess)
+		                       n_feed, host, adv) == cudaSuccess)
 			return cudaSuccess;
 		cudaGetLastError(); /* no such cluster here: a smaller one, at last one block a row */
 	}
 	samp_kernel<<<n, SAMP_THREADS, SAMP_DYN_SMEM, s>>>(logits, vocab, d_rows, d_edits, d_out, d_work, slot0, d_res,
-	                                                   feed, n_feed, host);
+	                                                   feed, n_feed, host, adv);
 	return cudaGetLastError();
 }
 
@@ -592,6 +597,28 @@ int cu_sample(struct fp4s_backend *be, float *logits, int32_t n, int64_t vocab, 
 	return FP4S_OK;
 }
 
+/* sample_launch's staging: d_sl and the pinned h_sl[2] of need bytes at least. A graph holds
+ * d_sl's address (cu_graph_run_sample), so a move drops the graphs. */
+static int sl_reserve(struct fp4s_backend *be, size_t need, struct fp4s_error *err)
+{
+	struct cuda_impl *c = (struct cuda_impl *)be->impl;
+	if (need <= c->sl_bytes)
+		return FP4S_OK;
+	/* grown while no launch reads the old buffers */
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
+	if (c->d_sl)
+		cu_graph_reset(be);
+	cu_sample_free(c);
+	const size_t cap = need < 65536 ? 65536 : need + need / 2;
+	FP4S_CUDA_TRY(err, cudaMalloc(&c->d_sl, cap));
+	for (int i = 0; i < 2; i++) {
+		FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_sl[i], cap));
+		FP4S_CUDA_TRY(err, cudaEventCreateWithFlags(&c->sl_done[i], cudaEventDisableTiming));
+	}
+	c->sl_bytes = cap;
+	return FP4S_OK;
+}
+
 /* backend.h's sample_launch: as cu_sample for rows without logprobs, but nothing waits. The rows
  * and edits go up from the pinned slot not used by the launch before (its copy done), the
  * tokens to d_tok (the next step's, where it is fed) and to the mapped slot argmax_wait reads,
@@ -607,18 +634,8 @@ int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t 
 		return rc;
 	const size_t rb = (size_t)n * sizeof *rows, eb = (size_t)n_edits * sizeof *edits;
 	const size_t o_at = (rb + eb + 15) & ~(size_t)15, need = o_at + (size_t)n * sizeof(int32_t);
-	if (need > c->sl_bytes) {
-		/* grown while no launch reads the old buffers */
-		FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s));
-		cu_sample_free(c);
-		const size_t cap = need < 65536 ? 65536 : need + need / 2;
-		FP4S_CUDA_TRY(err, cudaMalloc(&c->d_sl, cap));
-		for (int i = 0; i < 2; i++) {
-			FP4S_CUDA_TRY(err, cudaMallocHost(&c->h_sl[i], cap));
-			FP4S_CUDA_TRY(err, cudaEventCreateWithFlags(&c->sl_done[i], cudaEventDisableTiming));
-		}
-		c->sl_bytes = cap;
-	}
+	if ((rc = sl_reserve(be, need, err)))
+		return rc;
 	int k = 0;
 	if ((rc = cu_tok_slot(c, &k, err)))
 		return rc;
@@ -636,6 +653,90 @@ int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t 
 	                                (const fp4s_samp_edit *)(d + rb), (int32_t *)(d + o_at), NULL, 0, NULL, c->d_tok,
 	                                n_feed, c->dh_tok[k], c->s));
 	return cu_tok_launched(c, k, n, err);
+}
+
+/* backend.h's graph_run_sample: the step and sample_launch's kernel as one graph, as
+ * cuda_io.cu's cu_graph_run_argmax does for the argmax, for one row without edits (the server's
+ * default request; rows with edits take graph_run and sample_launch). The row's copy up from its
+ * pinned slot is a node of the graph on a branch of its own, beside the step's kernels, so it
+ * costs no boundary between two steps (sample_launch's copy sits between them). A graph a token
+ * slot and staging slot (the kernel's and the copy's addresses are the graph's). */
+struct samp_tail {
+	int (*record)(void *ctx, struct fp4s_error *err);
+	void *ctx;
+	struct cuda_impl *c;
+	float *logits;
+	int32_t vocab;
+	int h, k;
+};
+
+static int samp_tail_record(void *p, struct fp4s_error *err)
+{
+	const struct samp_tail *t = (const struct samp_tail *)p;
+	struct cuda_impl *c = t->c;
+	const size_t rb = sizeof(fp4s_samp_row), o_at = (rb + 15) & ~(size_t)15;
+	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_fork, c->s));
+	FP4S_CUDA_TRY(err, cudaStreamWaitEvent(c->s2, c->sl_fork, 0));
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_sl, c->h_sl[t->h], rb, cudaMemcpyHostToDevice, c->s2));
+	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_join, c->s2));
+	int rc = t->record(t->ctx, err);
+	if (rc)
+		return rc;
+	FP4S_CUDA_TRY(err, cudaStreamWaitEvent(c->s, c->sl_join, 0));
+	char *d = (char *)c->d_sl;
+	FP4S_CUDA_TRY(err, samp_enqueue(t->logits, 1, t->vocab, (const fp4s_samp_row *)d, (const fp4s_samp_edit *)(d + rb),
+	                                (int32_t *)(d + o_at), NULL, 0, NULL, c->d_tok, 1, c->dh_tok[t->k], c->s,
+	                                c->d_pos));
+	return FP4S_OK;
+}
+
+#define SAMP_TAIL_KEY 1024 /* graph keys key + SAMP_TAIL_KEY (1 + k + 2 h) (cuda_io.cu's are below) */
+
+int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
+                        float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
+                        const struct fp4s_samp_edit *edits, int32_t n_edits, struct fp4s_error *err)
+{
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("FP4S_GRAPH_TAIL");
+		off = e && !strcmp(e, "0");
+	}
+	struct cuda_impl *c = (struct cuda_impl *)be->impl;
+	/* one row, the step's one token (cu_begin's mirror): the kernel advances that position */
+	if (off || n != 1 || n_edits != 0 || c->m_n != 1 || key <= 0 || key >= 256)
+		return FP4S_EUNSUPPORTED;
+	int32_t nl = 0;
+	int rc = samp_check(n, vocab, rows, edits, n_edits, false, n <= c->batch_cap, &nl, err);
+	if (rc)
+		return rc;
+	cudaError_t ce = cudaSuccess;
+	if (!samp_setup(&ce)) /* the kernel's attributes set outside the capture */
+		return fp4s_error_set(err, FP4S_ECUDA, "sample: %s", cudaGetErrorString(ce));
+	if ((rc = sl_reserve(be, 64, err)))
+		return rc;
+	if (!c->s2) {
+		FP4S_CUDA_TRY(err, cudaStreamCreateWithFlags(&c->s2, cudaStreamNonBlocking));
+		FP4S_CUDA_TRY(err, cudaEventCreateWithFlags(&c->sl_fork, cudaEventDisableTiming));
+		FP4S_CUDA_TRY(err, cudaEventCreateWithFlags(&c->sl_join, cudaEventDisableTiming));
+	}
+	int k = 0;
+	if ((rc = cu_tok_slot(c, &k, err)))
+		return rc;
+	const int h = c->sl_next;
+	c->sl_next ^= 1;
+	FP4S_CUDA_TRY(err, cudaEventSynchronize(c->sl_done[h])); /* the graph that copied out of it is done */
+	memcpy(c->h_sl[h], rows, sizeof *rows);
+	const int32_t pos = c->m_pos[0];
+	c->m_n = 0; /* until the launch is in */
+	struct samp_tail t = {record, ctx, c, logits, (int32_t)vocab, h, k};
+	if ((rc = cu_graph_run(be, key + SAMP_TAIL_KEY * (1 + k + 2 * h), samp_tail_record, &t, err)))
+		return rc;
+	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_done[h], c->s));
+	if ((rc = cu_tok_launched(c, k, 1, err)))
+		return rc;
+	c->m_pos[0] = pos + 1;
+	c->m_n = 1;
+	return FP4S_OK;
 }
 
 void cu_sample_free(struct cuda_impl *c)
