@@ -173,7 +173,7 @@ struct fp4s_backend {
 	int (*graph_run_argmax)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
 	                        void *ctx, const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err);
 	/* The same for sample_launch's rows (its arguments after ctx); FP4S_EUNSUPPORTED (nothing
-	 * enqueued) also for rows it does not take in a graph (CUDA: any edits). */
+	 * enqueued) also for rows it does not take in a graph (CUDA: more edits than its copy holds). */
 	int (*graph_run_sample)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
 	                        void *ctx, float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
 	                        const struct fp4s_samp_edit *edits, int32_t n_edits, struct fp4s_error *err);

@@ -81,7 +81,7 @@ static int run(struct fp4s_engine *e, int first, int count, struct outs *o, int 
 		r.sampling.logprobs = false;
 		r.sampling.top_logprobs = 0;
 		r.sampling.has_seed = true;
-		/* 4: no bias either (no edits: a one-token step then draws inside its graph) */
+		/* 4: no bias either (no edits at all) */
 		r.sampling.n_logit_bias = sampled == 3;
 		r.sampling.logit_bias[0] = (struct fp4s_samp_bias){prompts[0][0], 1.5f};
 	} else if (sampled) {
@@ -306,9 +306,10 @@ static void test_preset(const char *preset, const char *format)
 	 * requests (no logprobs) and ones drawn on the device without logprobs (penalties too): the
 	 * same kernels run, the tokens fed on the device, so the tokens must be the same as without,
 	 * one request at a time; 64 together, where the batches' rows may differ at their ends, all
-	 * but MoE flips. Alone, a step's argmax or draw (rows without edits) runs inside the step's
-	 * graph and advances the position there, so the next step copies nothing up (the backend's
-	 * graph_run_argmax / graph_run_sample); without steps ahead, neither. */
+	 * but MoE flips. Alone, a step's argmax or draw (its row and edits copied up inside the
+	 * graph) runs inside the step's graph and advances the position there, so the next step
+	 * copies nothing up (the backend's graph_run_argmax / graph_run_sample); without steps
+	 * ahead, neither. */
 	for (int pass = 0; pass < 6; pass++) {
 		/* greedy, sampled, sampled without edits; alone or 64 */
 		const int kind = pass >= 4 ? 4 : pass >= 2 ? 3 : 2, together = pass % 2;

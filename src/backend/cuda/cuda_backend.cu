@@ -7,10 +7,14 @@
  * step of one token is captured once as a CUDA graph and replayed (graph_run). The MoE ops are in
  * cuda_moe.cu; the state both files share is in cuda_impl.h. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+extern "C" {
+#include "util/progress.h"
+}
 #include "backend/cuda/attention_cuda.h"
 #include "backend/cuda/attention_prefill_cuda.h"
 #include "backend/cuda/gemv_mma.h"
@@ -766,6 +770,11 @@ int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, stru
 		}
 	if (c->n_graphs == 8)
 		return record(ctx, err); /* no room: run uncaptured */
+	/* FP4S_GRAPH_LOG=1: each capture's host time on stderr (a first step's latency) */
+	static int log = -1;
+	if (log < 0)
+		log = getenv("FP4S_GRAPH_LOG") && atoi(getenv("FP4S_GRAPH_LOG")) > 0;
+	const double t0 = log ? fp4s_now() : 0.0;
 	/* relaxed: the kernels' first launches may set function attributes while capturing */
 	FP4S_CUDA_TRY(err, cudaStreamBeginCapture(c->s, cudaStreamCaptureModeRelaxed));
 	int rc = record(ctx, err);
@@ -785,6 +794,8 @@ int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, stru
 		return fp4s_error_set(err, FP4S_ECUDA, "graph instantiate: %s", cudaGetErrorString(e));
 	c->graphs[c->n_graphs].key = key;
 	c->graphs[c->n_graphs++].exec = exec;
+	if (log)
+		fprintf(stderr, "cuda: graph %d captured and instantiated in %.2f ms\n", key, (fp4s_now() - t0) * 1e3);
 	FP4S_CUDA_TRY(err, cudaGraphLaunch(exec, c->s));
 	return FP4S_OK;
 }

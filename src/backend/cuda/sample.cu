@@ -656,11 +656,15 @@ int cu_sample_launch(struct fp4s_backend *be, float *logits, int32_t n, int64_t 
 }
 
 /* backend.h's graph_run_sample: the step and sample_launch's kernel as one graph, as
- * cuda_io.cu's cu_graph_run_argmax does for the argmax, for one row without edits (the server's
- * default request; rows with edits take graph_run and sample_launch). The row's copy up from its
- * pinned slot is a node of the graph on a branch of its own, beside the step's kernels, so it
- * costs no boundary between two steps (sample_launch's copy sits between them). A graph a token
- * slot and staging slot (the kernel's and the copy's addresses are the graph's). */
+ * cuda_io.cu's cu_graph_run_argmax does for the argmax, for one row and up to SAMP_TAIL_EDITS
+ * edits (more take graph_run and sample_launch). The row and its edits go up from their pinned
+ * slot by a copy node on a branch of the graph of its own, beside the step's kernels, so it costs
+ * no boundary between two steps (sample_launch's copy sits between them). The copy is of a fixed
+ * SAMP_TAIL_COPY bytes (a graph's copy has one size; 32 KB cross PCIe in ~2 us, beside a step of
+ * ~1.5 ms), the token goes past it. A graph a token slot and staging slot (the kernel's and the
+ * copy's addresses are the graph's). */
+#define SAMP_TAIL_COPY 32768
+#define SAMP_TAIL_EDITS ((int32_t)((SAMP_TAIL_COPY - sizeof(fp4s_samp_row)) / sizeof(fp4s_samp_edit)))
 struct samp_tail {
 	int (*record)(void *ctx, struct fp4s_error *err);
 	void *ctx;
@@ -674,10 +678,10 @@ static int samp_tail_record(void *p, struct fp4s_error *err)
 {
 	const struct samp_tail *t = (const struct samp_tail *)p;
 	struct cuda_impl *c = t->c;
-	const size_t rb = sizeof(fp4s_samp_row), o_at = (rb + 15) & ~(size_t)15;
+	const size_t rb = sizeof(fp4s_samp_row);
 	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_fork, c->s));
 	FP4S_CUDA_TRY(err, cudaStreamWaitEvent(c->s2, c->sl_fork, 0));
-	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_sl, c->h_sl[t->h], rb, cudaMemcpyHostToDevice, c->s2));
+	FP4S_CUDA_TRY(err, cudaMemcpyAsync(c->d_sl, c->h_sl[t->h], SAMP_TAIL_COPY, cudaMemcpyHostToDevice, c->s2));
 	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_join, c->s2));
 	int rc = t->record(t->ctx, err);
 	if (rc)
@@ -685,7 +689,7 @@ static int samp_tail_record(void *p, struct fp4s_error *err)
 	FP4S_CUDA_TRY(err, cudaStreamWaitEvent(c->s, c->sl_join, 0));
 	char *d = (char *)c->d_sl;
 	FP4S_CUDA_TRY(err, samp_enqueue(t->logits, 1, t->vocab, (const fp4s_samp_row *)d, (const fp4s_samp_edit *)(d + rb),
-	                                (int32_t *)(d + o_at), NULL, 0, NULL, c->d_tok, 1, c->dh_tok[t->k], c->s,
+	                                (int32_t *)(d + SAMP_TAIL_COPY), NULL, 0, NULL, c->d_tok, 1, c->dh_tok[t->k], c->s,
 	                                c->d_pos));
 	return FP4S_OK;
 }
@@ -703,7 +707,7 @@ int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ct
 	}
 	struct cuda_impl *c = (struct cuda_impl *)be->impl;
 	/* one row, the step's one token (cu_begin's mirror): the kernel advances that position */
-	if (off || n != 1 || n_edits != 0 || c->m_n != 1 || key <= 0 || key >= 256)
+	if (off || n != 1 || n_edits > SAMP_TAIL_EDITS || c->m_n != 1 || key <= 0 || key >= 256)
 		return FP4S_EUNSUPPORTED;
 	int32_t nl = 0;
 	int rc = samp_check(n, vocab, rows, edits, n_edits, false, n <= c->batch_cap, &nl, err);
@@ -712,7 +716,7 @@ int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ct
 	cudaError_t ce = cudaSuccess;
 	if (!samp_setup(&ce)) /* the kernel's attributes set outside the capture */
 		return fp4s_error_set(err, FP4S_ECUDA, "sample: %s", cudaGetErrorString(ce));
-	if ((rc = sl_reserve(be, 64, err)))
+	if ((rc = sl_reserve(be, SAMP_TAIL_COPY + 16, err)))
 		return rc;
 	if (!c->s2) {
 		FP4S_CUDA_TRY(err, cudaStreamCreateWithFlags(&c->s2, cudaStreamNonBlocking));
@@ -726,6 +730,8 @@ int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ct
 	c->sl_next ^= 1;
 	FP4S_CUDA_TRY(err, cudaEventSynchronize(c->sl_done[h])); /* the graph that copied out of it is done */
 	memcpy(c->h_sl[h], rows, sizeof *rows);
+	if (n_edits) /* after the row, as sample_launch lays them out (the row's edit0 is checked) */
+		memcpy((char *)c->h_sl[h] + sizeof *rows, edits, (size_t)n_edits * sizeof *edits);
 	const int32_t pos = c->m_pos[0];
 	c->m_n = 0; /* until the launch is in */
 	struct samp_tail t = {record, ctx, c, logits, (int32_t)vocab, h, k};

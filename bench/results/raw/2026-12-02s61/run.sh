@@ -4,7 +4,8 @@
 # (TARGS their arguments) while MODELS are generated (/dev/shm; gpt-oss as MXFP4, the rest NVFP4), then each
 # model benched tg128 (3 reps) and at depth 4096 (-n 64, 2 reps) under each of ENVS ("name:VAR=value,..."; a
 # name starting "head" runs the HEAD build), RUNS rounds, the ENVS interleaved within a round; BARGS: more
-# bench arguments (e.g. "--temp 0.8 --top-p 0.9"). RUNV=1 adds `fp4serve run -v` under each of ENVS (RARGS).
+# bench arguments (e.g. "--temp 0.8 --top-p 0.9"). RUNV=1 adds `fp4serve run -v` under each of ENVS (RARGS), RUNVS
+# rounds of it (each line with the graphs' capture times where FP4S_GRAPH_LOG=1).
 set -uo pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 L=$OUT/log; mkdir -p $L; S=$OUT/sum.txt
@@ -36,8 +37,8 @@ for r in $(seq ${RUNS:-1}); do
 		done
 	done
 done
-for m in ${RUNV:+$MODELS}; do for v in ${ENVS:-base:X=1}; do n=${v%%:*}; e=${v#*:}; e=${e//,/ }
+for rr in $(seq ${RUNVS:-1}); do for m in ${RUNV:+$MODELS}; do for v in ${ENVS:-base:X=1}; do n=${v%%:*}; e=${v#*:}; e=${e//,/ }
 	timeout 120 env $e $(bin $n) run -v -m /dev/shm/$m -p "The history of the" -n 256 ${RARGS:---temperature 0} \
-		--ignore-eos > $L/run-$m-$n.txt 2> $L/run-$m-$n.err
-	ts "run $m $n $(grep -a 'generated' $L/run-$m-$n.err | tail -1)"; done; done
+		--ignore-eos > $L/run-$m-$n-$rr.txt 2> $L/run-$m-$n-$rr.err
+	ts "run $m $n $(grep -a 'generated' $L/run-$m-$n-$rr.err | tail -1) $(grep -a 'graph .* captured' $L/run-$m-$n-$rr.err | sed 's/cuda: graph //' | tr '\n' ' ')"; done; done; done
 (cd $OUT && tar czf logs.tgz log && rm -rf log)
