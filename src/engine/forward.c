@@ -630,14 +630,6 @@ static int record_step(void *ctx, struct fp4s_error *err)
 	}
 	if (st->n_out == 0)
 		return FP4S_OK;
-	static int fused_final = -1; /* FP4S_FUSED_FINAL=0: the gather and the norm as launches (A/B) */
-	if (fused_final < 0)
-		fused_final = !getenv("FP4S_FUSED_FINAL") || atoi(getenv("FP4S_FUSED_FINAL")) != 0;
-	if (n == 1 && st->n_out == 1 && fused_final) {
-		/* one token: its row is h itself, and the final norm goes into the lm_head's pass over it
-		 * where the backend can (two launches fewer between the last layer and the lm_head) */
-		return norm_matmul(be, h, f->final_norm, eps, f->norm_kind, H, &f->lm_head, x, f->logits, err);
-	}
 	if ((rc = be->gather_rows(be, h, st->out_rows, st->n_out, H, f->last, err)))
 		return rc;
 	be->rmsnorm(be, f->last, f->final_norm, st->n_out, H, eps, f->norm_kind, f->last);
