@@ -750,19 +750,14 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	/* A one-token step with one logits row is the same launch sequence every time: replay it as a
 	 * graph. MoE layers read the router's choice on the host, which a graph cannot do yet. */
 	const int graph = b->n == 1 && n_out == 1 && (!f->has_moe || f->moe_on_device) && !getenv("FP4S_NO_GRAPH");
-	if (graph && launch && !sr && !nr && be->graph_run_argmax && be->argmax_launch) {
-		/* the token's argmax inside the step's graph */
-		rc = be->graph_run_argmax(be, 1, record_step, &st, f->logits, n_out, c->vocab, err);
-		if (rc != FP4S_EUNSUPPORTED) {
-			if (!rc)
-				f->fed_n = n_out;
-			return rc;
-		}
-	}
-	if (graph && launch && sr && be->graph_run_sample && be->sample_launch) {
-		/* the token's draw inside the step's graph */
-		rc = be->graph_run_sample(be, 1, record_step, &st, f->logits, n_out, c->vocab, sr->rows, sr->edits,
-		                          sr->n_edits, err);
+	if (graph && launch && !nr) {
+		/* the token's argmax or draw inside the step's graph, where the backend takes it */
+		rc = FP4S_EUNSUPPORTED;
+		if (!sr && be->graph_run_argmax && be->argmax_launch)
+			rc = be->graph_run_argmax(be, 1, record_step, &st, f->logits, n_out, c->vocab, err);
+		else if (sr && be->graph_run_sample && be->sample_launch)
+			rc = be->graph_run_sample(be, 1, record_step, &st, f->logits, n_out, c->vocab, sr->rows, sr->edits,
+			                          sr->n_edits, err);
 		if (rc != FP4S_EUNSUPPORTED) {
 			if (!rc)
 				f->fed_n = n_out;

@@ -772,8 +772,10 @@ int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, stru
 		return record(ctx, err); /* no room: run uncaptured */
 	/* FP4S_GRAPH_LOG=1: each capture's host time on stderr (a first step's latency) */
 	static int log = -1;
-	if (log < 0)
-		log = getenv("FP4S_GRAPH_LOG") && atoi(getenv("FP4S_GRAPH_LOG")) > 0;
+	if (log < 0) {
+		const char *e = getenv("FP4S_GRAPH_LOG");
+		log = e && atoi(e) > 0;
+	}
 	const double t0 = log ? fp4s_now() : 0.0;
 	/* relaxed: the kernels' first launches may set function attributes while capturing */
 	FP4S_CUDA_TRY(err, cudaStreamBeginCapture(c->s, cudaStreamCaptureModeRelaxed));

@@ -47,7 +47,7 @@ struct cuda_impl {
 	/* what d_pos and d_seq hold once the work enqueued so far has run: m_n rows of m_pos, m_seq
 	 * (host memory, batch_cap each; m_n 0: not known). A step whose rows are these (with their
 	 * tokens fed) copies nothing up: after a one-token step whose argmax advanced d_pos (a graph
-	 * with the token's launch in it, cu_graph_run_launch), that is the next decode step. */
+	 * with the token's launch in it, cu_tail_done), that is the next decode step. */
 	int32_t *m_pos, *m_seq, m_n;
 	cudaEvent_t tab_done, tps_done[2], tok_done[2];
 	int tps_next, tok_at, n_tok;
@@ -145,6 +145,12 @@ int cu_argmax_launch(struct fp4s_backend *be, const float *logits, int32_t n, in
 int cu_argmax_wait(struct fp4s_backend *be, int32_t *out, int32_t n, struct fp4s_error *err);
 int cu_graph_run_argmax(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
                         const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err);
+/* the graph tail's shared checks and mirror updates (cu_graph_run_argmax, cu_graph_run_sample);
+ * forward.c's graph keys are below CU_TAIL_KEY, the tails' above it */
+#define CU_TAIL_KEY 256
+int cu_tail_ok(const struct cuda_impl *c, int key, int32_t n);
+void cu_tail_begin(struct cuda_impl *c);
+void cu_tail_done(struct cuda_impl *c);
 /* the token slot of the next argmax or sample launch (*k; mapped h_tok[*k], dh_tok[*k]), and its
  * n tokens enqueued (the event argmax_wait syncs on) */
 int cu_tok_slot(struct cuda_impl *c, int *k, struct fp4s_error *err);

@@ -215,31 +215,42 @@ static int tail_record(void *p, struct fp4s_error *err)
 	return rc ? rc : argmax_enqueue(t->c, t->logits, 1, t->vocab, t->host, true, err);
 }
 
-#define TAIL_KEY 256 /* graph keys key + TAIL_KEY (1 + slot): forward.c's keys are small */
+/* The graph tail's shared part (this file's argmax, sample.cu's draw). ok: a token launch may go
+ * into key's graph: FP4S_GRAPH_TAIL is not 0, key is forward.c's (below CU_TAIL_KEY), and the
+ * launch is of one row, the step's one token as cu_begin's mirror has it (the kernel advances that
+ * position). begin, before the capture or launch: the mirror is not known until the launch is in;
+ * done, once it is: the kernel's advance, mirrored. */
+int cu_tail_ok(const struct cuda_impl *c, int key, int32_t n)
+{
+	static int off = -1;
+	return !fp4s_env_off("FP4S_GRAPH_TAIL", &off) && n == 1 && c->m_n == 1 && key > 0 && key < CU_TAIL_KEY;
+}
+
+void cu_tail_begin(struct cuda_impl *c) { c->m_n = 0; }
+
+void cu_tail_done(struct cuda_impl *c)
+{
+	c->m_pos[0]++;
+	c->m_n = 1;
+}
 
 int cu_graph_run_argmax(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
                         const float *logits, int32_t n, int64_t vocab, struct fp4s_error *err)
 {
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("FP4S_GRAPH_TAIL");
-		off = e && !strcmp(e, "0");
-	}
 	struct cuda_impl *c = impl_of(be);
-	/* one row, the step's one token (cu_begin's mirror): the argmax advances that position */
-	if (off || n != 1 || c->m_n != 1 || key <= 0 || key >= TAIL_KEY)
+	if (!cu_tail_ok(c, key, n))
 		return FP4S_EUNSUPPORTED;
 	int k = 0;
 	int rc = argmax_alloc(c, err);
 	if (rc || (rc = cu_tok_slot(c, &k, err)))
 		return rc;
-	const int32_t pos = c->m_pos[0];
-	c->m_n = 0; /* until the launch is in */
+	cu_tail_begin(c);
 	struct tail_rec t = {record, ctx, c, logits, vocab, c->dh_tok[k]};
-	if ((rc = cu_graph_run(be, key + TAIL_KEY * (1 + k), tail_record, &t, err)) || (rc = cu_tok_launched(c, k, 1, err)))
+	/* graph keys key + CU_TAIL_KEY (1 + slot) */
+	if ((rc = cu_graph_run(be, key + CU_TAIL_KEY * (1 + k), tail_record, &t, err)) ||
+	    (rc = cu_tok_launched(c, k, 1, err)))
 		return rc;
-	c->m_pos[0] = pos + 1;
-	c->m_n = 1;
+	cu_tail_done(c);
 	return FP4S_OK;
 }
 

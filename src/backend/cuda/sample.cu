@@ -694,20 +694,14 @@ static int samp_tail_record(void *p, struct fp4s_error *err)
 	return FP4S_OK;
 }
 
-#define SAMP_TAIL_KEY 1024 /* graph keys key + SAMP_TAIL_KEY (1 + k + 2 h) (cuda_io.cu's are below) */
+#define SAMP_TAIL_KEY 1024 /* graph keys key + SAMP_TAIL_KEY (1 + k + 2 h), above cuda_io.cu's */
 
 int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
                         float *logits, int32_t n, int64_t vocab, const struct fp4s_samp_row *rows,
                         const struct fp4s_samp_edit *edits, int32_t n_edits, struct fp4s_error *err)
 {
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("FP4S_GRAPH_TAIL");
-		off = e && !strcmp(e, "0");
-	}
 	struct cuda_impl *c = (struct cuda_impl *)be->impl;
-	/* one row, the step's one token (cu_begin's mirror): the kernel advances that position */
-	if (off || n != 1 || n_edits > SAMP_TAIL_EDITS || c->m_n != 1 || key <= 0 || key >= 256)
+	if (!cu_tail_ok(c, key, n) || n_edits > SAMP_TAIL_EDITS)
 		return FP4S_EUNSUPPORTED;
 	int32_t nl = 0;
 	int rc = samp_check(n, vocab, rows, edits, n_edits, false, n <= c->batch_cap, &nl, err);
@@ -732,16 +726,14 @@ int cu_graph_run_sample(struct fp4s_backend *be, int key, int (*record)(void *ct
 	memcpy(c->h_sl[h], rows, sizeof *rows);
 	if (n_edits) /* after the row, as sample_launch lays them out (the row's edit0 is checked) */
 		memcpy((char *)c->h_sl[h] + sizeof *rows, edits, (size_t)n_edits * sizeof *edits);
-	const int32_t pos = c->m_pos[0];
-	c->m_n = 0; /* until the launch is in */
+	cu_tail_begin(c);
 	struct samp_tail t = {record, ctx, c, logits, (int32_t)vocab, h, k};
 	if ((rc = cu_graph_run(be, key + SAMP_TAIL_KEY * (1 + k + 2 * h), samp_tail_record, &t, err)))
 		return rc;
 	FP4S_CUDA_TRY(err, cudaEventRecord(c->sl_done[h], c->s));
 	if ((rc = cu_tok_launched(c, k, 1, err)))
 		return rc;
-	c->m_pos[0] = pos + 1;
-	c->m_n = 1;
+	cu_tail_done(c);
 	return FP4S_OK;
 }
 
