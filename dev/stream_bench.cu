@@ -347,6 +347,7 @@ int main(void)
 		cudaStream_t es;
 		CK(cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking));
 		experts("oss gate|up", 1, 32, 5760, 2880, 4, 0, es);
+		experts("gate|up nvfp4", 0, 32, 5760, 2880, 4, 0, es); /* the same shape in NVFP4 (#6's row) */
 		experts("oss down", 1, 32, 2880, 2880, 4, 2, es);
 		experts("qwen3 gate|up", 0, 128, 1536, 2048, 8, 0, es);
 		experts("qwen3 down", 0, 128, 2048, 768, 8, 1, es);
