@@ -19,7 +19,8 @@
 // Weights are random codes with realistic scale bytes (never zeros: METHOD.md).
 //
 // The gpt-oss expert row runs four separate 5760x2880 matrices back to back inside one timed
-// iteration (four launches, as the MoE glue issues them). A ksplit sweep at M = 1 comes first.
+// iteration (four launches). The engine's MoE takes a token's experts in one launch instead:
+// stream_bench with FP4S_BENCH_EXPERTS=1 times that. A ksplit sweep at M = 1 comes first.
 #include <algorithm>
 #include <cuda_runtime.h>
 #include <math.h>
