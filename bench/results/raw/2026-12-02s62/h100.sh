@@ -9,6 +9,9 @@
 #         one-launch step kernel's phase marks for a middle layer (FP4S_DSTEP_TL / FP4S_MSTEP_TL /
 #         FP4S_OSTEP_TL) at tg128 and depth 4096; sampled decode (T 0.8, top_p 0.9); the engine's
 #         expert GEMVs (stream_bench, FP4S_BENCH_EXPERTS=1).
+#   PH=E (a fresh machine): fp4serve and gemv_bench built, the three models generated; gemv_bench
+#         quick a second time (run-to-run spread of the GEMV figures), then small-batch decode:
+#         --batch 1, 2, 4, 8, 16 (-p 0 -n 64 --reps 3) on each model.
 #   PH=C: gpt-oss-120b (MXFP4) generated once the others are gone, tg128 and depth 4096, RUNS rounds.
 # stories260K comes from .gpu-shared (carried). Logs: $OUT/sum.txt and $OUT/logs.tgz.
 set -uo pipefail
@@ -57,6 +60,16 @@ D)
 		bench $n-tld env $e $F bench -m /dev/shm/$n -p 0 --ctx 4096 -n 64 --reps 2; sed -n '/timeline/,$p' $L/b-$n-tld.txt >> $S
 		bench $n-s $F bench -m /dev/shm/$n -p 0 -n 128 --reps 3 --temp 0.8 --top-p 0.9
 		bench $n-sd $F bench -m /dev/shm/$n -p 0 --ctx 4096 -n 64 --reps 2 --temp 0.8 --top-p 0.9; done ;;
+E)
+	nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a $S
+	cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr \
+		> $L/cmake.log 2>&1 && cmake --build build-gpu -j16 --target fp4serve > $L/build.log 2>&1; ts "build rc=$?"
+	( gen llama3-8b nvfp4; gen gpt-oss-20b mxfp4; gen qwen3-30b-a3b nvfp4 ) &
+	cmake --build build-gpu -j8 --target gemv_bench >> $L/build.log 2>&1; ts "build gemv_bench rc=$?"
+	wait
+	timeout 200 build-gpu/dev/gemv_bench quick > $L/gemv.txt 2>&1; ts "gemv_bench rc=$?"; grep -E "ceiling|^[0-9]+x" $L/gemv.txt | grep -E "ceiling| 1 \|" >> $S
+	for m in llama3-8b qwen3-30b-a3b gpt-oss-20b; do for b in 1 2 4 8 16; do
+		bench $m-b$b $F bench -m /dev/shm/$m -p 0 -n 64 --reps 3 --batch $b; done; done ;;
 C)
 	rm -rf /dev/shm/llama3-8b /dev/shm/qwen3-30b-a3b /dev/shm/gpt-oss-20b /tmp/ll
 	gen gpt-oss-120b mxfp4
