@@ -696,6 +696,36 @@ static int sample_on_host(struct fp4s_fwd *f, int32_t n_out, const struct samp_r
 	return rc;
 }
 
+/* 1 when this step is replayed as the graph of its batch size (key n): a decode step of n = 2..
+ * FP4S_FWD_GRAPH_ROWS sequences, one token each, every row's logits in order. Such a step is the
+ * same launch sequence for every n (the positions, slots and block table are read on the device;
+ * the attention's split count and the MoE's groups depend on n alone). The first step of each n
+ * runs uncaptured: the backend's buffers for n grow then, outside a capture, and a growth drops
+ * the captured graphs (they hold the old addresses). FP4S_BATCH_GRAPH=0: never (A/B). */
+static int fwd_batch_graph(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out)
+{
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("FP4S_BATCH_GRAPH");
+		off = (e && atoi(e) == 0) || getenv("FP4S_NO_GRAPH");
+	}
+	if (off || b->n < 2 || b->n > FP4S_FWD_GRAPH_ROWS || n_out != b->n || (f->has_moe && !f->moe_on_device))
+		return 0;
+	for (int32_t i = 0; i < b->n; i++) {
+		if (out_rows[i] != i)
+			return 0;
+		for (int32_t j = 0; j < i; j++)
+			if (b->seq[i] == b->seq[j])
+				return 0;
+	}
+	const uint64_t bit = 1ull << (b->n - 1);
+	if (!(f->batch_seen & bit)) {
+		f->batch_seen |= bit;
+		return 0;
+	}
+	return 1;
+}
+
 /* launch: the argmax is launched (tokens: a synchronous backend's tokens go there) */
 static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *out_rows, int32_t n_out,
                float *logits, int32_t *tokens, const struct samp_req *sr, const struct nll_req *nr,
@@ -750,6 +780,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 	/* A one-token step with one logits row is the same launch sequence every time: replay it as a
 	 * graph. MoE layers read the router's choice on the host, which a graph cannot do yet. */
 	const int graph = b->n == 1 && n_out == 1 && (!f->has_moe || f->moe_on_device) && !getenv("FP4S_NO_GRAPH");
+	const int bgraph = !graph && fwd_batch_graph(f, b, out_rows, n_out);
 	if (graph && launch && !nr) {
 		/* the token's argmax or draw inside the step's graph, where the backend takes it */
 		rc = FP4S_EUNSUPPORTED;
@@ -764,7 +795,7 @@ static int run(struct fp4s_fwd *f, const struct fp4s_batch *b, const int32_t *ou
 			return rc;
 		}
 	}
-	rc = graph ? be->graph_run(be, 1, record_step, &st, err) : record_step(&st, err);
+	rc = graph || bgraph ? be->graph_run(be, graph ? 1 : b->n, record_step, &st, err) : record_step(&st, err);
 	if (rc || n_out == 0)
 		return rc;
 	if (nr)

@@ -33,6 +33,9 @@ struct fp4s_fwd_layer {
 /* rows an argmax launch may have */
 #define FP4S_FWD_LAUNCH_ROWS 1024
 
+/* the most rows a decode batch replayed as a graph may have (a bit each in batch_seen) */
+#define FP4S_FWD_GRAPH_ROWS 64
+
 struct fp4s_fwd {
 	const struct fp4s_model *model;
 	const struct fp4s_config *cfg;
@@ -56,6 +59,9 @@ struct fp4s_fwd {
 	int32_t has_moe;
 	int32_t moe_on_device; /* every MoE layer routes on the backend (no host round trip) */
 	int32_t step_ok; /* the backend's step_layers runs one-token steps (backend.h step_prepare) */
+	/* decode batches of n = 2..FP4S_FWD_GRAPH_ROWS sequences already run once (bit n - 1): their
+	 * next steps are captured as graphs (see fwd_batch_graph) */
+	uint64_t batch_seen;
 	/* fp4s_fwd_launch_argmax's launches not collected yet, oldest first (FP4S_FWD_AHEAD at
 	 * most): the first at launched_at, their row counts; on a backend without argmax_launch, their
 	 * tokens (held, found when launched) */

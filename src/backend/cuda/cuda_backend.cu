@@ -333,9 +333,14 @@ static int cu_gather_rows(struct fp4s_backend *be, const float *src, const int32
 {
 	cu_link_clear(impl_of(be));
 	struct cuda_impl *c = impl_of(be);
-	for (int32_t i = 0; i < n; i++)
+	/* a run of consecutive rows in one copy (a decode batch's logits rows: all of them) */
+	for (int32_t i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && rows[j] == rows[j - 1] + 1; j++)
+			;
 		FP4S_CUDA_TRY(err, cudaMemcpyAsync(dst + (int64_t)i * width, src + (int64_t)rows[i] * width,
-		                                   (size_t)width * sizeof(float), cudaMemcpyDeviceToDevice, c->s));
+		                                   (size_t)(j - i) * (size_t)width * sizeof(float), cudaMemcpyDeviceToDevice,
+		                                   c->s));
+	}
 	return FP4S_OK;
 }
 
@@ -717,6 +722,8 @@ static int attn_work(struct cuda_impl *c, const struct fp4s_batch *b, const stru
 		splits = attn_splits(c, b->n, p->n_kv_heads, c->max_ctx);
 		const int64_t need = fp4s_cuda_attention_work_floats(b->n, p->n_heads, p->n_kv_heads, p->head_dim, splits);
 		if (need > c->workn_floats) {
+			if (cu_graph_before_move(c, "attention", err)) /* decode batches' graphs hold workn */
+				return err->code;
 			cudaFree(c->workn);
 			c->workn = NULL;
 			c->workn_floats = 0;
@@ -752,6 +759,19 @@ void cu_graph_reset(struct fp4s_backend *be)
 	c->n_graphs = 0;
 }
 
+int cu_graph_before_move(struct cuda_impl *c, const char *what, struct fp4s_error *err)
+{
+	cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+	FP4S_CUDA_TRY(err, cudaStreamIsCapturing(c->s, &cap));
+	if (cap != cudaStreamCaptureStatusNone)
+		return fp4s_error_set(err, FP4S_EINVAL, "%s: a buffer would grow inside a graph capture", what);
+	FP4S_CUDA_TRY(err, cudaStreamSynchronize(c->s)); /* in-flight steps still read the old one */
+	for (int32_t i = 0; i < c->n_graphs; i++)
+		cudaGraphExecDestroy(c->graphs[i].exec);
+	c->n_graphs = 0;
+	return FP4S_OK;
+}
+
 int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
                         void *ctx, struct fp4s_error *err)
 {
@@ -768,7 +788,7 @@ int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, stru
 #endif
 			return FP4S_OK;
 		}
-	if (c->n_graphs == 8)
+	if (c->n_graphs == CU_GRAPHS_MAX)
 		return record(ctx, err); /* no room: run uncaptured */
 	/* FP4S_GRAPH_LOG=1: each capture's host time on stderr (a first step's latency) */
 	static int log = -1;

@@ -26,6 +26,8 @@ struct cu_moe_bufs {
 	size_t bytes[MB_COUNT];
 };
 
+#define CU_GRAPHS_MAX 96
+
 struct cuda_impl {
 	int dev;
 	cudaStream_t s;
@@ -56,10 +58,12 @@ struct cuda_impl {
 	int64_t moe_cap_tokens, moe_cap_inter, moe_cap_hidden;
 	int32_t moe_cap_experts;
 	float *host_logits;
+	/* captured steps: a one-token step (and its token tails, cuda_io.cu / sample.cu), and a
+	 * decode batch for each row count 2..64 (forward.c's fwd_batch_graph) */
 	struct {
 		int key;
 		cudaGraphExec_t exec;
-	} graphs[8];
+	} graphs[CU_GRAPHS_MAX];
 	int32_t n_graphs;
 	int32_t *d_argmax;
 	void *d_samp, *h_samp; /* cu_stage_reserve: a host op's device buffer and its pinned staging
@@ -130,6 +134,10 @@ int cu_track(struct cuda_impl *c, void *p, struct fp4s_error *err); /* freed wit
 int cu_dev_alloc(struct cuda_impl *c, void **p, size_t bytes, struct fp4s_error *err);
 size_t cu_mat_data_bytes(const struct fp4s_mat *m, size_t *scale_b);
 void cu_graph_reset(struct fp4s_backend *be);
+/* A buffer that captured graphs may hold is about to move: FP4S_EINVAL while the stream is being
+ * captured (the caller grows nothing: forward.c runs each batch size once uncaptured first, so
+ * this is a fault), else the stream drained and the graphs dropped. */
+int cu_graph_before_move(struct cuda_impl *c, const char *what, struct fp4s_error *err);
 /* backend.h's graph_run (cuda_backend.cu): key's graph, captured from record(ctx) the first time */
 int cu_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err), void *ctx,
                  struct fp4s_error *err);

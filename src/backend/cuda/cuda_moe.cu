@@ -288,11 +288,13 @@ static int moe_batch_bufs(struct cuda_impl *c, struct cu_moe *m, const struct fp
 	for (int i = 0; i < MB_COUNT; i++) {
 		if (need[i] <= b->bytes[i])
 			continue;
+		int rc = cu_graph_before_move(c, "moe", err); /* decode batches' graphs hold them */
+		if (rc)
+			return rc;
 		cudaFree(b->p[i]);
 		b->p[i] = NULL;
 		b->bytes[i] = 0;
-		int rc = cu_dev_alloc(c, &b->p[i], need[i], err);
-		if (rc)
+		if ((rc = cu_dev_alloc(c, &b->p[i], need[i], err)))
 			return rc;
 		b->bytes[i] = need[i];
 	}

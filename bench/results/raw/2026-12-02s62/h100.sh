@@ -12,6 +12,10 @@
 #   PH=E (a fresh machine): fp4serve and gemv_bench built, the three models generated; gemv_bench
 #         quick a second time (run-to-run spread of the GEMV figures), then small-batch decode:
 #         --batch 1, 2, 4, 8, 16 (-p 0 -n 64 --reps 3) on each model.
+#   PH=F (a fresh machine): decode batches replayed as graphs (forward.c's fwd_batch_graph): fp4serve
+#         and the tests built, test_engine_cuda, test_golden_cuda and test_mstep, then --batch 2, 4,
+#         16 (-p 0 -n 64 --reps 3) with the graphs (new) and with FP4S_BATCH_GRAPH=0 (as before),
+#         alternately, on the three models.
 #   PH=C: gpt-oss-120b (MXFP4) generated once the others are gone, tg128 and depth 4096, RUNS rounds.
 # stories260K comes from .gpu-shared (carried). Logs: $OUT/sum.txt and $OUT/logs.tgz.
 set -uo pipefail
@@ -70,6 +74,18 @@ E)
 	timeout 200 build-gpu/dev/gemv_bench quick > $L/gemv.txt 2>&1; ts "gemv_bench rc=$?"; grep -E "ceiling|^[0-9]+x" $L/gemv.txt | grep -E "ceiling| 1 \|" >> $S
 	for m in llama3-8b qwen3-30b-a3b gpt-oss-20b; do for b in 1 2 4 8 16; do
 		bench $m-b$b $F bench -m /dev/shm/$m -p 0 -n 64 --reps 3 --batch $b; done; done ;;
+F)
+	nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | tee -a $S
+	cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=$PWD/.deps/root/usr \
+		-DFP4S_SHARED_DIR=$PWD/.gpu-shared > $L/cmake.log 2>&1 && cmake --build build-gpu -j16 --target fp4serve test_engine_cuda test_golden test_mstep > $L/build.log 2>&1
+	ts "build rc=$?"; grep -E 'error' -A2 $L/build.log | head -20 >> $S
+	( gen llama3-8b nvfp4; gen gpt-oss-20b mxfp4; gen qwen3-30b-a3b nvfp4 ) &
+	ctest --test-dir build-gpu -R "^(test_engine_cuda|test_golden_cuda|test_mstep)\$" -j3 -V --timeout 200 > $L/ctest-F.log 2>&1
+	ts "ctest F rc=$?"; grep -E "Test +#|tests passed|tests failed| passed, | failed|FAIL" $L/ctest-F.log | tail -20 | tee -a $S
+	wait
+	for m in llama3-8b qwen3-30b-a3b gpt-oss-20b; do for b in 2 4 16; do
+		bench $m-b$b-new $F bench -m /dev/shm/$m -p 0 -n 64 --reps 3 --batch $b
+		bench $m-b$b-old env FP4S_BATCH_GRAPH=0 $F bench -m /dev/shm/$m -p 0 -n 64 --reps 3 --batch $b; done; done ;;
 C)
 	rm -rf /dev/shm/llama3-8b /dev/shm/qwen3-30b-a3b /dev/shm/gpt-oss-20b /tmp/ll
 	gen gpt-oss-120b mxfp4
