@@ -10,7 +10,8 @@
  * FP4S_TEST_BACKEND=cuda runs the same checks on the GPU backend and also requires its greedy
  * decoding to equal the CPU backend's for 64 tokens, with FP32, BF16 and FP8 KV caches (CTest:
  * test_golden_cuda, label gpu). On the CPU, the FP8 KV cache is checked against transformers
- * within what E4M3 rounding costs (check_fp8). */
+ * within what E4M3 rounding costs (check_fp8). Decode steps of 3 sequences replayed as graphs must
+ * give the logits the same steps give uncaptured (batch_graph_check). */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -174,6 +175,89 @@ static void launched_check(struct fp4s_model *m, const char *name, const char *b
 	          backend, kvn, first, first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0);
 	if (first < 0)
 		printf("%-22s %s greedy launched = greedy for 64 of 64 tokens (%s KV)\n", name, backend, kvn);
+}
+
+/* graph_run's calls by key, on a backend whose graph_run batch_graph_check wrapped */
+static int g_gkeys[FP4S_FWD_GRAPH_ROWS + 1];
+static int (*g_graph_run)(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+                          void *ctx, struct fp4s_error *err);
+
+static int counting_graph_run(struct fp4s_backend *be, int key, int (*record)(void *ctx, struct fp4s_error *err),
+                              void *ctx, struct fp4s_error *err)
+{
+	if (key >= 0 && key <= FP4S_FWD_GRAPH_ROWS)
+		g_gkeys[key]++;
+	return g_graph_run(be, key, record, ctx, err);
+}
+
+/* Decode steps of 3 sequences at once, as the engine batches them: from the second such step on,
+ * the forward pass replays them as the graph of their row count (forward.c's fwd_batch_graph).
+ * The same steps asking for the logits rows in reverse order never are, and run the same kernels:
+ * the two must give the same logits row for row, and graph_run must have been asked for key 3
+ * at every step but the first. A graph holding a buffer that moved, or a step whose launches
+ * depend on more than its row count, shows as other logits. */
+static void batch_graph_check(struct fp4s_model *m, const char *name, const char *backend, enum fp4s_kv_dtype kv)
+{
+	enum { NS = 3, STEPS = 8 };
+	struct fp4s_error err = {0};
+	struct fp4s_backend *be[2] = {NULL, NULL};
+	struct fp4s_fwd f[2];
+	int live[2] = {0, 0}, rc = 0;
+	const int64_t V = m->cfg.vocab;
+	float *lg[2] = {malloc((size_t)(NS * V) * sizeof(float)), malloc((size_t)(NS * V) * sizeof(float))};
+	for (int k = 0; k < 2 && !rc; k++)
+		if (!(rc = make_backend(backend, &be[k], &err)) && !(rc = fp4s_fwd_init(&f[k], m, be[k], NS, 64, kv, &err)))
+			live[k] = 1;
+	if (!rc) {
+		g_graph_run = be[0]->graph_run;
+		be[0]->graph_run = counting_graph_run;
+		memset(g_gkeys, 0, sizeof g_gkeys);
+	}
+	/* prompts of 3, 5 and 7 tokens, each its own step */
+	int32_t tok[NS], pos[NS], seq[NS];
+	for (int32_t s = 0; s < NS && !rc; s++) {
+		int32_t n = 3 + 2 * s, t[7], p[7], q[7], r = n - 1;
+		for (int32_t i = 0; i < n; i++)
+			t[i] = (int32_t)(((uint32_t)(s + 1) * 2654435761u + (uint32_t)i * 40503u) % (uint32_t)V), p[i] = i, q[i] = s;
+		struct fp4s_batch b = {n, t, p, q, NULL, 0};
+		for (int k = 0; k < 2 && !rc; k++)
+			rc = fp4s_fwd_run(&f[k], &b, &r, 1, lg[k], &err);
+		tok[s] = argmax(lg[0], V), pos[s] = n, seq[s] = s;
+	}
+	const int32_t fwd_rows[NS] = {0, 1, 2}, rev_rows[NS] = {2, 1, 0};
+	double worst = 0;
+	for (int32_t j = 0; j < STEPS && !rc; j++) {
+		struct fp4s_batch b = {NS, tok, pos, seq, NULL, 0};
+		if (!(rc = fp4s_fwd_run(&f[0], &b, fwd_rows, NS, lg[0], &err)))
+			rc = fp4s_fwd_run(&f[1], &b, rev_rows, NS, lg[1], &err);
+		for (int32_t s = 0; s < NS && !rc; s++) {
+			const double e = rel_l2(lg[1] + (size_t)(NS - 1 - s) * V, lg[0] + (size_t)s * V, V);
+			worst = e > worst ? e : worst;
+			tok[s] = argmax(lg[0] + (size_t)s * V, V), pos[s]++;
+		}
+	}
+	if (rc) {
+		CHECK_MSG(0, "%s: %s decode batch steps failed: %s", name, backend, err.msg);
+	} else {
+		const char *bg = getenv("FP4S_BATCH_GRAPH");
+		/* (a backend routing MoE on the host, the CPU's, runs such steps uncaptured) */
+		const int want = getenv("FP4S_NO_GRAPH") || (bg && atoi(bg) == 0) || (f[0].has_moe && !f[0].moe_on_device)
+		                         ? 0
+		                         : STEPS - 1;
+		CHECK_MSG(g_gkeys[NS] == want, "%s: %s: %d decode steps of %d rows went to graph_run %d times, not %d", name,
+		          backend, STEPS, NS, g_gkeys[NS], want);
+		CHECK_MSG(worst <= 1e-5, "%s: %s: decode batch steps as graphs against uncaptured: rel L2 %.3g", name,
+		          backend, worst);
+		printf("%-22s %s decode batch of %d rows: %d of %d steps through graph_run, logits = the uncaptured "
+		       "steps' (rel L2 %.2g)\n", name, backend, NS, g_gkeys[NS], STEPS, worst);
+	}
+	for (int k = 0; k < 2; k++) {
+		if (live[k])
+			fp4s_fwd_free(&f[k]);
+		if (be[k])
+			be[k]->destroy(be[k]);
+		free(lg[k]);
+	}
 }
 
 static const char *g_backend = "cpu";
@@ -372,6 +456,7 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 			       first < 0 ? 64 : first, kvn[kv]);
 			launched_check(m, name, g_backend, kds[kv], kvn[kv], p, n, b);
 		}
+		batch_graph_check(m, name, g_backend, FP4S_KV_BF16);
 	} else if (!g_gemm) {
 		json_t *pr = json_array_get(prompts, 0);
 		int32_t n = (int32_t)json_array_size(pr), p[64], a[64];
@@ -382,6 +467,7 @@ static double check_model(const char *name, struct fp4s_model *m, json_t *g, con
 			CHECK_MSG(0, "%s: greedy run failed", name);
 		else
 			launched_check(m, name, "cpu", FP4S_KV_F32, "FP32", p, n, a);
+		batch_graph_check(m, name, "cpu", FP4S_KV_F32);
 	}
 	return worst;
 }
